@@ -1,0 +1,42 @@
+# gpumon: `make run` and `make test` work on a fresh clone (they create .venv as needed).
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+FAKE := build/fakenvml
+
+.PHONY: run test fakenvml bench bench-detect gpu-check clean lint
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# gpumon on this machine's GPUs; without an NVIDIA driver, the simulated demo node.
+run: $(STAMP)
+	@$(VENV)/bin/gpumon list >/dev/null 2>&1; rc=$$?; \
+	if [ $$rc -eq 2 ]; then \
+	  echo "make run: no NVIDIA driver here, running the SIMULATED demo node (gpumon --sim demo)"; \
+	  exec $(VENV)/bin/gpumon --sim demo $(ARGS); \
+	else exec $(VENV)/bin/gpumon $(ARGS); fi
+
+# The fake NVML library (C, gcc only) and one trace file per simulated scenario.
+fakenvml: $(STAMP)
+	sh tests/fakenvml/build.sh $(FAKE)
+	$(VPY) -m gpumon.sim.trace --all --out $(FAKE)/traces
+
+test: $(STAMP) fakenvml
+	$(VPY) -m pytest -q $(PYTEST_ARGS)
+
+bench: $(STAMP) fakenvml
+	$(VPY) -m bench.run
+
+bench-detect: $(STAMP)
+	$(VPY) -m bench.detect
+
+gpu-check: $(STAMP)
+	sh bench/gpu_check.sh
+
+clean:
+	rm -rf build $(VENV) *.egg-info

@@ -1,0 +1,63 @@
+"""gpumon's command line: wires the sub-command modules together, nothing more."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+
+from gpumon import __version__
+from gpumon.errors import UserError
+
+# Sub-commands, each a module of gpumon.commands with register(subparsers) and run(args).
+COMMANDS = ("watch", "log", "run", "analyze", "list", "export", "plugin", "sim")
+DEFAULT_COMMAND = "watch"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpumon", description="Watch NVIDIA GPUs during training and say why they are "
+        "not busy: data starvation, sync stalls, throttling.")
+    parser.add_argument("--version", action="version", version=f"gpumon {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"gpumon.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"gpumon.commands.{name}":
+                raise
+            continue  # a command not built yet
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    known = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    if not argv or (argv[0] not in known and argv[0] not in ("-h", "--help", "--version")):
+        if DEFAULT_COMMAND in known:
+            argv.insert(0, DEFAULT_COMMAND)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"gpumon: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `gpumon watch | head`: the reader went away; leave quietly.
+        try:
+            sys.stdout = None  # type: ignore[assignment]
+        except Exception:
+            pass
+        return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    raise SystemExit(main())

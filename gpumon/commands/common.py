@@ -1,0 +1,107 @@
+"""Options and wiring shared by the commands that sample (watch, log, run, export)."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from typing import Optional
+
+from gpumon.errors import UserError
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+    return value
+
+
+def gpu_list(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected GPU indices or UUIDs, e.g. 0,2")
+    return items
+
+
+def add_sampling_options(p: argparse.ArgumentParser, *, sim: bool = True,
+                         duration: bool = True) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--interval", type=positive_float, default=1.0, metavar="S",
+                   help="seconds between polls (default 1; every driver sample is kept anyway)")
+    g.add_argument("--gpus", type=gpu_list, default=None, metavar="LIST",
+                   help="GPUs to watch, by NVML index or UUID, e.g. 0,2 (default: all)")
+    if duration:
+        g.add_argument("--duration", type=positive_float, default=None, metavar="S",
+                       help="stop after S seconds (default: until Ctrl-C)")
+    if sim:
+        g.add_argument("--sim", default=None, metavar="SCENARIO[:GPUS]",
+                       help="simulated GPUs instead of NVML (see `gpumon sim list`)")
+        g.add_argument("--seed", type=int, default=0, help="seed of the simulation (default 0)")
+    p.add_argument("--no-color", action="store_true",
+                   help="no colour (NO_COLOR in the environment does the same)")
+
+
+def no_color(args) -> bool:
+    return bool(getattr(args, "no_color", False) or os.environ.get("NO_COLOR"))
+
+
+def open_source(args, root_pid: Optional[int] = None):
+    """The source the options ask for: simulated GPUs with --sim, else NVML + host."""
+    if getattr(args, "sim", None):
+        from gpumon.sim import SimSource, parse_sim_spec
+        name, gpus = parse_sim_spec(args.sim)
+        src = SimSource(name, gpus=gpus, seed=getattr(args, "seed", 0))
+        if args.gpus:
+            src = _SelectGpus(src, args.gpus)
+        return src
+    from gpumon.node import NvmlNode
+    return NvmlNode(args.gpus, root_pid=root_pid).open()
+
+
+class _SelectGpus:
+    """--gpus over a simulated source: keep the chosen indices only."""
+
+    def __init__(self, src, keys: list[str]):
+        self.src, self.kind = src, src.kind
+        infos = src.gpu_infos()
+        have = {str(i.index) for i in infos} | {i.uuid for i in infos}
+        for k in keys:
+            if k not in have:
+                raise UserError(f"--gpus: no GPU '{k}' (simulated GPUs: "
+                                f"{', '.join(str(i.index) for i in infos)})", 2)
+        self.keep = {i.index for i in infos if str(i.index) in keys or i.uuid in keys}
+
+    def gpu_infos(self):
+        return [i for i in self.src.gpu_infos() if i.index in self.keep]
+
+    def read(self):
+        from dataclasses import replace
+        t = self.src.read()
+        host = t.host
+        if host is not None:
+            host = replace(host, jobs=tuple(j for j in host.jobs if j.gpu in self.keep))
+        return replace(t, gpus=tuple(s for s in t.gpus if s.gpu in self.keep), host=host)
+
+    def close(self):
+        self.src.close()
+
+
+def make_detector():
+    """The live detector (streaming, with hysteresis); None until gpumon.detect exists."""
+    try:
+        from gpumon.detect import StreamingDetector
+    except ImportError:
+        return None
+    return StreamingDetector()
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM ends the loop the same way Ctrl-C does: cleanly, with the log closed."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, handler)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, handler)

@@ -1,0 +1,63 @@
+"""`gpumon list`: GPUs, driver/NVML/CUDA versions, and the metrics each GPU supports."""
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from gpumon.commands.common import no_color
+
+ORDER_NOTE = ("NVML numbers GPUs by PCI bus id; CUDA numbers them fastest first unless "
+              "CUDA_DEVICE_ORDER=PCI_BUS_ID is set, and CUDA_VISIBLE_DEVICES renumbers them "
+              "from 0. gpumon always shows NVML indices; match GPUs by UUID when in doubt.")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("list", help="GPUs, driver versions and the metrics each supports")
+    p.add_argument("--gpus", default=None, metavar="LIST", help="GPUs to show (index or UUID)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-color", action="store_true", help="no colour")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from gpumon.nvml import METRICS, NvmlSource
+    src = NvmlSource(args.gpus.split(",") if args.gpus else None)
+    try:
+        src.open()
+        versions = src.versions()
+        src.probe()
+        infos = src.gpu_infos()
+        lost = list(src.lost)
+    finally:
+        src.close()
+    if args.json:
+        print(json.dumps({"versions": versions, "lost": lost, "gpus": [
+            {"index": i.index, "name": i.name, "uuid": i.uuid, "pci_bus_id": i.pci_bus_id,
+             "memory_mib": i.mem_total_mib, "power_limit_w": i.power_limit_w, "mig": i.mig,
+             "supported": dict(i.supported)} for i in infos]}, indent=2))
+        return 0
+    console = Console(no_color=no_color(args), highlight=False)
+    console.print(f"driver {versions['driver']}   NVML {versions['nvml']}   "
+                  f"CUDA {versions['cuda']}   {len(infos)} GPU(s)")
+    table = Table(box=None, pad_edge=False)
+    for col in ("idx", "name", "uuid", "pci bus id", "memory", "power limit"):
+        table.add_column(col)
+    for i in infos:
+        table.add_row(str(i.index), i.name + (" [MIG]" if i.mig else ""), i.uuid, i.pci_bus_id,
+                      f"{i.mem_total_mib:.0f} MiB" if i.mem_total_mib else "-",
+                      f"{i.power_limit_w:.0f} W" if i.power_limit_w else "-")
+    console.print(table)
+    if lost:
+        console.print(f"lost (fell off the bus): {', '.join(map(str, lost))}")
+    sup = Table(title="supported metrics (yes / no)", box=None, pad_edge=False,
+                title_justify="left")
+    sup.add_column("metric")
+    for i in infos:
+        sup.add_column(f"GPU {i.index}")
+    for m in METRICS:
+        sup.add_row(m, *("yes" if dict(i.supported).get(m, False) else "no" for i in infos))
+    console.print(sup)
+    console.print(ORDER_NOTE)
+    return 0

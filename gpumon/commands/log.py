@@ -1,0 +1,70 @@
+"""`gpumon log -o run.csv`: headless logging to CSV, verdicts included."""
+from __future__ import annotations
+
+import sys
+import time
+
+from gpumon.commands.common import (add_sampling_options, make_detector, open_source,
+                                    stop_on_sigterm)
+from gpumon.csvlog import CsvSink
+from gpumon.monitor import Monitor
+
+
+def register(sub) -> None:
+    p = sub.add_parser("log", help="log every GPU sample to CSV (verdicts included)",
+                       description="Headless logging to CSV until Ctrl-C or --duration: one row "
+                       "per GPU per driver utilization sample, with host columns and verdicts.")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="CSV file to write")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    mode.add_argument("--append", action="store_true", help="continue an existing log")
+    p.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr")
+    add_sampling_options(p)
+    p.set_defaults(func=run)
+
+
+class _LostNotice:
+    """Says once, on stderr, when a GPU is lost; logging goes on for the others."""
+
+    def __init__(self, quiet: bool):
+        self.seen: set[int] = set()
+        self.quiet = quiet
+
+    def __call__(self, tick, diagnoses) -> None:
+        for gpu in tick.lost:
+            if gpu not in self.seen:
+                self.seen.add(gpu)
+                if not self.quiet:
+                    print(f"gpumon: GPU {gpu} is lost (NVML: GPU is lost); logging the others",
+                          file=sys.stderr)
+
+
+def run(args) -> int:
+    stop_on_sigterm()
+    source = open_source(args)
+    try:
+        infos = source.gpu_infos()
+        sink = CsvSink(args.output, force=args.force, append=args.append)
+    except BaseException:
+        source.close()
+        raise
+    monitor = Monitor(source, interval=args.interval, detector=make_detector(), sinks=[sink],
+                      duration=args.duration)
+    monitor.listeners.append(_LostNotice(args.quiet))
+    if not args.quiet:
+        label = "SIMULATED " if source.kind == "sim" else ""
+        print(f"gpumon: logging {len(infos)} {label}GPU(s) to {args.output} every "
+              f"{args.interval:g} s; Ctrl-C to stop", file=sys.stderr)
+    started = time.time()
+    interrupted = False
+    try:
+        monitor.run()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        monitor.close()
+    if not args.quiet:
+        how = "stopped" if interrupted else "done"
+        print(f"gpumon: {how}: {sink.rows} rows in {time.time() - started:.1f} s written to "
+              f"{args.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,217 @@
+"""The CSV log: CsvSink writes it, read_ticks reads it back (replay and `gpumon analyze`).
+
+Tidy format: one row per GPU per utilization sample, at the wall-clock time the driver took
+it; columns `time,gpu,source`, the GPU metrics, that GPU's job processes, the host, and the
+verdict of the job the GPU belongs to. Empty cell = missing. No comment lines: plain csv and
+pandas read it. The columns come from the field metadata in samples.py, nowhere else.
+"""
+from __future__ import annotations
+
+import csv
+import errno
+import io
+import os
+from typing import IO, Iterable, Iterator, Optional, Sequence
+
+from gpumon.diagnosis import Diagnosis
+from gpumon.errors import UserError
+from gpumon.samples import (GpuSample, HostSample, JobProcs, Tick, csv_fields)
+
+_GPU_FIELDS = csv_fields(GpuSample)
+_JOB_FIELDS = csv_fields(JobProcs)
+_HOST_FIELDS = csv_fields(HostSample)
+VERDICT_COLUMNS = ["verdict", "cause", "straggler_gpu", "confidence"]
+COLUMNS = ([f.name for f in _GPU_FIELDS] + [f.name for f in _JOB_FIELDS]
+           + [f.name for f in _HOST_FIELDS] + VERDICT_COLUMNS)
+# Ticks are rebuilt from rows in spans of this many seconds when a log is read back.
+READ_TICK_S = 1.0
+
+
+def _formatter(f):
+    fmt = f.metadata.get("fmt", "")
+    if f.name == "pids":
+        return lambda v: "" if v is None else " ".join(map(str, v))
+    if fmt == "d":
+        return lambda v: "" if v is None else str(int(v))
+    if fmt:
+        spec = "{:" + fmt + "}"
+        return lambda v: "" if v is None else (spec.format(v) if isinstance(v, (int, float))
+                                               else str(v))
+    return lambda v: "" if v is None else str(v)
+
+
+_GPU_FMT = [(f.name, _formatter(f)) for f in _GPU_FIELDS]
+_JOB_FMT = [(f.name, _formatter(f)) for f in _JOB_FIELDS]
+_HOST_FMT = [(f.name, _formatter(f)) for f in _HOST_FIELDS]
+
+
+def _verdict_cells(d: Optional[Diagnosis]) -> list[str]:
+    if d is None:
+        return ["", "", "", ""]
+    return [d.verdict, d.cause or "", "" if d.straggler_gpu is None else str(d.straggler_gpu),
+            f"{d.confidence:.2f}"]
+
+
+class CsvSink:
+    """Appends ticks (and the verdicts of the moment) to a CSV file.
+
+    Flushed after every tick (at least once a second at the default interval). A full disk or
+    an unwritable path raises UserError with one line; rows already written stay written.
+    """
+
+    def __init__(self, path: str, *, force: bool = False, append: bool = False):
+        self.path = path
+        self.rows = 0
+        exists = os.path.exists(path) and os.path.getsize(path) > 0
+        if exists and not (force or append):
+            raise UserError(f"{path} exists; use --force to overwrite it or --append to continue it")
+        if append and exists:
+            with open(path, newline="") as f:
+                header = f.readline().strip().split(",")
+            if header != COLUMNS:
+                raise UserError(f"{path} is not a gpumon log of this version (its columns "
+                                "differ); log to a new file instead")
+        try:
+            self._f: IO[str] = open(path, "a" if append else "w", newline="", buffering=1 << 16)
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+        self._w = csv.writer(self._f, lineterminator="\n")
+        if not (append and exists):
+            self._guard(lambda: (self._w.writerow(COLUMNS), self._f.flush()))
+
+    def _guard(self, fn) -> None:
+        try:
+            fn()
+        except OSError as exc:
+            why = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+            raise UserError(f"cannot write {self.path}: {why} ({self.rows} rows were logged "
+                            "before this)") from None
+
+    def write(self, tick: Tick, diagnoses: Sequence[Diagnosis] = ()) -> None:
+        if not tick.gpus:
+            return
+        by_gpu = {g: d for d in diagnoses for g in d.gpus}
+        host = tick.host
+        host_cells = ([fmt(getattr(host, name)) for name, fmt in _HOST_FMT] if host
+                      else [""] * len(_HOST_FMT))
+        job_cells: dict[int, list[str]] = {}
+        rows = []
+        for s in tick.gpus:
+            jc = job_cells.get(s.gpu)
+            if jc is None:
+                job = host.job_on(s.gpu) if host else None
+                jc = ([fmt(getattr(job, name)) for name, fmt in _JOB_FMT] if job
+                      else [""] * len(_JOB_FMT))
+                job_cells[s.gpu] = jc
+            rows.append([fmt(getattr(s, name)) for name, fmt in _GPU_FMT] + jc + host_cells
+                        + _verdict_cells(by_gpu.get(s.gpu)))
+        self._guard(lambda: (self._w.writerows(rows), self._f.flush()))
+        self.rows += len(rows)
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+        except OSError:
+            pass
+
+
+# -- reading a gpumon log back ----------------------------------------------------------------
+_INT = {"gpu", "clock_events", "main_pid", "loader_workers", "loader_busy"}
+
+
+def _parse(name: str, cell: str):
+    if cell == "":
+        return None
+    if name == "pids":
+        return tuple(int(p) for p in cell.split())
+    if name == "source":
+        return cell
+    if name in _INT:
+        return int(float(cell))
+    return float(cell)
+
+
+class MalformedRows:
+    """Counts rows that could not be read, and remembers the first one's line number."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first_line: Optional[int] = None
+
+    def add(self, line: int) -> None:
+        self.count += 1
+        if self.first_line is None:
+            self.first_line = line
+
+
+def is_gpumon_header(header: Sequence[str]) -> bool:
+    return len(header) >= 3 and list(header[:3]) == ["time", "gpu", "source"]
+
+
+def read_ticks(lines: Iterable[str], source: str = "replay",
+               bad: Optional[MalformedRows] = None, tick_s: float = READ_TICK_S) -> Iterator[Tick]:
+    """Rebuild Ticks from a gpumon CSV: rows grouped into spans of ``tick_s`` seconds.
+
+    Columns are matched by name, so older or newer logs with extra or missing columns read.
+    ``source`` overrides each sample's source (``replay``); pass None to keep the logged one.
+    """
+    bad = bad if bad is not None else MalformedRows()
+    reader = csv.reader(lines)
+    header = next(reader, None)
+    if header is None or not is_gpumon_header(header):
+        raise UserError("not a gpumon CSV log (its header does not start with time,gpu,source)")
+    gpu_idx = [(f.name, header.index(f.name)) for f in _GPU_FIELDS if f.name in header]
+    job_idx = [(f.name, header.index(f.name)) for f in _JOB_FIELDS if f.name in header]
+    host_idx = [(f.name, header.index(f.name)) for f in _HOST_FIELDS if f.name in header]
+    width = len(header)
+    pending: list[tuple[GpuSample, dict, dict]] = []
+    tick_end: Optional[float] = None
+    line = 1
+    last_time = None
+    for row in reader:
+        line += 1
+        if not row:
+            continue
+        try:
+            if len(row) != width:
+                raise ValueError("width")
+            g = {n: _parse(n, row[i]) for n, i in gpu_idx}
+            if g.get("time") is None or g.get("gpu") is None:
+                raise ValueError("time/gpu")
+            if source is not None:
+                g["source"] = source
+            sample = GpuSample(**g)
+            job = {n: _parse(n, row[i]) for n, i in job_idx}
+            host = {n: _parse(n, row[i]) for n, i in host_idx}
+        except (ValueError, TypeError):
+            bad.add(line)
+            continue
+        if tick_end is None:
+            tick_end = sample.time + tick_s
+        if sample.time >= tick_end or (last_time is not None and sample.time < last_time - 60):
+            yield _tick(pending)
+            pending = []
+            tick_end = sample.time + tick_s
+        last_time = sample.time
+        pending.append((sample, job, host))
+    if pending:
+        yield _tick(pending)
+
+
+def _tick(rows: list[tuple[GpuSample, dict, dict]]) -> Tick:
+    samples = tuple(sorted((r[0] for r in rows), key=lambda s: (s.gpu, s.time)))
+    end = max(s.time for s in samples)
+    last_job: dict[int, dict] = {}
+    last_host: dict = {}
+    for s, job, host in rows:
+        last_job[s.gpu] = job
+        last_host = host
+    jobs = tuple(JobProcs(gpu=g, **j) for g, j in sorted(last_job.items()))
+    return Tick(time=end, gpus=samples, host=HostSample(time=end, jobs=jobs, **last_host))
+
+
+def open_log(path: str) -> io.TextIOBase:
+    try:
+        return open(path, newline="")
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None

@@ -1,0 +1,194 @@
+"""HostSource: the host's CPU, iowait and disk, and the training job's process tree (psutil).
+
+Rates come from the previous and the current reading kept here (no psutil hidden state:
+``cpu_percent()``'s first call returns nonsense). The first read after start reports
+None for every rate, since nothing is known yet.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Mapping, Optional, Sequence
+
+import psutil
+
+from gpumon.samples import HostSample, JobProcs, ProcSample
+
+# Finding a process's children means scanning every process on the machine: refresh that
+# tree at most this often (DataLoader workers live for an epoch, not for a tick).
+CHILDREN_REFRESH_S = 2.0
+# A loader worker at or above this share of one core is saturated (it is the bottleneck).
+WORKER_BUSY_PCT = 90.0
+# Per-thread CPU is read only when the main process uses at least this much of one core: a
+# thread at one full core (a GIL-bound loader) cannot hide in a process using less.
+THREAD_SCAN_MIN_PCT = 85.0
+
+
+class _Proc:
+    """A psutil.Process and its previous CPU times, for rates."""
+    __slots__ = ("proc", "prev", "threads_prev", "name", "ppid")
+
+    def __init__(self, proc: psutil.Process):
+        self.proc = proc
+        self.prev: Optional[tuple[float, float]] = None   # (monotonic, cpu seconds)
+        self.threads_prev: dict[int, float] = {}
+        try:
+            self.name = proc.name()
+            self.ppid = proc.ppid()
+        except psutil.Error:
+            self.name, self.ppid = "?", 0
+
+    def cpu_pct(self, mono: float) -> Optional[float]:
+        t = self.proc.cpu_times()
+        cpu = t.user + t.system
+        prev, self.prev = self.prev, (mono, cpu)
+        if prev is None or mono <= prev[0]:
+            return None
+        return max(0.0, 100.0 * (cpu - prev[1]) / (mono - prev[0]))
+
+    def max_thread_pct(self, mono: float, dt: float) -> Optional[float]:
+        now = {th.id: th.user_time + th.system_time for th in self.proc.threads()}
+        prev, self.threads_prev = self.threads_prev, now
+        if not prev or dt <= 0:
+            return None
+        return max((100.0 * (c - prev[i]) / dt for i, c in now.items() if i in prev),
+                   default=None)
+
+
+class HostSource:
+    """Reads the host and the processes using the GPUs (their PIDs come from the GPU source)."""
+
+    def __init__(self, root_pid: Optional[int] = None):
+        self.root_pid = root_pid            # `gpumon run`: CMD's PID, the job's root
+        self._cpu_prev = None
+        self._disk_prev = None
+        self._procs: dict[int, _Proc] = {}
+        self._children: dict[int, tuple[int, ...]] = {}
+        self._children_at = -1e9
+        self._prev_mono: Optional[float] = None
+        self.unmapped: tuple[int, ...] = ()
+
+    # -- machine-wide ---------------------------------------------------------------------
+    def _cpu(self):
+        per = psutil.cpu_times(percpu=True)
+        prev, self._cpu_prev = self._cpu_prev, per
+        if prev is None or len(prev) != len(per):
+            return None, None, None, ()
+        cores = []
+        busy_all = total_all = iowait_all = 0.0
+        for a, b in zip(prev, per):
+            total = sum(b) - sum(a)
+            idle = (b.idle - a.idle) + (getattr(b, "iowait", 0) - getattr(a, "iowait", 0))
+            busy = total - idle
+            cores.append(100.0 * busy / total if total > 0 else 0.0)
+            busy_all += busy
+            total_all += total
+            iowait_all += getattr(b, "iowait", 0) - getattr(a, "iowait", 0)
+        if total_all <= 0:
+            return None, None, None, ()
+        return (100.0 * busy_all / total_all, max(cores), 100.0 * max(iowait_all, 0) / total_all,
+                tuple(round(c, 1) for c in cores))
+
+    def _disk(self, mono: float):
+        try:
+            d = psutil.disk_io_counters()
+        except Exception:
+            d = None
+        if d is None:
+            return None, None
+        prev, self._disk_prev = self._disk_prev, (mono, d.read_bytes, d.write_bytes)
+        if prev is None or mono <= prev[0]:
+            return None, None
+        dt = mono - prev[0]
+        return (max(0, d.read_bytes - prev[1]) / dt / 1e6, max(0, d.write_bytes - prev[2]) / dt / 1e6)
+
+    # -- the job's processes --------------------------------------------------------------
+    def _proc(self, pid: int) -> Optional[_Proc]:
+        p = self._procs.get(pid)
+        if p is None:
+            try:
+                p = _Proc(psutil.Process(pid))
+            except psutil.Error:
+                return None
+            self._procs[pid] = p
+        return p
+
+    def _refresh_children(self, mains: Sequence[int], mono: float) -> None:
+        if mono - self._children_at < CHILDREN_REFRESH_S and all(m in self._children
+                                                                 for m in mains):
+            return
+        self._children_at = mono
+        kids: dict[int, tuple[int, ...]] = {}
+        for m in mains:
+            p = self._proc(m)
+            try:
+                kids[m] = tuple(c.pid for c in p.proc.children(recursive=True)) if p else ()
+            except psutil.Error:
+                kids[m] = ()
+        self._children = kids
+
+    def read(self, pids_by_gpu: Mapping[int, Optional[Sequence[int]]],
+             now: Optional[float] = None) -> HostSample:
+        now = time.time() if now is None else now
+        mono = time.monotonic()
+        dt = mono - self._prev_mono if self._prev_mono is not None else 0.0
+        self._prev_mono = mono
+        cpu, core_max, iowait, cores = self._cpu()
+        read_mbps, write_mbps = self._disk(mono)
+
+        gpu_pids = {pid for pids in pids_by_gpu.values() if pids for pid in pids}
+        unmapped = tuple(sorted(pid for pid in gpu_pids if self._proc(pid) is None))
+        self.unmapped = unmapped
+        # Mains: GPU processes whose parent is not itself a GPU process (a DataParallel
+        # process uses every GPU; a torchrun rank's parent is the launcher, not a GPU user).
+        mains = sorted(pid for pid in gpu_pids if pid not in unmapped
+                       and self._procs[pid].ppid not in gpu_pids)
+        self._refresh_children(mains, mono)
+
+        cpu_of: dict[int, Optional[float]] = {}
+        procs: list[ProcSample] = []
+        gpus_of = {pid: tuple(sorted(g for g, pids in pids_by_gpu.items() if pids and pid in pids))
+                   for pid in gpu_pids}
+        for m in mains:
+            for pid, role in [(m, "main")] + [(c, "worker") for c in self._children.get(m, ())
+                                               if c not in gpu_pids]:
+                p = self._proc(pid)
+                if p is None:
+                    continue
+                try:
+                    cpu_of[pid] = p.cpu_pct(mono)
+                except psutil.Error:
+                    self._procs.pop(pid, None)
+                    continue
+                procs.append(ProcSample(pid=pid, ppid=p.ppid, name=p.name, role=role,
+                                        cpu_pct=cpu_of[pid], gpus=gpus_of.get(pid, ())))
+
+        jobs = []
+        for gpu, pids in sorted(pids_by_gpu.items()):
+            job_main = next((m for m in mains if pids and m in pids), None)
+            if job_main is None:
+                jobs.append(JobProcs(gpu=gpu))
+                continue
+            workers = [c for c in self._children.get(job_main, ()) if c in cpu_of]
+            wcpu = [cpu_of[c] for c in workers if cpu_of[c] is not None]
+            main_cpu = cpu_of.get(job_main)
+            thread_max = None
+            if main_cpu is not None and main_cpu >= THREAD_SCAN_MIN_PCT:
+                try:
+                    thread_max = self._procs[job_main].max_thread_pct(mono, dt)
+                except psutil.Error:
+                    thread_max = None
+            jobs.append(JobProcs(
+                gpu=gpu, main_pid=job_main, main_cpu_pct=main_cpu,
+                main_thread_max_pct=thread_max, loader_workers=len(workers),
+                loader_cpu_pct=sum(wcpu) if len(wcpu) == len(workers) else None,
+                loader_busy=sum(1 for c in wcpu if c >= WORKER_BUSY_PCT)))
+
+        # Forget processes that are gone.
+        live = set(cpu_of) | gpu_pids
+        for pid in [p for p in self._procs if p not in live]:
+            del self._procs[pid]
+        return HostSample(time=now, cpu_pct=cpu, cpu_max_core_pct=core_max, iowait_pct=iowait,
+                          disk_read_mbps=read_mbps, disk_write_mbps=write_mbps,
+                          cpu_count=len(cores) or os.cpu_count(), cpu_cores_pct=cores,
+                          jobs=tuple(jobs), procs=tuple(procs), unmapped_pids=unmapped)

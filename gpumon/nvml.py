@@ -1,0 +1,399 @@
+"""NvmlSource: reads NVIDIA GPUs through nvidia-ml-py. The only module that imports pynvml.
+
+- NVML starts lazily (first use), never creates a CUDA context (NVML does not), and a
+  missing library or driver becomes one NoDriverError line.
+- Every call goes through ``_Gpu.query``: NotSupported is remembered per GPU and metric and
+  never asked again; GPU_IS_LOST marks the GPU lost while the others go on; any other NVML
+  error is counted (``errors``) and the value is None this time.
+- Every utilization sample the driver keeps is read with nvmlDeviceGetSamples and the last
+  seen timestamp, so sub-second bursts survive 1 s polling. Its timestamps are CPU
+  microseconds on a clock NVML does not name (boot-time on Linux drivers, per a public
+  report): ``_ClockMap`` finds the clock and maps them to wall-clock time; the raw value goes
+  back as lastSeen. While a GPU idles the ring stops filling (NOT_FOUND): then the tick reads
+  nvmlDeviceGetUtilizationRates, so idle time is logged as 0%, never as missing.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional, Sequence
+
+from gpumon.errors import NoDriverError, UserError
+from gpumon.samples import GpuInfo, GpuSample
+
+try:  # nvidia-ml-py; its absence is reported as a missing driver stack, in one line
+    import pynvml as N
+except ImportError:  # pragma: no cover - exercised by the dstat test with a bare python
+    N = None
+
+# nvmlDeviceGetSamples' period is 1/6 s on most products (NVML-NOTES): when no driver sample
+# arrived for this long, the GPU is idle (the ring does not grow) and utilization rates are read.
+DRIVER_SAMPLE_GAP_S = 0.25
+# The running-process list is slow (~4.5 ms) and takes the driver lock: read it at most this often.
+PROCESS_CACHE_S = 1.0
+# The power limit rarely changes; re-read it this often.
+POWER_LIMIT_REFRESH_S = 30.0
+# nvmlDeviceGetPcieThroughput blocks ~20 ms per call: only where the byte counters are missing,
+# and no more often than this.
+PCIE_THROUGHPUT_EVERY_S = 10.0
+
+# Metric names used by the support matrix (`gpumon list`) and FAKE_NVML_UNSUPPORTED.
+METRICS = ("samples", "util", "memory", "power", "power_limit", "clock", "clock_max", "temp",
+           "clocks_event", "energy", "pcie", "processes", "process_util")
+
+_FI_POWER_INSTANT = 186
+_FI_PCIE_TX_BYTES = 197
+_FI_PCIE_RX_BYTES = 198
+
+
+class GpuLost(Exception):
+    """NVML said GPU_IS_LOST: the GPU fell off the bus."""
+
+
+class _ClockMap:
+    """Maps driver sample timestamps (us, unknown clock) to Unix epoch seconds.
+
+    The clock whose 'now' is just past the newest sample wins; with none plausible the newest
+    sample is taken as 'now'. Re-anchored on every batch, so clock steps never accumulate.
+    """
+    CANDIDATES = (("realtime", getattr(time, "CLOCK_REALTIME", None)),
+                  ("boottime", getattr(time, "CLOCK_BOOTTIME", None)),
+                  ("monotonic", getattr(time, "CLOCK_MONOTONIC", None)))
+    # A sample is at most this old when read (the ring holds ~20 s of history).
+    MAX_AGE_S = 30.0
+
+    def __init__(self) -> None:
+        self.clock: Optional[str] = None
+
+    def offset(self, newest_us: int) -> float:
+        """Seconds to add to ts/1e6 to get Unix epoch time."""
+        wall = time.time()
+        newest = newest_us / 1e6
+        for name, cid in self.CANDIDATES:
+            if cid is None:
+                continue
+            now = time.clock_gettime(cid)
+            if -1.0 <= now - newest <= self.MAX_AGE_S:
+                self.clock = name
+                return wall - now
+        self.clock = "unknown"
+        return wall - newest
+
+
+class _Gpu:
+    """One GPU's handle, identity and per-GPU state (unsupported metrics, last seen sample)."""
+
+    def __init__(self, handle, index: int, errors: dict):
+        self.handle = handle
+        self.index = index
+        self.unsupported: set[str] = set()
+        self.errors = errors
+        self.lost = False
+        self.last_seen_us = 0
+        self.last_sample_wall = 0.0
+        self.clock = _ClockMap()
+        self.pcie_prev: Optional[tuple[float, int, int]] = None  # (t, rx_bytes, tx_bytes)
+        self.pcie_rates: tuple[Optional[float], Optional[float]] = (None, None)
+        self.pcie_thr_at = 0.0
+        self.pids: Optional[tuple[int, ...]] = None
+        self.pids_at = -1e9
+        self.proc_util: tuple[tuple[int, float], ...] = ()
+        self.proc_util_seen = 0
+        self.power_limit_w: Optional[float] = None
+        self.power_limit_at = -1e9
+        self.sm_clock_max: Optional[float] = None
+        self.mem_total_mib: Optional[float] = None
+        self.name = ""
+        self.uuid = ""
+        self.mig = False
+
+    def query(self, metric: str, fn: Callable, *args):
+        """Call fn; None when unsupported or failed this time; GpuLost when the GPU is gone."""
+        if metric in self.unsupported:
+            return None
+        try:
+            return fn(self.handle, *args)
+        except N.NVMLError as exc:
+            code = exc.value
+            if code in (N.NVML_ERROR_NOT_SUPPORTED, N.NVML_ERROR_FUNCTION_NOT_FOUND,
+                        N.NVML_ERROR_NO_PERMISSION):
+                self.unsupported.add(metric)
+            elif code == N.NVML_ERROR_GPU_IS_LOST:
+                self.lost = True
+                raise GpuLost(self.index) from None
+            elif code == N.NVML_ERROR_NOT_FOUND:
+                raise
+            else:
+                key = f"{metric}:{exc.__class__.__name__}"
+                self.errors[key] = self.errors.get(key, 0) + 1
+            return None
+        except N.NVMLLibraryMismatchError:
+            # Raised by pynvml's process-list wrappers; not an NVMLError subclass.
+            self.unsupported.add(metric)
+            return None
+
+
+def _mib(nbytes) -> float:
+    return nbytes / 1048576.0
+
+
+def _decode(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class NvmlSource:
+    """GPU samples from NVML: ``read()`` returns every new sample of every selected GPU."""
+    kind = "nvml"
+
+    def __init__(self, gpus: Optional[Sequence[str]] = None):
+        self.selection = list(gpus) if gpus else None
+        self.errors: dict[str, int] = {}
+        self._gpus: Optional[list[_Gpu]] = None
+        self.lost: list[int] = []
+
+    # -- start-up -------------------------------------------------------------------------
+    def open(self) -> "NvmlSource":
+        if self._gpus is not None:
+            return self
+        if N is None:
+            raise NoDriverError("nvidia-ml-py (module pynvml) is not installed")
+        try:
+            N.nvmlInit()
+        except N.NVMLError as exc:
+            if exc.value == N.NVML_ERROR_LIBRARY_NOT_FOUND:
+                raise NoDriverError("libnvidia-ml.so.1 not found") from None
+            if exc.value == N.NVML_ERROR_DRIVER_NOT_LOADED:
+                raise NoDriverError("the NVIDIA kernel driver is not loaded") from None
+            raise NoDriverError(f"NVML failed to start ({_decode(exc)})") from None
+        except OSError as exc:
+            raise NoDriverError(f"libnvidia-ml.so.1 could not be loaded ({exc})") from None
+        count = N.nvmlDeviceGetCount()
+        gpus = []
+        for i in range(count):
+            try:
+                g = _Gpu(N.nvmlDeviceGetHandleByIndex(i), i, self.errors)
+                self._identify(g)
+            except N.NVMLError as exc:
+                if exc.value == N.NVML_ERROR_GPU_IS_LOST:
+                    self.lost.append(i)
+                    continue
+                raise UserError(f"GPU {i}: {_decode(exc)}") from None
+            gpus.append(g)
+        self._gpus = self._select(gpus)
+        return self
+
+    def _select(self, gpus: list[_Gpu]) -> list[_Gpu]:
+        if not self.selection:
+            return gpus
+        chosen = []
+        for key in self.selection:
+            match = [g for g in gpus if str(g.index) == key or g.uuid == key
+                     or (key.startswith("GPU-") and g.uuid.startswith(key))]
+            if not match:
+                have = ", ".join(str(g.index) for g in gpus) or "none"
+                raise UserError(f"--gpus: no GPU '{key}' (this machine has: {have})", 2)
+            chosen += [g for g in match if g not in chosen]
+        return sorted(chosen, key=lambda g: g.index)
+
+    @staticmethod
+    def _identify(g: _Gpu) -> None:
+        h = g.handle
+        g.name = _decode(N.nvmlDeviceGetName(h))
+        g.uuid = _decode(N.nvmlDeviceGetUUID(h))
+        mem = g.query("memory", N.nvmlDeviceGetMemoryInfo)
+        g.mem_total_mib = _mib(mem.total) if mem is not None else None
+        clk = g.query("clock_max", N.nvmlDeviceGetMaxClockInfo, N.NVML_CLOCK_SM)
+        g.sm_clock_max = float(clk) if clk else None
+        try:
+            current, _pending = N.nvmlDeviceGetMigMode(h)
+            g.mig = current == N.NVML_DEVICE_MIG_ENABLE
+        except (N.NVMLError, AttributeError):
+            g.mig = False
+
+    @property
+    def gpus(self) -> list[_Gpu]:
+        return self.open()._gpus  # type: ignore[return-value]
+
+    def gpu_infos(self) -> list[GpuInfo]:
+        infos = []
+        for g in self.gpus:
+            pci = g.query("pci", N.nvmlDeviceGetPciInfo)
+            limit = self._power_limit(g, time.monotonic())
+            infos.append(GpuInfo(
+                index=g.index, name=g.name, uuid=g.uuid,
+                pci_bus_id=_decode(pci.busId) if pci is not None else "",
+                mem_total_mib=g.mem_total_mib, power_limit_w=limit,
+                sm_clock_max_mhz=g.sm_clock_max, mig=g.mig,
+                supported=tuple((m, m not in g.unsupported) for m in METRICS)))
+        return infos
+
+    def probe(self) -> None:
+        """Ask every metric once, so the support matrix (`gpumon list`) is complete."""
+        for g in self.gpus:
+            try:
+                self._read_gpu(g, time.time(), time.monotonic(), probe=True)
+            except GpuLost:
+                self._mark_lost(g)
+
+    def versions(self) -> dict[str, str]:
+        self.open()
+        out = {}
+        for key, fn in (("driver", "nvmlSystemGetDriverVersion"),
+                        ("nvml", "nvmlSystemGetNVMLVersion")):
+            try:
+                out[key] = _decode(getattr(N, fn)())
+            except N.NVMLError:
+                out[key] = "unknown"
+        try:
+            cuda = N.nvmlSystemGetCudaDriverVersion()
+            out["cuda"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
+        except N.NVMLError:
+            out["cuda"] = "unknown"
+        return out
+
+    # -- sampling -------------------------------------------------------------------------
+    def read(self) -> list[GpuSample]:
+        """Every new sample of every selected, not lost GPU, time-ordered per GPU."""
+        now, mono = time.time(), time.monotonic()
+        out: list[GpuSample] = []
+        for g in self.gpus:
+            if g.lost:
+                continue
+            try:
+                out += self._read_gpu(g, now, mono)
+            except GpuLost:
+                self._mark_lost(g)
+        return out
+
+    def _mark_lost(self, g: _Gpu) -> None:
+        g.lost = True
+        if g.index not in self.lost:
+            self.lost.append(g.index)
+
+    def _power_limit(self, g: _Gpu, mono: float) -> Optional[float]:
+        if mono - g.power_limit_at >= POWER_LIMIT_REFRESH_S:
+            mw = g.query("power_limit", N.nvmlDeviceGetEnforcedPowerLimit)
+            g.power_limit_w = mw / 1000.0 if mw else None
+            g.power_limit_at = mono
+        return g.power_limit_w
+
+    def _driver_samples(self, g: _Gpu) -> list[tuple[float, float]]:
+        """New (wall time, util %) samples from the driver's ring; [] when none is newer."""
+        if "samples" in g.unsupported:
+            return []
+        try:
+            got = g.query("samples", N.nvmlDeviceGetSamples, N.NVML_GPU_UTILIZATION_SAMPLES,
+                          g.last_seen_us)
+        except N.NVMLError:  # NOT_FOUND: nothing newer than last seen (an idle GPU)
+            return []
+        if not got:
+            return []
+        vtype, samples = got
+        samples = [s for s in samples if s.timeStamp > g.last_seen_us]
+        if not samples:
+            return []
+        newest = max(s.timeStamp for s in samples)
+        offset = g.clock.offset(newest)
+        g.last_seen_us = newest
+        field = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+                 6: "usVal"}.get(vtype, "uiVal")
+        return sorted((s.timeStamp / 1e6 + offset, float(getattr(s.sampleValue, field)))
+                      for s in samples)
+
+    def _pcie(self, g: _Gpu, mono: float):
+        """PCIe rx/tx MB/s from the cumulative byte counters (one field-values call)."""
+        if "pcie" not in g.unsupported:
+            vals = g.query("pcie", N.nvmlDeviceGetFieldValues, [_FI_PCIE_RX_BYTES,
+                                                                _FI_PCIE_TX_BYTES])
+            if vals is not None and vals[0].nvmlReturn == 0 and vals[1].nvmlReturn == 0:
+                t = vals[0].timestamp / 1e6 if vals[0].timestamp else mono
+                rx, tx = vals[0].value.ullVal, vals[1].value.ullVal
+                prev = g.pcie_prev
+                g.pcie_prev = (t, rx, tx)
+                if prev and t > prev[0] and rx >= prev[1] and tx >= prev[2]:
+                    dt = t - prev[0]
+                    g.pcie_rates = ((rx - prev[1]) / dt / 1e6, (tx - prev[2]) / dt / 1e6)
+                return g.pcie_rates
+            if vals is not None:
+                g.unsupported.add("pcie")
+        # Fallback: the 20 ms throughput window, rarely (KB/s).
+        if "pcie_throughput" in g.unsupported or mono - g.pcie_thr_at < PCIE_THROUGHPUT_EVERY_S:
+            return g.pcie_rates
+        g.pcie_thr_at = mono
+        rx = g.query("pcie_throughput", N.nvmlDeviceGetPcieThroughput, N.NVML_PCIE_UTIL_RX_BYTES)
+        tx = g.query("pcie_throughput", N.nvmlDeviceGetPcieThroughput, N.NVML_PCIE_UTIL_TX_BYTES)
+        g.pcie_rates = (rx / 1000.0 if rx is not None else None,
+                        tx / 1000.0 if tx is not None else None)
+        return g.pcie_rates
+
+    def _pids(self, g: _Gpu, mono: float) -> Optional[tuple[int, ...]]:
+        if mono - g.pids_at < PROCESS_CACHE_S:
+            return g.pids
+        g.pids_at = mono
+        procs = g.query("processes", N.nvmlDeviceGetComputeRunningProcesses)
+        g.pids = tuple(sorted({p.pid for p in procs})) if procs is not None else None
+        if g.pids and len(g.pids) > 1:
+            self._process_util(g)
+        else:
+            g.proc_util = ()
+        return g.pids
+
+    def _process_util(self, g: _Gpu) -> None:
+        """Per-process SM utilization, where several processes share the GPU."""
+        try:
+            got = g.query("process_util", N.nvmlDeviceGetProcessUtilization, g.proc_util_seen)
+        except N.NVMLError:
+            got = None
+        if got:
+            g.proc_util_seen = max(s.timeStamp for s in got)
+            latest: dict[int, float] = {}
+            for s in sorted(got, key=lambda s: s.timeStamp):
+                latest[s.pid] = float(s.smUtil)
+            g.proc_util = tuple(sorted(latest.items()))
+
+    def _read_gpu(self, g: _Gpu, now: float, mono: float, probe: bool = False) -> list[GpuSample]:
+        samples = self._driver_samples(g)
+        if not samples and not probe and now - g.last_sample_wall < DRIVER_SAMPLE_GAP_S:
+            return []   # polled faster than the driver samples: nothing new to say yet
+        q = g.query
+        rates = q("util", N.nvmlDeviceGetUtilizationRates)
+        mem = q("memory", N.nvmlDeviceGetMemoryInfo)
+        power = q("power", N.nvmlDeviceGetPowerUsage)
+        clock = q("clock", N.nvmlDeviceGetClockInfo, N.NVML_CLOCK_SM)
+        temp = q("temp", N.nvmlDeviceGetTemperature, N.NVML_TEMPERATURE_GPU)
+        events = q("clocks_event", N.nvmlDeviceGetCurrentClocksEventReasons)
+        energy = q("energy", N.nvmlDeviceGetTotalEnergyConsumption)
+        rx, tx = self._pcie(g, mono)
+        if probe:
+            g.pids_at = -1e9
+        pids = self._pids(g, mono)
+        if probe and pids and len(pids) < 2:
+            self._process_util(g)
+        base = dict(
+            gpu=g.index, source="nvml",
+            util_mem_pct=float(rates.memory) if rates is not None else None,
+            mem_used_mib=_mib(mem.used) if mem is not None else None,
+            mem_total_mib=_mib(mem.total) if mem is not None else g.mem_total_mib,
+            power_w=power / 1000.0 if power is not None else None,
+            power_limit_w=self._power_limit(g, mono),
+            sm_clock_mhz=float(clock) if clock is not None else None,
+            sm_clock_max_mhz=g.sm_clock_max,
+            temp_c=float(temp) if temp is not None else None,
+            pcie_rx_mbps=rx, pcie_tx_mbps=tx,
+            clock_events=int(events) if events is not None else None,
+            energy_j=energy / 1000.0 if energy is not None else None,
+            pids=pids, proc_util=g.proc_util)
+        if samples:
+            g.last_sample_wall = samples[-1][0]
+            return [GpuSample(time=t, util_gpu_pct=v, **base) for t, v in samples]
+        # The ring is dry (an idle GPU) or unsupported: the current utilization rates.
+        g.last_sample_wall = now
+        util = float(rates.gpu) if rates is not None else None
+        return [GpuSample(time=now, util_gpu_pct=util, **base)]
+
+    def close(self) -> None:
+        if self._gpus is not None:
+            try:
+                N.nvmlShutdown()
+            except Exception:
+                pass
+            self._gpus = None
