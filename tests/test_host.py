@@ -1,0 +1,83 @@
+"""HostSource over a real process tree: a 'main' process with loader-worker children."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpumon.host import HostSource
+from gpumon.samples import HostSample
+
+TREE = r"""
+import multiprocessing as mp, time, sys
+def spin():
+    while True: pass
+def sleep():
+    time.sleep(60)
+if __name__ == "__main__":
+    kids = [mp.Process(target=spin, daemon=True)] + [mp.Process(target=sleep, daemon=True) for _ in range(2)]
+    for k in kids: k.start()
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.fixture
+def tree(tmp_path):
+    script = tmp_path / "tree.py"
+    script.write_text(TREE)
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    yield p
+    p.kill()
+    p.wait()
+
+
+def test_job_tree_workers_and_busy_worker(tree):
+    host = HostSource()
+    first = host.read({0: (tree.pid,), 1: None})
+    assert first.cpu_pct is None            # no rate before a second reading
+    time.sleep(1.0)
+    s = host.read({0: (tree.pid,), 1: None})
+    job = s.job_on(0)
+    assert job.main_pid == tree.pid
+    assert job.loader_workers >= 3          # the spinner, two sleepers (+ mp's tracker, maybe)
+    assert job.loader_busy >= 1             # the spinner holds a core
+    assert 50 <= job.loader_cpu_pct <= 250
+    assert s.job_on(1).main_pid is None     # a GPU with no process has no job
+    roles = {p.role for p in s.procs}
+    assert roles == {"main", "worker"}
+
+
+def test_contract_types_and_ranges(tree):
+    host = HostSource()
+    host.read({0: (tree.pid,)})
+    time.sleep(0.3)
+    s = host.read({0: (tree.pid,)})
+    assert isinstance(s, HostSample)
+    for name in ("cpu_pct", "cpu_max_core_pct", "iowait_pct"):
+        v = getattr(s, name)
+        assert v is None or (isinstance(v, float) and 0 <= v <= 100), name
+    for name in ("disk_read_mbps", "disk_write_mbps"):
+        v = getattr(s, name)
+        assert v is None or v >= 0
+    assert len(s.cpu_cores_pct) == os.cpu_count()
+    assert all(0 <= c <= 100 for c in s.cpu_cores_pct)
+
+
+def test_unknown_pid_is_reported_unmapped():
+    host = HostSource()
+    s = host.read({0: (2 ** 22 - 3,)})   # no such PID here: as NVML's host PIDs in a container
+    assert s.unmapped_pids == (2 ** 22 - 3,)
+    assert s.job_on(0).main_pid is None
+
+
+def test_dataparallel_one_process_on_every_gpu(tree):
+    host = HostSource()
+    host.read({0: (tree.pid,), 1: (tree.pid,)})
+    time.sleep(0.3)
+    s = host.read({0: (tree.pid,), 1: (tree.pid,)})
+    assert s.job_on(0).main_pid == s.job_on(1).main_pid == tree.pid
+    main = [p for p in s.procs if p.role == "main"]
+    assert len(main) == 1 and main[0].gpus == (0, 1)
