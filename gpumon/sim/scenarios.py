@@ -1,0 +1,149 @@
+"""The simulated scenarios (names are a contract), their true verdicts, and `Truth`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from gpumon import diagnosis as dx
+from gpumon.errors import UserError
+from gpumon.sim import params as P
+
+MAX_GPUS = 8
+STATES = ("computing", "waiting_data", "waiting_sync", "idle")
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What really happened in one interval (see sim_api.md)."""
+    scenario: str
+    verdict: str
+    cause: Optional[str]
+    straggler_gpu: Optional[int]
+    gpus: tuple[int, ...]
+    states: dict = field(default_factory=dict)   # gpu -> {state: share of the interval}
+    pause: bool = False
+
+
+@dataclass(frozen=True)
+class ScenarioSpec:
+    name: str
+    description: str
+    verdict: str
+    cause: Optional[str] = None
+    default_gpus: int = 2
+    min_gpus: int = 1
+    # Which GPU the verdict names: "" none, "straggler" the `straggler` parameter's GPU,
+    # "gpu0" GPU 0 (DataParallel), "throttle" the throttled GPU when one holds the rest back.
+    names_straggler: str = ""
+    mode: str = "ddp"                      # ddp | dp (DataParallel) | nojob
+    events: str = ""                       # "" | checkpoint | validation | epoch_end
+    params: dict = field(default_factory=dict)   # default overrides
+    ranges: dict = field(default_factory=dict)   # draw-range overrides
+    phases: tuple = ()                     # demo: ((scenario, seconds), ...), looped
+
+    @property
+    def pauses(self) -> bool:
+        return bool(self.events)
+
+
+_STARVED = {"prep_load": (1.5, 4.0)}
+
+SCENARIOS: dict[str, ScenarioSpec] = {s.name: s for s in (
+    ScenarioSpec("busy", "healthy compute-bound training: loaders keep up, GPUs hot and busy",
+                 dx.BUSY, default_gpus=2),
+    ScenarioSpec("idle", "no job: GPUs idle at idle clocks and power, no processes",
+                 dx.IDLE, default_gpus=2, mode="nojob"),
+    ScenarioSpec("data_starvation", "too few loader workers for the CPU preprocessing: all GPUs "
+                 "burst then idle together, loader workers at 100% CPU",
+                 dx.DATA_STARVATION, "cpu_preprocessing", default_gpus=2,
+                 params={"prep_load": 2.2}, ranges=_STARVED),
+    ScenarioSpec("io_fetch", "storage-bound input: workers wait on disk reads (iowait, disk at "
+                 "its limit), GPUs idle between batches", dx.DATA_STARVATION, "io_fetch",
+                 default_gpus=2, params={"fetch_mb": 120.0, "prep_load": 0.3},
+                 ranges={"fetch_mb": (20.0, 300.0, "log"), "prep_load": (0.1, 0.5)}),
+    ScenarioSpec("main_process", "preprocessing in the main process (num_workers=0): main "
+                 "process at one full core while the GPU waits", dx.DATA_STARVATION,
+                 "main_process", default_gpus=1, params={"workers": 0}, ranges={"workers": None}),
+    ScenarioSpec("sync_stall", "one GPU computes longer (imbalance); the others spin in the "
+                 "all-reduce: ~100% util at low power", dx.SYNC_STALL, "imbalance",
+                 default_gpus=4, min_gpus=2, names_straggler="straggler"),
+    ScenarioSpec("rank_data_stall", "one rank's input pipeline is too slow; that GPU starves "
+                 "and the others wait for it in the all-reduce", dx.DATA_STARVATION,
+                 "cpu_preprocessing", default_gpus=4, min_gpus=2, names_straggler="straggler"),
+    ScenarioSpec("throttled", "one GPU thermally throttled (clock-event bits, low SM clock, "
+                 "slower steps); with several GPUs the others wait for it",
+                 dx.THROTTLED, "thermal", default_gpus=2, names_straggler="throttle"),
+    ScenarioSpec("dataparallel", "torch.nn.DataParallel: one process drives every GPU (same "
+                 "PID), GPU 0 gathers and computes the loss while the others idle",
+                 dx.SYNC_STALL, "dataparallel", default_gpus=4, min_gpus=2, mode="dp",
+                 names_straggler="gpu0"),
+    ScenarioSpec("checkpoint", "healthy run pausing every ckpt_every_s for ckpt_s to write a "
+                 "checkpoint: GPUs idle, disk writes (not starvation)", dx.BUSY,
+                 default_gpus=2, events="checkpoint"),
+    ScenarioSpec("validation", "healthy run with periodic forward-only validation passes of a "
+                 "different rhythm (not starvation)", dx.BUSY, default_gpus=2,
+                 events="validation"),
+    ScenarioSpec("epoch_end", "healthy run whose loader workers restart at each epoch "
+                 "boundary: a gap while new workers start (not starvation)", dx.BUSY,
+                 default_gpus=2, events="epoch_end"),
+    ScenarioSpec("demo", "a run that passes through busy, data_starvation, sync_stall, "
+                 "throttled, io_fetch and idle phases (truth per phase)", dx.BUSY,
+                 default_gpus=4, min_gpus=2,
+                 phases=(("busy", 40), ("data_starvation", 60), ("busy", 30),
+                         ("sync_stall", 60), ("throttled", 60), ("io_fetch", 45),
+                         ("idle", 25))),
+)}
+
+
+def scenario(name: str) -> ScenarioSpec:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise UserError(f"unknown sim scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
+
+
+def parse_sim_spec(text: str) -> tuple[str, int]:
+    """`NAME` or `NAME:GPUS` -> (name, gpus); a one-line UserError when it is wrong."""
+    name, _, count = str(text).strip().partition(":")
+    spec = scenario(name)
+    if not count:
+        return name, spec.default_gpus
+    try:
+        gpus = int(count)
+    except ValueError:
+        raise UserError(f"bad GPU count {count!r} in --sim {text!r}: want an integer "
+                        f"{spec.min_gpus}..{MAX_GPUS}") from None
+    check_gpus(name, gpus)
+    return name, gpus
+
+
+def check_gpus(name: str, gpus: int) -> None:
+    spec = scenario(name)
+    if not spec.min_gpus <= gpus <= MAX_GPUS:
+        why = " (it needs several GPUs)" if spec.min_gpus > 1 else ""
+        raise UserError(f"scenario {name} takes {spec.min_gpus}..{MAX_GPUS} GPUs, not {gpus}{why}")
+
+
+def scenario_params(name: str, overrides: Optional[dict] = None) -> dict:
+    """The scenario's default parameters (hardware included), with overrides."""
+    spec = scenario(name)
+    p = P.defaults(spec.params)
+    for k, v in (overrides or {}).items():
+        if k not in P.PARAMS:
+            raise UserError(f"unknown sim parameter {k!r} (known: {', '.join(sorted(P.PARAMS))})")
+        p[k] = v
+    return p
+
+
+def draw_params(name: str, rng) -> dict:
+    """Every physical parameter of scenario `name` drawn at random from its documented range
+    (see gpumon.sim.params). `rng` is a numpy Generator or an int seed."""
+    spec = scenario(name)
+    if not isinstance(rng, np.random.Generator):
+        rng = np.random.default_rng(rng)
+    p = P.draw(rng, P.defaults(spec.params), spec.ranges)
+    if spec.name == "throttled":
+        p["throttle_all"] = bool(rng.random() < 0.25)
+    return p
