@@ -1,0 +1,42 @@
+"""The starvation detector: busy, idle, data_starvation, sync_stall or throttled, per job.
+
+    from gpumon.detect import diagnose, StreamingDetector
+    diagnose(window) -> list[Diagnosis]        # pure, one per job
+    det = StreamingDetector(); det.update(tick) -> list[Diagnosis]   # live, with hysteresis
+
+How: samples -> per-second bins (bins.py) -> features over a window (features.py) -> rules
+(rules.py) -> Diagnosis (engine.py); thresholds.py names every threshold with its unit and
+why. The same bins, features and rules serve live verdicts and `gpumon analyze`.
+
+Diagnosis.evidence keys (numbers, None when unknown; stable for the exporter and dashboard):
+  duty_cycle          share of time a kernel ran, mean over the job's GPUs (0..1)
+  duty_min, duty_max  lowest / highest GPU duty cycle (the odd one out shows here)
+  util_pct            duty_cycle in per cent
+  burst_s, gap_s      mean length of sub-second runs of busy / idle samples (s)
+  gap_sync            idle time shared by all GPUs / mean idle time per GPU (1 = together)
+  power_frac          power / power limit, mean over the job
+  power_frac_busy     power / limit in seconds with >= 90% duty (busy-but-cold when low)
+  busy_cold_share     share of GPUs at < cold_power_ratio of the hottest GPU while all busy
+  rel_power_min       lowest GPU power / hottest GPU power while all are busy
+  clock_frac          lowest SM clock / its maximum
+  throttle_share      highest share of samples with thermal/power-cap/slowdown reasons
+  loader_cpu_pct      loader workers' CPU (% of one core) of the straggler's rank or busiest
+  loader_workers      loader worker processes
+  loader_busy         loader workers at a full core
+  main_cpu_pct        main process CPU (% of one core)
+  main_thread_max_pct main process's busiest thread (% of one core)
+  iowait_pct          host iowait (%)
+  disk_read_mbps, disk_write_mbps   host disk rates (MB/s)
+  samples_per_s       utilization samples per GPU per second (6 NVML, 1 nvidia-smi logs)
+  pause               1 inside a pause of a healthy run (checkpoint, validation, epoch end)
+
+Diagnosis.missing names absent signals: subsecond_util, power, clocks, clock_events,
+processes, memory, job_processes, host; each lowers the confidence.
+"""
+from gpumon.detect.diagnose import diagnose
+from gpumon.detect.engine import EVIDENCE_KEYS
+from gpumon.detect.stream import Hysteresis, StreamingDetector
+from gpumon.detect.thresholds import DEFAULT as THRESHOLDS, Thresholds
+
+__all__ = ["diagnose", "StreamingDetector", "Hysteresis", "EVIDENCE_KEYS", "THRESHOLDS",
+           "Thresholds"]

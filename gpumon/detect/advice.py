@@ -1,0 +1,46 @@
+"""One line of advice per verdict and cause: what the user should try first."""
+from __future__ import annotations
+
+from typing import Optional
+
+from gpumon.diagnosis import (BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, SYNC_STALL,
+                              THROTTLED)
+
+_STARVATION = {
+    "cpu_preprocessing": "loader workers are saturated: raise DataLoader num_workers, "
+                         "cheapen per-sample transforms, or preprocess once and cache",
+    "io_fetch": "storage cannot keep up: cache the dataset on local NVMe or in RAM, use "
+                "larger sequential shards, or raise prefetching",
+    "main_process": "the input pipeline runs in the main process: move preprocessing off it "
+                    "(DataLoader num_workers > 0, pin_memory=True)",
+    "input_pipeline": "the GPUs wait for input: add DataLoader workers, prefetch more, or "
+                      "profile the input pipeline (host counters were not available)",
+}
+
+
+def advice(verdict: str, cause: Optional[str], straggler: Optional[int]) -> str:
+    if verdict == DATA_STARVATION:
+        line = _STARVATION.get(cause or "input_pipeline", _STARVATION["input_pipeline"])
+        if straggler is not None:
+            return f"GPU {straggler}'s rank starves and the others wait for it: {line}"
+        return line
+    if verdict == SYNC_STALL:
+        if cause == "dataparallel":
+            return ("torch.nn.DataParallel makes GPU 0 gather for everyone: use "
+                    "DistributedDataParallel (one process per GPU)")
+        if straggler is not None:
+            return (f"the other GPUs wait for GPU {straggler}: balance the work per rank "
+                    f"(batch/sequence sizes), and check GPU {straggler}'s clocks and link")
+        return "GPUs wait for each other: balance the work per rank"
+    if verdict == THROTTLED:
+        which = f"GPU {straggler}" if straggler is not None else "the GPUs"
+        if cause == "power_cap":
+            return f"{which} run at the power cap: check the power limit (nvidia-smi -pl)"
+        return f"check {which}'s clocks and cooling (airflow, fans, ambient temperature)"
+    if verdict == IDLE:
+        return "no work on the GPUs"
+    if verdict == BUSY:
+        return "the GPUs are kept fed; to go faster, look at the model itself"
+    if verdict == INSUFFICIENT_DATA:
+        return "not enough samples yet"
+    return ""

@@ -1,0 +1,323 @@
+"""Per-second bins: the detector's memory of what the GPUs and the host did.
+
+Raw samples (one per driver utilization period per GPU, ~6 per second on NVML, 1 per second
+in an nvidia-smi log) are reduced, per GPU and per second of data, to sums: samples, busy
+share, samples busy/idle, power, clocks, clock-event counts, memory, and the bursts and gaps
+(sub-second runs of busy and idle samples) that *ended* in that second. Sums add, so the live
+detector adds each tick's samples into a sliding store and ``gpumon analyze`` bins a whole log
+at once with the same function: both then read the same features from the same arrays.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from gpumon.samples import (CLOCK_EVENT_HW_POWER_BRAKE, CLOCK_EVENT_HW_SLOWDOWN,
+                            CLOCK_EVENT_HW_THERMAL, CLOCK_EVENT_SW_POWER_CAP,
+                            CLOCK_EVENT_SW_THERMAL)
+from gpumon.detect.thresholds import DEFAULT, Thresholds
+
+# Per-GPU bin fields (first axis of Store.g). Sums unless said otherwise.
+GPU_FIELDS = (
+    "n",        # utilization samples
+    "u",        # sum of utilization shares (util/100): busy seconds per sample
+    "busy",     # samples at or above seg_util_pct
+    "idle",     # samples at or below idle_util_pct
+    "pw", "pn",  # power (W) sum and count
+    "pl", "pln",  # power limit (W) sum and count
+    "clk", "cn",  # SM clock sum and count
+    "cmax", "cmaxn",  # max SM clock sum and count
+    "en",       # samples with clock event reasons known
+    "therm", "pcap", "hws",  # samples with thermal / power-cap / hw-slowdown reasons
+    "mem", "memn",  # memory used (MiB) sum and count
+    "gapn", "gaps", "burn", "burs",  # gaps / bursts ending in this bin: count, total seconds
+    "ld", "ldn",  # loader workers' CPU (% of a core), sum and count
+    "mc", "mcn",  # main process CPU
+    "mt", "mtn",  # main process busiest thread CPU
+    "wk", "wkn",  # loader worker count
+    "lb", "lbn",  # loader workers at a full core
+    "pid",      # ticks that saw a process on this GPU
+    "pidn",     # ticks that said whether a process was there
+)
+HOST_FIELDS = ("io", "ion", "rd", "rdn", "wr", "wrn", "cpu", "cpun")
+GI = {name: i for i, name in enumerate(GPU_FIELDS)}
+HI = {name: i for i, name in enumerate(HOST_FIELDS)}
+
+_THERMAL = CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL
+_PCAP = CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_POWER_BRAKE
+
+
+@dataclass
+class SampleCols:
+    """GPU samples as columns (NaN = missing). ``events`` holds the clock event bitmask."""
+    time: np.ndarray
+    gpu: np.ndarray
+    util: np.ndarray
+    power: Optional[np.ndarray] = None
+    power_limit: Optional[np.ndarray] = None
+    clock: Optional[np.ndarray] = None
+    clock_max: Optional[np.ndarray] = None
+    events: Optional[np.ndarray] = None
+    mem: Optional[np.ndarray] = None
+    has_pid: Optional[np.ndarray] = None   # 1.0 a process is on the GPU, 0.0 none, NaN unknown
+
+
+@dataclass
+class JobCols:
+    """Per-GPU host readings (JobProcs) as columns."""
+    time: np.ndarray
+    gpu: np.ndarray
+    loader_cpu: np.ndarray
+    main_cpu: np.ndarray
+    main_thread: np.ndarray
+    workers: np.ndarray
+    loader_busy: np.ndarray
+
+
+@dataclass
+class HostCols:
+    time: np.ndarray
+    iowait: np.ndarray
+    disk_read: np.ndarray
+    disk_write: np.ndarray
+    cpu: np.ndarray
+
+
+@dataclass
+class RunCarry:
+    """The run (burst or gap) still going on at the end of the data seen so far, per GPU."""
+    kind: dict = field(default_factory=dict)     # gpu -> True (burst) / False (gap)
+    length: dict = field(default_factory=dict)   # gpu -> seconds so far
+    last: dict = field(default_factory=dict)     # gpu -> time of its last sample
+    period: dict = field(default_factory=dict)   # gpu -> typical sample period
+    last_end: dict = field(default_factory=dict)  # gpu -> time of the carried run's last sample
+
+
+class Store:
+    """Bins of one or more GPUs: ``g[field, row, bin]``, ``h[field, bin]``.
+
+    Bin ``i`` of the arrays is absolute bin ``b0 + i``, covering
+    ``[origin + (b0+i)*bin_s, origin + (b0+i+1)*bin_s)``. With ``cap`` set, the store keeps
+    at most that many bins, dropping the oldest (live use); without it, it grows (a log).
+    """
+
+    def __init__(self, origin: float, th: Thresholds = DEFAULT, cap: Optional[int] = None):
+        self.origin = origin
+        self.th = th
+        self.cap = cap
+        self.b0 = 0
+        self.nb = 0                      # bins in use
+        self.gpus: list[int] = []        # row -> GPU index
+        self.rows: dict[int, int] = {}
+        self.g = np.zeros((len(GPU_FIELDS), 0, cap or 0))
+        self.h = np.zeros((len(HOST_FIELDS), cap or 0))
+        self.carry = RunCarry()
+        self.pids: dict[int, tuple] = {}  # gpu -> latest known PIDs (live grouping)
+
+    # -- shape management ---------------------------------------------------------------------
+    def _row(self, gpus: np.ndarray) -> np.ndarray:
+        new = [int(x) for x in np.unique(gpus) if int(x) not in self.rows]
+        if new:
+            for gpu in sorted(new):
+                self.rows[gpu] = len(self.gpus)
+                self.gpus.append(gpu)
+            pad = np.zeros((self.g.shape[0], len(new), self.g.shape[2]))
+            self.g = np.concatenate([self.g, pad], axis=1)
+        lut = np.full(max(self.rows) + 1, -1, dtype=np.int64)
+        for gpu, row in self.rows.items():
+            lut[gpu] = row
+        return lut[gpus.astype(np.int64)]
+
+    def _bins(self, times: np.ndarray) -> np.ndarray:
+        return np.floor((times - self.origin) / self.th.bin_s).astype(np.int64)
+
+    def _make_room(self, bmin: int, bmax: int) -> None:
+        """Ensure absolute bins up to bmax have slots; bins before b0 are dropped."""
+        if self.nb == 0:
+            self.b0 = bmin
+        need = bmax - self.b0 + 1
+        if self.cap:
+            if need > self.cap:
+                shift = min(need - self.cap, self.g.shape[2])
+                self.g = np.roll(self.g, -shift, axis=2)
+                self.h = np.roll(self.h, -shift, axis=1)
+                self.g[:, :, -shift:] = 0.0
+                self.h[:, -shift:] = 0.0
+                self.b0 += shift
+                need -= shift
+                self.nb = max(0, self.nb - shift)
+        elif need > self.g.shape[2]:
+            grow = max(need, int(self.g.shape[2] * 1.5) + 16)
+            g = np.zeros((self.g.shape[0], self.g.shape[1], grow))
+            g[:, :, :self.g.shape[2]] = self.g
+            h = np.zeros((self.h.shape[0], grow))
+            h[:, :self.h.shape[1]] = self.h
+            self.g, self.h = g, h
+        self.nb = max(self.nb, need)
+
+    def _add(self, arr: np.ndarray, fidx: int, rows: Optional[np.ndarray], slots: np.ndarray,
+             w: np.ndarray) -> None:
+        ok = slots >= 0
+        if rows is None:
+            arr[fidx] += np.bincount(slots[ok], w[ok], arr.shape[-1])
+            return
+        ok &= rows >= 0
+        width = arr.shape[2]
+        flat = rows[ok] * width + slots[ok]
+        arr[fidx] += np.bincount(flat, w[ok], arr.shape[1] * width).reshape(arr.shape[1], width)
+
+    # -- adding data --------------------------------------------------------------------------
+    def add_samples(self, s: SampleCols) -> None:
+        if len(s.time) == 0:
+            return
+        th = self.th
+        order = np.lexsort((s.time, s.gpu))
+        t = s.time[order]
+        gpu = s.gpu[order].astype(np.int64)
+        rows = self._row(gpu)
+        b = self._bins(t)
+        self._make_room(int(b.min()), int(b.max()))
+        slots = b - self.b0
+        G = self.g
+
+        def col(a):
+            return None if a is None else np.asarray(a, dtype=float)[order]
+
+        util = col(s.util)
+        have_u = ~np.isnan(util)
+        share = np.where(have_u, util, 0.0) / 100.0
+        self._add(G, GI["n"], rows, slots, have_u.astype(float))
+        self._add(G, GI["u"], rows, slots, share)
+        self._add(G, GI["busy"], rows, slots, (have_u & (util >= th.seg_util_pct)).astype(float))
+        self._add(G, GI["idle"], rows, slots, (have_u & (util <= th.idle_util_pct)).astype(float))
+        for name, cnt, a in (("pw", "pn", s.power), ("pl", "pln", s.power_limit),
+                             ("clk", "cn", s.clock), ("cmax", "cmaxn", s.clock_max),
+                             ("mem", "memn", s.mem), ("pid", "pidn", s.has_pid)):
+            v = col(a)
+            if v is None:
+                continue
+            ok = ~np.isnan(v)
+            self._add(G, GI[name], rows, slots, np.where(ok, v, 0.0))
+            self._add(G, GI[cnt], rows, slots, ok.astype(float))
+        ev = col(s.events)
+        if ev is not None:
+            ok = ~np.isnan(ev)
+            bits = np.where(ok, ev, 0).astype(np.int64)
+            self._add(G, GI["en"], rows, slots, ok.astype(float))
+            self._add(G, GI["therm"], rows, slots, ((bits & _THERMAL) != 0).astype(float))
+            self._add(G, GI["pcap"], rows, slots, ((bits & _PCAP) != 0).astype(float))
+            self._add(G, GI["hws"], rows, slots,
+                      ((bits & CLOCK_EVENT_HW_SLOWDOWN) != 0).astype(float))
+        self._runs(t[have_u], gpu[have_u], rows[have_u], util[have_u])
+
+    def _runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray) -> None:
+        """Bursts and gaps: runs of samples above / below seg_util_pct, per GPU, across calls."""
+        if len(t) == 0:
+            return
+        th, c = self.th, self.carry
+        kind = util >= th.seg_util_pct
+        first = np.ones(len(t), dtype=bool)
+        first[1:] = gpu[1:] != gpu[:-1]
+        dt = np.empty(len(t))
+        dt[1:] = t[1:] - t[:-1]
+        starts = np.flatnonzero(first)
+        ends = np.append(starts[1:], len(t))
+        for s0, e0 in zip(starts, ends):
+            g = int(gpu[s0])
+            inner = dt[s0 + 1:e0]
+            period = float(np.median(inner)) if len(inner) else c.period.get(g, 1.0 / 6)
+            if len(inner):
+                c.period[g] = period
+            prev = c.last.get(g)
+            dt[s0] = t[s0] - prev if prev is not None and t[s0] > prev else period
+            c.last[g] = float(t[e0 - 1])
+        # Holes in the data are missing time, not work or idleness.
+        dt = np.where(dt > th.max_sample_gap_s, 0.0, dt)
+        newrun = first.copy()
+        newrun[1:] |= kind[1:] != kind[:-1]
+        rid = np.cumsum(newrun) - 1
+        length = np.bincount(rid, dt)
+        rstart = np.flatnonzero(newrun)
+        rend = np.append(rstart[1:], len(t)) - 1
+        rkind = kind[rstart]
+        completed = np.ones(len(rstart), dtype=bool)
+        # Join the run carried from the previous call; the last run of each GPU is carried on.
+        for s0, e0 in zip(starts, ends):
+            g = int(gpu[s0])
+            r_first, r_last = rid[s0], rid[e0 - 1]
+            if g in c.kind:
+                if c.kind[g] == bool(rkind[r_first]):
+                    length[r_first] += c.length[g]
+                else:
+                    self._emit(np.array([self.rows[g]]), np.array([c.last_end[g]]),
+                               np.array([c.kind[g]]), np.array([c.length[g]]))
+            completed[r_last] = False
+            c.kind[g] = bool(rkind[r_last])
+            c.length[g] = float(length[r_last])
+        for s0, e0 in zip(starts, ends):
+            c.last_end[int(gpu[s0])] = float(t[e0 - 1])
+        done = np.flatnonzero(completed)
+        if len(done):
+            self._emit(rows[rstart[done]], t[rend[done]], rkind[done], length[done])
+
+    def _emit(self, rows: np.ndarray, tend: np.ndarray, kind: np.ndarray,
+              length: np.ndarray) -> None:
+        slots = self._bins(tend) - self.b0
+        kind = kind.astype(bool)
+        self._add(self.g, GI["burn"], rows, slots, kind.astype(float))
+        self._add(self.g, GI["burs"], rows, slots, np.where(kind, length, 0.0))
+        self._add(self.g, GI["gapn"], rows, slots, (~kind).astype(float))
+        self._add(self.g, GI["gaps"], rows, slots, np.where(kind, 0.0, length))
+
+    def flush_runs(self) -> None:
+        """End every carried run (end of a log): it counts where its last sample was."""
+        c = self.carry
+        lend = c.last_end
+        for g in list(c.kind):
+            if g in lend and g in self.rows:
+                self._emit(np.array([self.rows[g]]), np.array([lend[g]]),
+                           np.array([c.kind[g]]), np.array([c.length[g]]))
+        c.kind.clear()
+        c.length.clear()
+
+    def add_jobs(self, j: JobCols) -> None:
+        if len(j.time) == 0:
+            return
+        rows = self._row(np.asarray(j.gpu))
+        b = self._bins(np.asarray(j.time, dtype=float))
+        self._make_room(int(b.min()), int(b.max()))
+        slots = b - self.b0
+        for name, cnt, a in (("ld", "ldn", j.loader_cpu), ("mc", "mcn", j.main_cpu),
+                             ("mt", "mtn", j.main_thread), ("wk", "wkn", j.workers),
+                             ("lb", "lbn", j.loader_busy)):
+            v = np.asarray(a, dtype=float)
+            ok = ~np.isnan(v)
+            self._add(self.g, GI[name], rows, slots, np.where(ok, v, 0.0))
+            self._add(self.g, GI[cnt], rows, slots, ok.astype(float))
+
+    def add_host(self, hc: HostCols) -> None:
+        if len(hc.time) == 0:
+            return
+        b = self._bins(np.asarray(hc.time, dtype=float))
+        self._make_room(int(b.min()), int(b.max()))
+        slots = b - self.b0
+        for name, cnt, a in (("io", "ion", hc.iowait), ("rd", "rdn", hc.disk_read),
+                             ("wr", "wrn", hc.disk_write), ("cpu", "cpun", hc.cpu)):
+            v = np.asarray(a, dtype=float)
+            ok = ~np.isnan(v)
+            self._add(self.h, HI[name], None, slots, np.where(ok, v, 0.0))
+            self._add(self.h, HI[cnt], None, slots, ok.astype(float))
+
+    # -- reading ------------------------------------------------------------------------------
+    def view(self, rows: Optional[list[int]] = None, stop: Optional[int] = None):
+        """(g, h) for the bins in use, optionally some rows and up to ``stop`` (exclusive)."""
+        stop = self.nb if stop is None else stop
+        g = self.g[:, :, :stop]
+        if rows is not None:
+            g = g[:, rows, :]
+        return g, self.h[:, :stop]
+
+    def bin_time(self, i: int) -> float:
+        return self.origin + (self.b0 + i) * self.th.bin_s

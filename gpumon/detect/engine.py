@@ -1,0 +1,215 @@
+"""Glue shared by diagnose(), StreamingDetector and `gpumon analyze`: ticks to columns, the
+evidence dict of a window, and a Diagnosis from the rules' output."""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+
+from gpumon.diagnosis import Diagnosis, VERDICTS
+from gpumon.samples import Tick
+from gpumon.detect.advice import advice
+from gpumon.detect.bins import HostCols, JobCols, SampleCols, Store
+from gpumon.detect.features import pause_mask, window_features
+from gpumon.detect.jobs import group
+from gpumon.detect.rules import CAUSE_NAMES, judge
+from gpumon.detect.thresholds import DEFAULT, Thresholds
+
+# The evidence keys, in order (stable: the exporter and the dashboard show them).
+EVIDENCE_KEYS = (
+    "duty_cycle", "duty_min", "duty_max", "util_pct", "burst_s", "gap_s", "gap_sync",
+    "power_frac", "power_frac_busy", "busy_cold_share", "rel_power_min", "clock_frac",
+    "throttle_share", "loader_cpu_pct", "loader_workers", "loader_busy", "main_cpu_pct",
+    "main_thread_max_pct", "iowait_pct", "disk_read_mbps", "disk_write_mbps", "samples_per_s",
+    "pause",
+)
+NAN = float("nan")
+
+
+def tick_columns(ticks: Sequence[Tick]):
+    """(SampleCols, JobCols, HostCols, latest PIDs per GPU, PID -> parent PID)."""
+    t, gpu, util, pw, pl, clk, cmax, ev, mem, hp = ([] for _ in range(10))
+    jt, jg, ld, mc, mt, wk, lb = ([] for _ in range(7))
+    ht, io, rd, wr, cpu = ([] for _ in range(5))
+    pids: dict[int, Optional[tuple]] = {}
+    ppid: dict[int, int] = {}
+
+    def f(v):
+        return NAN if v is None else float(v)
+
+    for tick in ticks:
+        for s in tick.gpus:
+            t.append(s.time)
+            gpu.append(s.gpu)
+            util.append(f(s.util_gpu_pct))
+            pw.append(f(s.power_w))
+            pl.append(f(s.power_limit_w))
+            clk.append(f(s.sm_clock_mhz))
+            cmax.append(f(s.sm_clock_max_mhz))
+            ev.append(f(s.clock_events))
+            mem.append(f(s.mem_used_mib))
+            hp.append(NAN if s.pids is None else float(bool(s.pids)))
+            if s.pids is not None:
+                pids[s.gpu] = s.pids
+            elif s.gpu not in pids:
+                pids[s.gpu] = None
+        host = tick.host
+        if host is None:
+            continue
+        ht.append(host.time)
+        io.append(f(host.iowait_pct))
+        rd.append(f(host.disk_read_mbps))
+        wr.append(f(host.disk_write_mbps))
+        cpu.append(f(host.cpu_pct))
+        for j in host.jobs:
+            jt.append(host.time)
+            jg.append(j.gpu)
+            ld.append(f(j.loader_cpu_pct))
+            mc.append(f(j.main_cpu_pct))
+            mt.append(f(j.main_thread_max_pct))
+            wk.append(f(j.loader_workers))
+            lb.append(f(j.loader_busy))
+        for p in host.procs:
+            ppid[p.pid] = p.ppid
+    A = np.asarray
+    samples = SampleCols(A(t, float), A(gpu, np.int64), A(util, float), A(pw, float),
+                         A(pl, float), A(clk, float), A(cmax, float), A(ev, float),
+                         A(mem, float), A(hp, float))
+    jobs = JobCols(A(jt, float), A(jg, np.int64), A(ld, float), A(mc, float), A(mt, float),
+                   A(wk, float), A(lb, float))
+    hosts = HostCols(A(ht, float), A(io, float), A(rd, float), A(wr, float), A(cpu, float))
+    return samples, jobs, hosts, pids, ppid
+
+
+def _num(x) -> Optional[float]:
+    if x is None:
+        return None
+    x = float(x)
+    return None if math.isnan(x) or math.isinf(x) else round(x, 4)
+
+
+def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
+    """The evidence dict of window ``e`` (numbers or None, keys EVIDENCE_KEYS)."""
+    def col(name):
+        return f[name][:, e]
+
+    def mean(name):
+        a = col(name)
+        a = a[~np.isnan(a)]
+        return float(a.mean()) if len(a) else None
+
+    def hostval(name):
+        a = col(name)
+        if strag_row >= 0 and not math.isnan(a[strag_row]):
+            return float(a[strag_row])
+        a = a[~np.isnan(a)]
+        return float(a.max()) if len(a) else None
+
+    duty = col("duty")
+    d = duty[~np.isnan(duty)]
+    rel = col("rel_power")
+    relk = rel[~np.isnan(rel)]
+    thr = np.fmax(np.fmax(np.nan_to_num(col("therm_share")), np.nan_to_num(col("pcap_share"))),
+                  np.nan_to_num(col("hws_share")))
+    bins = float(f["bins"][e]) or 1.0
+    ev = {
+        "duty_cycle": float(d.mean()) if len(d) else None,
+        "duty_min": float(d.min()) if len(d) else None,
+        "duty_max": float(d.max()) if len(d) else None,
+        "util_pct": 100.0 * float(d.mean()) if len(d) else None,
+        "burst_s": mean("burst_s"),
+        "gap_s": mean("gap_s"),
+        "gap_sync": _num(f["gap_sync"][e]) if len(duty) > 1 else None,
+        "power_frac": mean("power_frac"),
+        "power_frac_busy": mean("power_frac_busy"),
+        "busy_cold_share": (float((relk <= th.cold_power_ratio).mean()) if len(relk) > 1
+                            else None),
+        "rel_power_min": float(relk.min()) if len(relk) > 1 else None,
+        "clock_frac": (float(np.nanmin(col("clock_frac")))
+                       if not np.isnan(col("clock_frac")).all() else None),
+        "throttle_share": (float(thr.max()) if not np.isnan(col("therm_share")).all()
+                           else None),
+        "loader_cpu_pct": hostval("loader_cpu"),
+        "loader_workers": hostval("workers"),
+        "loader_busy": hostval("loader_busy"),
+        "main_cpu_pct": hostval("main_cpu"),
+        "main_thread_max_pct": hostval("main_thread"),
+        "iowait_pct": _num(f["iowait"][e]),
+        "disk_read_mbps": _num(f["disk_read"][e]),
+        "disk_write_mbps": _num(f["disk_write"][e]),
+        "samples_per_s": (float(np.nanmean(col("n"))) / bins) if len(duty) else None,
+        "pause": float(bool(f["pause"][e])),
+    }
+    return {k: _num(ev[k]) for k in EVIDENCE_KEYS}
+
+
+def missing_signals(f: dict, e: int) -> tuple[str, ...]:
+    out = []
+    n = f["n"][:, e]
+    bins = float(f["bins"][e]) or 1.0
+    if len(n) and float(n.mean()) / bins < 2.0:
+        out.append("subsecond_util")
+    for key, name in (("power_frac", "power"), ("clock_frac", "clocks"),
+                      ("therm_share", "clock_events"), ("pid_share", "processes"),
+                      ("mem_mib", "memory")):
+        if np.isnan(f[key][:, e]).all():
+            out.append(name)
+    if np.isnan(f["loader_cpu"][:, e]).all() and np.isnan(f["main_cpu"][:, e]).all():
+        out.append("job_processes")
+    if math.isnan(f["iowait"][e]):
+        out.append("host")
+    return tuple(out)
+
+
+# Confidence lost for each missing signal: without sub-second samples bursts blur; without
+# power busy-but-cold cannot be seen; without host counters the cause is a guess.
+CONFIDENCE_FACTOR = {"subsecond_util": 0.8, "power": 0.85, "job_processes": 0.9, "host": 0.95}
+
+
+def make_diagnosis(f: dict, r: dict, e: int, gpus: Sequence[int], start: Optional[float],
+                   end: Optional[float], th: Thresholds = DEFAULT) -> Diagnosis:
+    v = VERDICTS[int(r["verdict"][e])]
+    c = int(r["cause"][e])
+    s = int(r["straggler"][e])
+    missing = missing_signals(f, e)
+    conf = float(r["confidence"][e])
+    for m in missing:
+        conf *= CONFIDENCE_FACTOR.get(m, 1.0)
+    cause = CAUSE_NAMES[c] if c >= 0 else None
+    strag = gpus[s] if s >= 0 else None
+    return Diagnosis(verdict=v, gpus=tuple(gpus), cause=cause, straggler_gpu=strag,
+                     confidence=round(conf, 3), evidence=evidence(f, e, s, th),
+                     advice=advice(v, cause, strag), start=start, end=end, missing=missing)
+
+
+def store_jobs(store: Store, g_rows_stop: int, w: int, pids: dict, ppid: dict,
+               th: Thresholds = DEFAULT):
+    """Jobs from the last ``w`` bins of a store (memory, activity) and the PIDs seen."""
+    g, _ = store.view(stop=g_rows_stop)
+    lo = max(0, g_rows_stop - w)
+    from gpumon.detect.bins import GI
+    n = g[GI["n"], :, lo:].sum(axis=1)
+    u = g[GI["u"], :, lo:].sum(axis=1)
+    memn = g[GI["memn"], :, lo:].sum(axis=1)
+    mem = g[GI["mem"], :, lo:].sum(axis=1)
+    duty = {gpu: (u[i] / n[i] if n[i] > 0 else NAN) for i, gpu in enumerate(store.gpus)}
+    memd = {gpu: (mem[i] / memn[i] if memn[i] > 0 else NAN) for i, gpu in enumerate(store.gpus)}
+    return group(list(store.gpus), pids, memd, duty, ppid, th)
+
+
+def judge_job(store: Store, gpus: Sequence[int], shared: bool, ends: np.ndarray,
+              th: Thresholds = DEFAULT, w: int = 0, stop: Optional[int] = None):
+    """Features and rule output for one job at windows ending at ``ends``."""
+    rows = [store.rows[x] for x in gpus]
+    g, h = store.view(rows, stop)
+    pause = pause_mask(g, th)
+    f = window_features(g, h, ends, pause, th, w)
+    return f, judge(f, shared, th)
+
+
+def idle_diagnosis(gpus: Sequence[int], start, end) -> Diagnosis:
+    from gpumon.diagnosis import IDLE
+    return Diagnosis(verdict=IDLE, gpus=tuple(gpus), confidence=0.9,
+                     evidence={k: None for k in EVIDENCE_KEYS}, advice=advice(IDLE, None, None),
+                     start=start, end=end)

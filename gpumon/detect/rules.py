@@ -1,0 +1,213 @@
+"""The verdict rules: features of one job's windows in, verdict/cause/straggler out.
+
+Vectorized over windows (shape (E,)), so one live window and every second of a day-long log
+run the same code. Order of the rules, and why:
+
+1. too few samples -> insufficient_data; a job that runs no kernels -> idle; an all-idle
+   stretch after steady work -> a pause (checkpoint, validation, epoch end): still busy.
+2. clock event reasons (thermal, power cap, hw slowdown) with the SM clock held down ->
+   throttled; with several GPUs and not all throttled, the throttled one is the straggler.
+3. GPUs of one job with different duty cycles: one is the odd one out. Whether the busier
+   GPUs compute or spin decides who waits for whom: a rank waiting in an NCCL collective keeps
+   a kernel running at low power (NVIDIA/nccl #968, #199, #1550; pytorch #36285), so the power
+   gained per unit of duty cycle is small. Spinning busier GPUs -> the idle one starves
+   (rank_data_stall: data_starvation on that GPU); computing busier GPU -> it is the straggler
+   (sync_stall; DataParallel's GPU 0 when one process drives every GPU).
+4. every GPU below duty_starved together -> data_starvation; cause from host counters.
+5. every GPU ~100% but some at a fraction of the hottest one's power -> sync_stall (the cold
+   ones spin in a collective while the hot one computes).
+6. otherwise busy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gpumon.diagnosis import (BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, SYNC_STALL,
+                              THROTTLED, VERDICTS)
+from gpumon.detect.thresholds import DEFAULT, Thresholds
+
+V = {v: i for i, v in enumerate(VERDICTS)}
+CAUSE_NAMES = ("cpu_preprocessing", "io_fetch", "main_process", "input_pipeline",
+               "dataparallel", "imbalance", "thermal", "power_cap", "hw_slowdown")
+C = {c: i for i, c in enumerate(CAUSE_NAMES)}
+
+# Power gained per unit of duty cycle between the busier and the idler GPUs of a job, as a
+# share of the power limit: a GPU computing draws ~50-80% of its limit more than idle, a GPU
+# spinning in a collective ~5-35% more (nccl #968/#1550 readings), so the busier group
+# "computes" above this slope and "spins" below it.
+COMPUTE_SLOPE = 0.38
+
+
+def _nan(a):
+    return np.where(np.isnan(a), -np.inf, a)
+
+
+def host_cause(f: dict, col: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
+    """Cause of starvation from host counters, per window; ``col`` is the GPU row to read
+    (the straggler), or -1 for the job as a whole (the busiest reading of any of its GPUs)."""
+    E = col.shape[0]
+
+    def pick(name):
+        a = f[name]
+        with np.errstate(invalid="ignore"):
+            whole = np.nanmax(np.where(np.isnan(a), -np.inf, a), axis=0) if a.shape[0] else \
+                np.full(E, -np.inf)
+        whole = np.where(np.isinf(whole), np.nan, whole)
+        mine = a[np.clip(col, 0, None), np.arange(E)] if a.shape[0] else whole
+        return np.where(col >= 0, mine, whole)
+
+    workers = pick("workers")
+    loader = pick("loader_cpu")
+    lbusy = pick("loader_busy")
+    main = pick("main_cpu")
+    thread = pick("main_thread")
+    io = f["iowait"]
+    rd = f["disk_read"]
+    with np.errstate(invalid="ignore"):
+        per_worker = loader / (100.0 * np.maximum(workers, 1))
+        cpu = (workers >= 0.5) & ((per_worker >= th.loader_busy_share)
+                                  | (lbusy / np.maximum(workers, 1) >= th.loader_busy_share))
+        no_workers = workers < 0.5
+        main_bound = (np.fmax(main, thread) >= th.core_busy_pct) & no_workers
+        thread_bound = thread >= th.core_busy_pct
+        storage = (io >= th.iowait_pct) & (rd >= th.disk_read_mbps)
+    return np.select([main_bound, storage & ~cpu, cpu, thread_bound, storage],
+                     [C["main_process"], C["io_fetch"], C["cpu_preprocessing"],
+                      C["main_process"], C["io_fetch"]], C["input_pipeline"])
+
+
+def _host_starved(f: dict, th: Thresholds) -> np.ndarray:
+    """(G, E): NaN where the GPU's job processes are unknown, else 1.0 / 0.0 (starving)."""
+    w = f["workers"]
+    with np.errstate(invalid="ignore"):
+        per_worker = f["loader_cpu"] / (100.0 * np.maximum(w, 1))
+        starving = (((w >= 0.5) & (per_worker >= th.loader_busy_share))
+                    | ((w < 0.5) & (np.fmax(f["main_cpu"], f["main_thread"]) >= th.core_busy_pct))
+                    | (f["main_thread"] >= th.core_busy_pct))
+    return np.where(np.isnan(w) & np.isnan(f["main_cpu"]), np.nan, starving.astype(float))
+
+
+def hs_known(f: dict) -> np.ndarray:
+    """(E,): NaN where no GPU of the job has host counters."""
+    known = ~(np.isnan(f["workers"]) & np.isnan(f["main_cpu"]))
+    return np.where(known.any(axis=0), 1.0, np.nan) if known.shape[0] else np.full(
+        known.shape[1], np.nan)
+
+
+def host_straggler(f: dict, th: Thresholds = DEFAULT) -> np.ndarray:
+    """(E,): the row of the only GPU whose rank's host starves, or -1."""
+    hs = _host_starved(f, th)
+    G = hs.shape[0]
+    if G < 2:
+        return np.full(hs.shape[1], -1)
+    known = (~np.isnan(hs)).all(axis=0)
+    one = np.nansum(hs, axis=0) == 1
+    return np.where(known & one, np.argmax(np.nan_to_num(hs), axis=0), -1)
+
+
+def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> dict:
+    """Verdict codes (index into VERDICTS), cause codes (index into CAUSE_NAMES or -1),
+    straggler rows (or -1) and confidence per window."""
+    duty = f["duty"]
+    G, E = duty.shape
+    ar = np.arange(E)
+    with np.errstate(invalid="ignore", all="ignore"):
+        jduty = np.nanmean(np.where(f["n"] > 0, duty, np.nan), axis=0) if G else np.full(E, np.nan)
+        dmax = np.nanmax(_nan(duty), axis=0)
+        dmin = np.nanmin(np.where(np.isnan(duty), np.inf, duty), axis=0)
+        amax = np.argmax(_nan(duty), axis=0)
+        amin = np.argmin(np.where(np.isnan(duty), np.inf, duty), axis=0)
+    nmin = f["n"].min(axis=0) if G else np.zeros(E)
+    verdict = np.full(E, V[BUSY])
+    cause = np.full(E, -1)
+    strag = np.full(E, -1)
+    conf = np.full(E, 0.8)
+    decided = np.zeros(E, dtype=bool)
+
+    def decide(mask, v, c=None, s=None, cf=None):
+        m = mask & ~decided
+        verdict[m] = V[v]
+        if c is not None:
+            cause[m] = c[m] if isinstance(c, np.ndarray) else c
+        if s is not None:
+            strag[m] = s[m] if isinstance(s, np.ndarray) else s
+        if cf is not None:
+            conf[m] = cf[m] if isinstance(cf, np.ndarray) else cf
+        decided[m] = True
+
+    insufficient = (nmin < th.min_samples) | (f["bins"] < 1) | np.isnan(jduty)
+    decide(insufficient & ~f["pause"], INSUFFICIENT_DATA, cf=0.3)
+    decide(f["pause"], BUSY, cf=0.6)
+    decide(dmax < th.idle_duty, IDLE,
+           cf=np.clip(0.7 + 0.3 * (th.idle_duty - dmax) / th.idle_duty, 0.5, 0.99))
+
+    # Throttled: clock event reasons with the clock really held down.
+    share = np.fmax(np.fmax(np.nan_to_num(f["therm_share"]), np.nan_to_num(f["pcap_share"])),
+                    np.nan_to_num(f["hws_share"]))
+    clock_low = np.where(np.isnan(f["clock_frac"]), True, f["clock_frac"] < th.throttle_clock_frac)
+    thr = (share >= th.throttle_share) & clock_low                       # (G, E)
+    nthr = thr.sum(axis=0)
+    tgpu = np.argmax(np.where(thr, share, -1.0), axis=0)
+    tcause = np.select(
+        [f["therm_share"][tgpu, ar] >= th.throttle_share if G else np.zeros(E, bool),
+         f["pcap_share"][tgpu, ar] >= th.throttle_share if G else np.zeros(E, bool)],
+        [C["thermal"], C["power_cap"]], C["hw_slowdown"]) if G else np.full(E, -1)
+    decide(nthr > 0, THROTTLED, c=tcause,
+           s=np.where((G > 1) & (nthr < G), tgpu, -1),
+           cf=np.clip(0.6 + 0.4 * share.max(axis=0) if G else 0.6, 0, 0.95))
+
+    # The rank whose own host counters show starvation while the others' do not.
+    hs = host_straggler(f, th)
+    # Straggler by duty cycle: who waits for whom.
+    spread = dmax - dmin
+    if G > 1:
+        mid = (dmax + dmin) / 2.0
+        hi = duty >= mid[None, :]
+        with np.errstate(invalid="ignore", all="ignore"):
+            pf = f["power_frac"]
+            p_hi = np.nanmean(np.where(hi, pf, np.nan), axis=0)
+            p_lo = np.nanmean(np.where(~hi, pf, np.nan), axis=0)
+            d_hi = np.nanmean(np.where(hi, duty, np.nan), axis=0)
+            d_lo = np.nanmean(np.where(~hi, duty, np.nan), axis=0)
+            slope = (p_hi - p_lo) / np.maximum(d_hi - d_lo, 1e-6)
+            # Without power: a single busier GPU against several idler ones computes.
+            lone_hi = hi.sum(axis=0) == 1
+        computes = np.where(np.isnan(slope), lone_hi & (G > 2), slope >= COMPUTE_SLOPE)
+        computes &= d_hi >= th.spin_duty
+        if shared_process:
+            computes = d_hi >= th.spin_duty
+        asym = spread >= th.duty_spread
+        sc = np.clip(0.6 + (spread - th.duty_spread), 0.6, 0.95)
+        decide(asym & computes, SYNC_STALL,
+               c=C["dataparallel"] if shared_process else C["imbalance"], s=amax, cf=sc)
+        # The busier GPUs spin (or nobody runs continuously): someone waits for input. Name
+        # the rank whose host starves, or the lone idler beside ranks that never idle.
+        idle = np.nan_to_num(f["idle_share"])
+        others_idle = np.where(np.arange(G)[:, None] == amin[None, :], 0.0, idle).max(axis=0)
+        lone_idler = np.where((others_idle < th.lone_idle_share) & np.isnan(hs_known(f)), amin, -1)
+        s_asym = np.where(hs >= 0, hs, lone_idler)
+        decide(asym, DATA_STARVATION, c=host_cause(f, s_asym, th), s=s_asym, cf=sc)
+    else:
+        slope = np.full(E, np.nan)
+
+    starved = jduty < th.duty_starved
+    decide(starved, DATA_STARVATION, c=host_cause(f, hs, th), s=hs,
+           cf=np.clip(0.6 + (th.duty_starved - jduty), 0.6, 0.95))
+
+    # Every GPU reads ~100%: busy-but-cold ones spin while the hottest computes.
+    if G > 1:
+        pfb = f["power_frac_busy"]
+        rel = f["rel_power"]
+        with np.errstate(invalid="ignore", all="ignore"):
+            hot = np.argmax(_nan(pfb), axis=0)
+            top = pfb[hot, ar]
+            others = np.where(np.arange(G)[:, None] == hot[None, :], np.nan, pfb)
+            med = np.nanmedian(others, axis=0)
+            rel_min = np.nanmin(np.where(np.isnan(rel), np.inf, rel), axis=0)
+        cold = (rel_min <= th.cold_power_ratio) & (top - med >= th.power_spread)
+        decide(cold, SYNC_STALL, c=C["dataparallel"] if shared_process else C["imbalance"],
+               s=hot, cf=np.clip(0.55 + (top - med), 0.55, 0.95))
+    decide(np.ones(E, bool), BUSY,
+           cf=np.clip(0.6 + 2.0 * (jduty - th.duty_starved), 0.5, 0.95))
+    return {"verdict": verdict, "cause": cause, "straggler": strag, "confidence": conf,
+            "duty": jduty, "spread": spread, "slope": slope}

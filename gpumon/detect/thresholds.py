@@ -1,0 +1,97 @@
+"""Every threshold of the detector: a name, a unit, a default and one sentence of why.
+
+``Thresholds`` is a frozen dataclass so the benchmark can try variants
+(``dataclasses.replace(DEFAULT, duty_starved=0.8)``) on its tuning seeds; the code reads
+only ``DEFAULT`` unless given another. ``describe()`` lists them for docs and ``--help``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+
+def th(default: float, unit: str, why: str) -> float:
+    return field(default=default, metadata={"unit": unit, "why": why})
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # --- time scales -------------------------------------------------------------------------
+    bin_s: float = th(1.0, "s", "Features are kept per second of data: the driver's power is a "
+                      "1 s average, so power and utilization are only compared on >= 1 s spans.")
+    window_s: float = th(6.0, "s", "Span a live verdict is judged on: long enough for a few "
+                         "steps of a fast job, short enough to answer within 5 s of a change.")
+    context_s: float = th(30.0, "s", "History before an all-idle stretch that decides whether it "
+                          "is a pause of a healthy run (checkpoint, validation, epoch end).")
+    pause_max_s: float = th(90.0, "s", "An all-idle stretch longer than this is no longer a "
+                            "pause of a running job: the job is idle.")
+    max_sample_gap_s: float = th(2.5, "s", "A hole between two samples of one GPU longer than "
+                                 "this is missing data, not a gap in the work.")
+    # --- segmentation ------------------------------------------------------------------------
+    seg_util_pct: float = th(50.0, "%", "A driver sample at or above this utilization is part "
+                             "of a burst, below it part of a gap (sub-second segmentation).")
+    idle_util_pct: float = th(10.0, "%", "A sample at or below this is idle (launch overhead "
+                              "and monitoring keep a few per cent on an otherwise idle GPU).")
+    # --- job membership ----------------------------------------------------------------------
+    mem_active_mib: float = th(256.0, "MiB", "A GPU holding at least this much memory belongs "
+                               "to a job even without process info (a bare context is ~100-300 "
+                               "MiB; an idle GPU uses a few MiB).")
+    active_duty: float = th(0.02, "share", "Without process or memory info, a GPU whose duty "
+                            "cycle reaches this in the context span is taken as part of the job.")
+    # --- busy / idle / starved ---------------------------------------------------------------
+    idle_duty: float = th(0.05, "share", "A job whose GPUs run a kernel less than this share of "
+                          "the time does no work (idle or paused).")
+    duty_starved: float = th(0.86, "share", "Below this duty cycle on all GPUs together the job "
+                             "waits for input; TF's profiler calls >= 20% of step time on input "
+                             "'highly input-bound', this is the same 14-20% seen from the GPU.")
+    gap_sync_min: float = th(0.6, "ratio", "Idle time shared by every GPU of the job over the "
+                             "mean idle time per GPU: starvation idles all ranks together; a "
+                             "straggler idles alone.")
+    # --- stragglers and collectives ----------------------------------------------------------
+    duty_spread: float = th(0.12, "share", "Spread of duty cycle between GPUs of one job above "
+                            "which one GPU is the odd one out (SageMaker's load-balancing rule "
+                            "compares per-GPU utilization the same way).")
+    spin_duty: float = th(0.93, "share", "Duty cycle of GPUs waiting in an NCCL collective: the "
+                          "spin kernel keeps utilization ~100% (NVIDIA/nccl #968, #199, #1550; "
+                          "pytorch #36285).")
+    busy_bin_duty: float = th(0.9, "share", "A second with at least this duty is 'busy' for the "
+                              "power-while-busy measure (power is a 1 s average on Ampere+).")
+    cold_power_ratio: float = th(0.8, "ratio", "A busy GPU drawing less than this fraction of "
+                                 "the hottest busy GPU's power is 'busy but cold': spinning in a "
+                                 "collective (reported at 18-45% of the limit vs 60-100% "
+                                 "computing).")
+    power_spread: float = th(0.1, "share of limit", "Minimum gap in power fraction between the "
+                             "hottest GPU and the median of the others to call a sync stall "
+                             "when every GPU reads ~100% utilization.")
+    lone_idle_share: float = th(0.03, "share", "Without host counters, a starving rank is named "
+                                "only when every other GPU of the job idles less than this "
+                                "(they spin in the collective waiting for it).")
+    # --- throttling --------------------------------------------------------------------------
+    throttle_share: float = th(0.3, "share", "Share of samples with a thermal, power-cap or "
+                               "hardware-slowdown clock event reason that makes a GPU throttled.")
+    throttle_clock_frac: float = th(0.93, "share of max", "SM clock below this share of its "
+                                    "maximum confirms the clock is really held down (SW power "
+                                    "cap bits alone are routine at full load).")
+    # --- host attribution --------------------------------------------------------------------
+    core_busy_pct: float = th(85.0, "% of a core", "A process or thread at this CPU is using a "
+                              "whole core: a GIL-bound main process or a saturated worker.")
+    loader_busy_share: float = th(0.75, "share", "Share of the loader workers' capacity in use "
+                                  "above which the workers are the bottleneck (SageMaker's CPU "
+                                  "bottleneck rule uses CPU > 90% while GPU < 10%).")
+    iowait_pct: float = th(5.0, "%", "Host iowait above this (with disk reads) points at "
+                           "storage; SageMaker's IO rule uses 50% of one busy host, a many-core "
+                           "host dilutes it, so gpumon asks less.")
+    disk_read_mbps: float = th(1.0, "MB/s", "Disk reads needed beside iowait to blame storage.")
+    # --- streaming ---------------------------------------------------------------------------
+    hold_s: float = th(2.0, "s", "A new verdict must win this long before a live verdict "
+                       "changes (hysteresis: no flapping on a noisy boundary).")
+    min_samples: float = th(3.0, "samples", "Fewer utilization samples per GPU in the window "
+                            "than this is insufficient_data.")
+
+
+DEFAULT = Thresholds()
+
+
+def describe(t: Thresholds = DEFAULT) -> list[tuple[str, float, str, str]]:
+    """(name, value, unit, why) for every threshold."""
+    return [(f.name, getattr(t, f.name), f.metadata["unit"], f.metadata["why"])
+            for f in fields(t)]
