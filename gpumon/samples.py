@@ -68,27 +68,31 @@ class GpuSample:
         width=4, dcgm="DCGM_FI_DEV_MEM_COPY_UTIL")
     mem_used_mib: Optional[float] = metric(
         "MiB", "Device memory in use", title="used", dcgm="DCGM_FI_DEV_FB_USED")
-    mem_total_mib: Optional[float] = metric("MiB", "Device memory in all", title="total")
+    mem_total_mib: Optional[float] = metric("MiB", "Device memory in all", title="total",
+                                            dcgm="DCGM_FI_DEV_FB_TOTAL")
     power_w: Optional[float] = metric(
         "W", "Power draw (the driver's average, 1 s on Ampere and newer)", title="power",
         fmt=".0f", dcgm="DCGM_FI_DEV_POWER_USAGE")
-    power_limit_w: Optional[float] = metric("W", "Enforced power limit", title="limit")
+    power_limit_w: Optional[float] = metric("W", "Enforced power limit", title="limit",
+                                            dcgm="DCGM_FI_DEV_ENFORCED_POWER_LIMIT")
     sm_clock_mhz: Optional[float] = metric(
         "MHz", "SM clock", title="sm", dcgm="DCGM_FI_DEV_SM_CLOCK")
-    sm_clock_max_mhz: Optional[float] = metric("MHz", "Highest SM clock", title="smmax")
+    sm_clock_max_mhz: Optional[float] = metric("MHz", "Highest SM clock", title="smmax",
+                                               dcgm="DCGM_FI_DEV_MAX_SM_CLOCK")
     temp_c: Optional[float] = metric("C", "GPU temperature", title="temp", width=4,
                                      dcgm="DCGM_FI_DEV_GPU_TEMP")
     pcie_rx_mbps: Optional[float] = metric(
         "MB/s", "PCIe bytes received by the GPU per second (host to device)", title="rx",
-        fmt=".1f")
+        fmt=".1f", dcgm="DCGM_FI_PROF_PCIE_RX_BYTES")
     pcie_tx_mbps: Optional[float] = metric(
-        "MB/s", "PCIe bytes sent by the GPU per second (device to host)", title="tx", fmt=".1f")
+        "MB/s", "PCIe bytes sent by the GPU per second (device to host)", title="tx", fmt=".1f",
+        dcgm="DCGM_FI_PROF_PCIE_TX_BYTES")
     clock_events: Optional[int] = metric(
         "bitmask", "Clock event (throttle) reasons, nvmlClocksEventReason bits", title="evt",
         fmt="d", dcgm="DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
     energy_j: Optional[float] = metric(
         "J", "Energy consumed since the driver loaded", title="energy", fmt=".1f",
-        kind="counter")
+        kind="counter", dcgm="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
     pids: Optional[tuple[int, ...]] = metric(
         "", "PIDs of the processes using the GPU (space-separated in CSV); None if unknown",
         title="pids")
