@@ -1,0 +1,130 @@
+"""`gpumon` / `gpumon watch`: the live dashboard (plain lines when not on a terminal)."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Callable, Optional
+
+from gpumon.commands.common import (add_sampling_options, make_detector, no_color, open_source,
+                                    positive_float)
+from gpumon.errors import UserError
+from gpumon.monitor import Monitor
+from gpumon.ui.live import Loop, is_terminal, make_console, run_plain, run_screen
+from gpumon.ui.model import Dashboard
+from gpumon.ui.summary import summary_text
+
+# Poll at least this often during a fast replay, s: the log's ticks (1 s each) then arrive
+# about one per poll instead of many merged into one.
+REPLAY_MIN_POLL_S = 0.05
+
+
+def add_screen_options(p) -> None:
+    g = p.add_argument_group("screen")
+    g.add_argument("--refresh", type=positive_float, default=None, metavar="S",
+                   help="seconds between redraws (default: the --interval; each redraw shows "
+                        "every reading since the last)")
+    g.add_argument("--plain", action="store_true",
+                   help="plain lines, one per interval, even on a terminal (the default when "
+                        "stdout is not one)")
+    g.add_argument("--log", metavar="FILE", default=None,
+                   help="also write the CSV log (as `gpumon log`) to FILE")
+    g.add_argument("--force", action="store_true", help="overwrite the --log FILE if it exists")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("watch", help="live dashboard of every GPU (the default command)",
+                       description="Live dashboard: per GPU utilization with its recent "
+                       "sub-second history, memory, power, clocks, temperature, PCIe and the "
+                       "job's processes; host CPU and I/O; the current verdict and its advice. "
+                       "Plain lines when stdout is not a terminal. Ctrl-C or q quits.")
+    add_sampling_options(p)
+    add_screen_options(p)
+    r = p.add_argument_group("replay")
+    r.add_argument("--replay", metavar="CSV", default=None,
+                   help="play a gpumon CSV log back through the same screen and detector")
+    r.add_argument("--speed", type=positive_float, default=1.0, metavar="N",
+                   help="replay N times faster than real time (default 1)")
+    p.set_defaults(func=run)
+
+
+def open_sink(args):
+    if not getattr(args, "log", None):
+        return []
+    from gpumon.csvlog import CsvSink
+    return [CsvSink(args.log, force=getattr(args, "force", False))]
+
+
+def label_of(args, source) -> str:
+    if source.kind == "replay":
+        return source.name + (f" x{args.speed:g}" if args.speed != 1 else "")
+    if source.kind == "sim":
+        return args.sim or ""
+    return ""
+
+
+def watch(args, source, *, label: str = "", interval: Optional[float] = None,
+          on_signal: Optional[Callable[[int], bool]] = None,
+          until: Optional[Callable[[], bool]] = None, alt_screen: bool = True,
+          out=None) -> Dashboard:
+    """Monitor ``source`` and draw it until the end (duration, ``until``, a signal, q).
+
+    Returns the Dashboard (for the summary). The source is closed on the way out.
+    """
+    out = out or sys.stdout
+    interval = interval or args.interval
+    try:
+        infos = source.gpu_infos()
+        sinks = open_sink(args)
+    except BaseException:
+        source.close()
+        raise
+    detector = make_detector()
+    monitor = Monitor(source, interval=interval, detector=detector, sinks=sinks,
+                      duration=getattr(args, "duration", None))
+    dash = Dashboard(infos, kind=source.kind, label=label, interval=args.interval,
+                     detector=detector is not None)
+    monitor.listeners.append(dash.update)
+    loop = Loop(monitor, refresh=args.refresh or args.interval, on_signal=on_signal,
+                until=until)
+    try:
+        if args.plain or not is_terminal(out):
+            run_plain(loop, dash, out)
+        else:
+            run_screen(loop, dash, make_console(no_color(args), file=out),
+                       alt_screen=alt_screen)
+    finally:
+        monitor.close()
+    return dash
+
+
+def print_summary(text: str, out=None) -> None:
+    """The paragraph, wrapped at word boundaries on a terminal, one line in a pipe."""
+    out = out or sys.stdout
+    if is_terminal(out):
+        import shutil
+        import textwrap
+        text = textwrap.fill(text, width=min(100, shutil.get_terminal_size().columns))
+    out.write(text + "\n")
+    out.flush()
+
+
+def run(args) -> int:
+    if args.replay and args.sim:
+        raise UserError("--replay and --sim cannot be used together")
+    if args.replay:
+        from gpumon.replay import ReplaySource
+        source = ReplaySource(args.replay, speed=args.speed)
+        interval = max(REPLAY_MIN_POLL_S, args.interval / args.speed)
+        until = lambda: source.done  # noqa: E731
+    else:
+        source = open_source(args)
+        interval, until = args.interval, None
+    started = time.monotonic()
+    dash = watch(args, source, label=label_of(args, source), interval=interval, until=until)
+    elapsed = None if args.replay else time.monotonic() - started
+    print_summary(summary_text(dash, elapsed=elapsed))
+    if getattr(source, "bad", None) is not None and source.bad.count:
+        print(f"gpumon: {source.bad.count} malformed row(s) skipped in {args.replay} (first at "
+              f"line {source.bad.first_line})", file=sys.stderr)
+    return 0

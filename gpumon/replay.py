@@ -1,0 +1,98 @@
+"""ReplaySource: a gpumon CSV log played back in (scaled) real time.
+
+The log's rows are rebuilt into Ticks by ``csvlog.read_ticks`` and handed out as their
+time comes, so the dashboard, the detector and any sink see a replay exactly as they saw
+the live run (samples say ``source=replay``). The clock shown is the log's.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Iterator, Optional
+
+from gpumon.csvlog import MalformedRows, open_log, read_ticks
+from gpumon.errors import UserError
+from gpumon.samples import GpuInfo, GpuSample, Tick
+
+
+class ReplaySource:
+    kind = "replay"
+
+    def __init__(self, path: str, speed: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic):
+        if not speed > 0:
+            raise UserError(f"--speed must be above 0, not {speed:g}")
+        self.path = path
+        self.speed = speed
+        self.clock = clock
+        self.bad = MalformedRows()
+        self._f = open_log(path)
+        try:
+            self._ticks: Iterator[Tick] = read_ticks(self._f, source="replay", bad=self.bad)
+            first = next(self._ticks, None)
+        except UserError as exc:
+            self._f.close()
+            raise UserError(f"{path}: {exc}", exc.code) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            self._f.close()
+            raise UserError(f"cannot read {path}: {exc}") from None
+        if first is None:
+            self._f.close()
+            raise UserError(f"{path}: no samples to replay")
+        self._next: Optional[Tick] = first
+        self._log_start = min(s.time for s in first.gpus)
+        self._wall_start: Optional[float] = None
+        self._last_time = self._log_start
+        self._infos = self._infos_from(first.gpus)
+
+    @staticmethod
+    def _infos_from(samples: tuple[GpuSample, ...]) -> list[GpuInfo]:
+        seen: dict[int, GpuSample] = {}
+        for s in samples:
+            seen.setdefault(s.gpu, s)
+        return [GpuInfo(index=g, name="logged GPU", uuid="", mem_total_mib=s.mem_total_mib,
+                        power_limit_w=s.power_limit_w, sm_clock_max_mhz=s.sm_clock_max_mhz)
+                for g, s in sorted(seen.items())]
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def done(self) -> bool:
+        """Every tick of the log has been handed out."""
+        return self._next is None
+
+    def gpu_infos(self) -> list[GpuInfo]:
+        return list(self._infos)
+
+    def _advance(self) -> Optional[Tick]:
+        tick, self._next = self._next, None
+        try:
+            self._next = next(self._ticks, None)
+        except UserError as exc:
+            raise UserError(f"{self.path}: {exc}", exc.code) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read {self.path}: {exc}") from None
+        return tick
+
+    def read(self) -> Tick:
+        """The log's ticks due by now, as one; at least the next one (none left: an empty tick)."""
+        now = self.clock()
+        if self._wall_start is None:
+            self._wall_start = now
+        log_now = self._log_start + (now - self._wall_start) * self.speed
+        due: list[Tick] = []
+        while self._next is not None and (not due or self._next.time <= log_now):
+            due.append(self._advance())
+        if not due:
+            return Tick(time=self._last_time, gpus=())
+        self._last_time = due[-1].time
+        if len(due) == 1:
+            return due[0]
+        samples = tuple(sorted((s for t in due for s in t.gpus), key=lambda s: (s.gpu, s.time)))
+        host = next((t.host for t in reversed(due) if t.host is not None), None)
+        return Tick(time=due[-1].time, gpus=samples, host=host)
+
+    def close(self) -> None:
+        self._f.close()

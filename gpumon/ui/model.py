@@ -1,0 +1,185 @@
+"""Dashboard: what the screen shows, fed tick by tick by the Monitor (a listener).
+
+``update`` runs in the sampling thread and does the per-tick work once (sparkline
+characters, marks, the verdict strip, time per verdict); ``view`` hands the drawing thread
+an immutable snapshot, so drawing never holds up sampling and sampling never tears a frame.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from gpumon.diagnosis import (BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, SYNC_STALL,
+                              THROTTLED, Diagnosis)
+from gpumon.samples import (CLOCK_EVENTS_THROTTLE, GpuInfo, GpuSample, HostSample, Tick,
+                            clock_event_names)
+from gpumon.ui.spark import Sparkline
+from gpumon.ui.style import NO_VERDICT_CHAR, STRIP_CHAR
+
+# Utilization at or above which a GPU counts as busy for the "busy but cold" mark, %:
+# a kernel is resident nearly all the time.
+COLD_UTIL_PCT = 90.0
+# Power below this share of the limit while busy is "cold", 1: a GPU spinning in an NCCL
+# collective draws 15-45 % of its limit, one computing 65-97 %.
+COLD_POWER_FRAC = 0.5
+# Verdict intervals kept for the strip of past verdicts (one character each).
+STRIP_KEEP = 512
+
+# Which diagnosis the banner shows when several jobs have one: the most actionable first.
+_RANK = {DATA_STARVATION: 0, SYNC_STALL: 1, THROTTLED: 2, BUSY: 3, IDLE: 4, INSUFFICIENT_DATA: 5}
+
+
+def primary(diagnoses: Sequence[Diagnosis]) -> Optional[Diagnosis]:
+    """The diagnosis to headline: the most actionable verdict, then the one with most GPUs."""
+    if not diagnoses:
+        return None
+    return min(diagnoses, key=lambda d: (_RANK.get(d.verdict, 9), -len(d.gpus)))
+
+
+def is_cold(util: Optional[float], power_frac: Optional[float]) -> bool:
+    """Busy but cold: high utilization at low power, i.e. spinning in a collective."""
+    return (util is not None and power_frac is not None and util >= COLD_UTIL_PCT
+            and power_frac < COLD_POWER_FRAC)
+
+
+def throttle_reasons(mask: Optional[int]) -> tuple[str, ...]:
+    """The clock-event reasons that hold the clocks down (heat, power), not idleness."""
+    if not mask:
+        return ()
+    return tuple(clock_event_names(mask & CLOCK_EVENTS_THROTTLE))
+
+
+@dataclass(frozen=True)
+class GpuView:
+    index: int
+    name: str
+    sample: Optional[GpuSample]       # the latest reading (None: none yet)
+    util: Optional[float]             # mean utilization over the last interval
+    spark: str                        # recent utilization, one character per driver sample
+    spark_ascii: str                  # the same in ASCII, for terminals without unicode
+    cold: bool = False
+    throttle: tuple[str, ...] = ()
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class View:
+    """One frame's worth of data."""
+    kind: str                         # nvml, sim, replay
+    label: str                        # scenario or log name, "" for real GPUs
+    gpus: tuple[GpuView, ...]
+    host: Optional[HostSample]
+    diagnosis: Optional[Diagnosis]
+    diagnoses: tuple[Diagnosis, ...]
+    strip: str                        # one character per interval, oldest first
+    strip_verdicts: tuple[str, ...]   # the verdict of each strip character ("" for none)
+    time: Optional[float]             # the latest tick's time (the log's clock on replay)
+    elapsed: float                    # seconds of data seen
+    interval: float
+    sample_s: Optional[float]         # seconds per sparkline character (driver sample period)
+    detector: bool                    # a detector is running
+    version: int                      # changes whenever the data changes
+    ticks: int = 0
+
+
+class Dashboard:
+    """The live model behind the screen, the plain lines and the summary."""
+
+    def __init__(self, infos: Sequence[GpuInfo], *, kind: str = "nvml", label: str = "",
+                 interval: float = 1.0, detector: bool = True):
+        self.infos = {i.index: i for i in infos}
+        self.kind = kind
+        self.label = label
+        self.interval = interval
+        self.detector = detector
+        self._lock = threading.Lock()
+        self._sparks = {i.index: Sparkline() for i in infos}
+        self._latest: dict[int, GpuSample] = {}
+        self._util: dict[int, Optional[float]] = {}
+        self._lost: set[int] = set()
+        self._host: Optional[HostSample] = None
+        self._diagnoses: tuple[Diagnosis, ...] = ()
+        self._strip: list[str] = []
+        self._strip_verdicts: list[str] = []
+        self._first: Optional[float] = None
+        self._time: Optional[float] = None
+        self._sample_s: Optional[float] = None
+        self._version = 0
+        self.ticks = 0
+        # For the summary: seconds per verdict, and per (verdict, cause) the count and the
+        # latest diagnosis (its evidence and advice).
+        self.verdict_s: dict[str, float] = {}
+        self.cause_counts: dict[tuple[str, Optional[str]], int] = {}
+        self.last_by_key: dict[tuple[str, Optional[str]], Diagnosis] = {}
+        self.no_verdict_s = 0.0
+
+    # -- the Monitor's listener (sampling thread) ---------------------------------------------
+    def update(self, tick: Tick, diagnoses: Sequence[Diagnosis]) -> None:
+        by_gpu: dict[int, list[GpuSample]] = {}
+        for s in tick.gpus:
+            by_gpu.setdefault(s.gpu, []).append(s)
+        main = primary(diagnoses)
+        with self._lock:
+            dt = (tick.time - self._time) if self._time is not None else self.interval
+            dt = dt if 0 < dt < 10 * self.interval + 60 else self.interval
+            if self._first is None:
+                self._first = tick.time - self.interval
+            for gpu, samples in by_gpu.items():
+                if gpu not in self._sparks:          # a GPU the infos did not name
+                    self._sparks[gpu] = Sparkline()
+                self._sparks[gpu].extend(s.util_gpu_pct for s in samples)
+                self._latest[gpu] = samples[-1]
+                utils = [s.util_gpu_pct for s in samples if s.util_gpu_pct is not None]
+                self._util[gpu] = sum(utils) / len(utils) if utils else None
+                if len(samples) >= 2 and samples[-1].time > samples[0].time:
+                    self._sample_s = (samples[-1].time - samples[0].time) / (len(samples) - 1)
+            self._lost.update(tick.lost)
+            if tick.host is not None:
+                self._host = tick.host
+            self._diagnoses = tuple(diagnoses)
+            self._strip.append(STRIP_CHAR.get(main.verdict, "?") if main else NO_VERDICT_CHAR)
+            self._strip_verdicts.append(main.verdict if main else "")
+            if len(self._strip) > STRIP_KEEP:
+                del self._strip[:-STRIP_KEEP]
+                del self._strip_verdicts[:-STRIP_KEEP]
+            if main is None:
+                self.no_verdict_s += dt
+            else:
+                self.verdict_s[main.verdict] = self.verdict_s.get(main.verdict, 0.0) + dt
+                key = (main.verdict, main.cause)
+                self.cause_counts[key] = self.cause_counts.get(key, 0) + 1
+                self.last_by_key[key] = main
+            self._time = tick.time
+            self.ticks += 1
+            self._version += 1
+
+    __call__ = update
+
+    # -- the drawing thread ---------------------------------------------------------------------
+    def view(self) -> View:
+        with self._lock:
+            gpus = []
+            for index in sorted(set(self.infos) | set(self._sparks)):
+                info = self.infos.get(index)
+                s = self._latest.get(index)
+                util = self._util.get(index)
+                gpus.append(GpuView(
+                    index=index, name=info.name if info else f"GPU {index}", sample=s,
+                    util=util, spark=self._sparks[index].text,
+                    spark_ascii=self._sparks[index].ascii,
+                    cold=is_cold(util, s.power_frac if s else None),
+                    throttle=throttle_reasons(s.clock_events if s else None),
+                    lost=index in self._lost))
+            return View(
+                kind=self.kind, label=self.label, gpus=tuple(gpus), host=self._host,
+                diagnosis=primary(self._diagnoses), diagnoses=self._diagnoses,
+                strip="".join(self._strip), strip_verdicts=tuple(self._strip_verdicts),
+                time=self._time,
+                elapsed=(self._time - self._first) if self._time is not None else 0.0,
+                interval=self.interval, sample_s=self._sample_s, detector=self.detector,
+                version=self._version, ticks=self.ticks)
+
+    @property
+    def version(self) -> int:
+        return self._version
