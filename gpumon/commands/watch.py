@@ -66,7 +66,7 @@ def label_of(args, source) -> str:
 def watch(args, source, *, label: str = "", interval: Optional[float] = None,
           on_signal: Optional[Callable[[int], bool]] = None,
           until: Optional[Callable[[], bool]] = None, alt_screen: bool = True,
-          out=None) -> Dashboard:
+          reserve: int = 0, before_draw=None, loop_ready=None, out=None) -> Dashboard:
     """Monitor ``source`` and draw it until the end (duration, ``until``, a signal, q).
 
     Returns the Dashboard (for the summary). The source is closed on the way out.
@@ -87,12 +87,14 @@ def watch(args, source, *, label: str = "", interval: Optional[float] = None,
     monitor.listeners.append(dash.update)
     loop = Loop(monitor, refresh=args.refresh or args.interval, on_signal=on_signal,
                 until=until)
+    if loop_ready is not None:
+        loop_ready(loop)
     try:
-        if args.plain or not is_terminal(out):
+        if is_plain(args, out):
             run_plain(loop, dash, out)
         else:
             run_screen(loop, dash, make_console(no_color(args), file=out),
-                       alt_screen=alt_screen)
+                       alt_screen=alt_screen, reserve=reserve, before_draw=before_draw)
     finally:
         monitor.close()
     return dash
@@ -107,6 +109,10 @@ def print_summary(text: str, out=None) -> None:
         text = textwrap.fill(text, width=min(100, shutil.get_terminal_size().columns))
     out.write(text + "\n")
     out.flush()
+
+
+def is_plain(args, out=None) -> bool:
+    return bool(args.plain) or not is_terminal(out or sys.stdout)
 
 
 def run(args) -> int:

@@ -111,6 +111,10 @@ class Loop:
         monitor.listeners.append(self._on_tick)
 
     def _on_tick(self, tick, diagnoses) -> None:
+        self.poke()
+
+    def poke(self) -> None:
+        """Something new to show (any thread): draw at the next due time."""
         self._dirty = True
         self.waker.wake()
 
@@ -191,9 +195,12 @@ class Loop:
         return any(k in QUIT_KEYS for k in keys)
 
 
-def run_screen(loop: Loop, dash: Dashboard, console: Console, *, alt_screen: bool = True) -> None:
-    """The live screen: redrawn explicitly (no timer thread), in the alternate screen."""
-    screen = Screen(dash.view)
+def run_screen(loop: Loop, dash: Dashboard, console: Console, *, alt_screen: bool = True,
+               reserve: int = 0, before_draw: Optional[Callable[[Console], None]] = None) -> None:
+    """The live screen, redrawn explicitly (no timer thread). In the alternate screen by
+    default; `gpumon run` draws it below its command's output instead (``reserve`` rows kept
+    for that output, printed by ``before_draw`` from the drawing thread)."""
+    screen = Screen(dash.view, reserve=reserve)
     key_fd = None
     try:
         if sys.stdin.isatty():
@@ -206,7 +213,11 @@ def run_screen(loop: Loop, dash: Dashboard, console: Console, *, alt_screen: boo
         with Live(get_renderable=lambda: screen, console=console, screen=alt_screen,
                   auto_refresh=False, redirect_stdout=False, redirect_stderr=False,
                   transient=False) as live:
-            loop.run(live.refresh, key_fd=key_fd)
+            def draw() -> None:
+                if before_draw is not None:
+                    before_draw(console)
+                live.refresh()
+            loop.run(draw, key_fd=key_fd)
 
 
 class PlainPrinter:

@@ -33,6 +33,7 @@ MARK_W = 8                  # "COLD THR"
 PIDS_W = 14
 MIN_SPARK = 8
 EVIDENCE_ITEMS = 8
+MIN_HEIGHT = 12             # rows the layout assumes at the least (below, rich crops)
 
 _styles: dict[str, Style] = {}
 
@@ -369,8 +370,9 @@ def layout(v: View, width: int, height: int, ascii: bool = False) -> list[Line]:
 class Screen:
     """A rich renderable of the latest View; reuses the last frame while nothing changed."""
 
-    def __init__(self, get_view: Callable[[], View]):
+    def __init__(self, get_view: Callable[[], View], reserve: int = 0):
         self.get_view = get_view
+        self.reserve = reserve          # rows left to other output (`gpumon run`'s command)
         self._key: Optional[tuple] = None
         self._segments: list[Segment] = []
 
@@ -378,6 +380,7 @@ class Screen:
         v = self.get_view()
         width = options.max_width
         height = options.height or console.size.height
+        height = max(MIN_HEIGHT, height - self.reserve)
         ascii = not console.encoding.lower().startswith("utf")
         key = (v.version, width, height, ascii)
         if key != self._key:
