@@ -100,7 +100,7 @@ def is_ours(path: Path) -> bool:
 # -- actions -------------------------------------------------------------------------------
 def install(copy: bool = False) -> list[str]:
     src = plugin_file()
-    lines = []
+    lines, created = [], []
     for host, dest in targets():
         if dest.exists() or dest.is_symlink():
             if not is_ours(dest):
@@ -108,7 +108,9 @@ def install(copy: bool = False) -> list[str]:
                                 "then run `gpumon plugin install` again")
             dest.unlink()
         try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not dest.parent.is_dir():
+                dest.parent.mkdir(parents=True)
+                created.append(str(dest.parent))
         except OSError as exc:
             raise UserError(f"cannot create {dest.parent}: {exc.strerror}") from None
         how = "copied"
@@ -123,12 +125,14 @@ def install(copy: bool = False) -> list[str]:
                 shutil.copyfile(src, dest)
             except OSError as exc:
                 raise UserError(f"cannot write {dest}: {exc.strerror}") from None
-        found = shutil.which(host)
+        found = shutil.which(host) or (Path(sys.executable).parent / host).is_file()
         note = "" if found else f" ({host} is not on PATH)"
         lines.append(f"{how} {dest} -> {src}: `{host} --gpumon`{note}")
     cfg = config_file()
+    created += _previous(cfg).get("created", [])   # a second install keeps the first's record
     record = {"python": sys.executable, "pythonpath": import_root(), "plugin": str(src),
-              "installed": [str(d) for _h, d in targets()], "gpumon": gpumon.__version__}
+              "installed": [str(d) for _h, d in targets()], "created": sorted(set(created)),
+              "gpumon": gpumon.__version__}
     try:
         cfg.parent.mkdir(parents=True, exist_ok=True)
         cfg.write_text(json.dumps(record, indent=1) + "\n")
@@ -138,6 +142,14 @@ def install(copy: bool = False) -> list[str]:
     return lines
 
 
+def _previous(cfg: Path) -> dict:
+    try:
+        record = json.loads(cfg.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def uninstall() -> list[str]:
     lines = []
     for _host, dest in targets():
@@ -145,6 +157,12 @@ def uninstall() -> list[str]:
             dest.unlink()
             lines.append(f"removed {dest}")
     cfg = config_file()
+    for folder in _previous(cfg).get("created", []):
+        try:
+            Path(folder).rmdir()        # only the folders install made, and only if empty
+            lines.append(f"removed {folder}/")
+        except OSError:
+            pass
     if cfg.exists():
         cfg.unlink()
         lines.append(f"removed {cfg}")
