@@ -212,12 +212,15 @@ def gpu_lines(g: GpuView, geo: _Geometry, ascii: bool, detail: bool) -> list[Lin
             line.add(" " + ",".join(g.throttle), st.MARK_THROTTLE)
     lines = [line]
     if detail:
-        d = Line().add(" " * (3 + geo.name_w))
+        d = Line().add(" " * (3 + geo.name_w if geo.width >= 100 else 4))
         for names in col.GPU_DETAIL:
             label = "/".join(col.title(n) for n in names)
             unit = col.unit(names[0])
+            known = s is not None and any(getattr(s, n) is not None for n in names)
             d.add(" ").add(label, st.DIM).add(" " + col.cell_value(names, s))
-            d.add(unit if unit == "C" else f" {unit}" if unit else "", st.DIM).add(" ")
+            if known:
+                d.add(unit if unit == "C" else f" {unit}" if unit else "", st.DIM)
+            d.add(" ")
             if names[0] == "temp_c" and g.throttle:
                 d.add(" throttle " + ",".join(g.throttle) + " ", st.MARK_THROTTLE)
         d.add(" ").add(col.title("pids"), st.DIM).add(" " + _pids(g))

@@ -1,0 +1,77 @@
+"""Deterministic dashboards for the UI tests: fixed Ticks, no source, no clock."""
+from dataclasses import replace
+
+from gpumon.diagnosis import BUSY, INSUFFICIENT_DATA, SYNC_STALL, Diagnosis
+from gpumon.samples import (CLOCK_EVENT_SW_THERMAL, GpuInfo, GpuSample, HostSample, JobProcs,
+                            ProcSample, Tick)
+from gpumon.ui.model import Dashboard
+
+T0 = 1_700_000_000.0
+PER = 6                           # driver samples per second
+
+
+def infos(n):
+    return [GpuInfo(index=i, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-{i:04d}",
+                    mem_total_mib=81559.0, power_limit_w=700.0, sm_clock_max_mhz=1980.0)
+            for i in range(n)]
+
+
+def _util(gpu, k, straggler):
+    """GPU `straggler` computes in bursts; the others spin at 100 % (sync stall)."""
+    if gpu == straggler:
+        return 100.0 if (k // 4) % 3 else 0.0
+    return 100.0 if k % 9 else 93.0
+
+
+def ticks(n, seconds=30, straggler=1):
+    out = []
+    for sec in range(seconds):
+        t = T0 + sec + 1
+        samples = []
+        for g in range(n):
+            for k in range(PER):
+                kk = sec * PER + k
+                cold = g != straggler
+                samples.append(GpuSample(
+                    time=t - 1 + (k + 1) / PER, gpu=g, source="sim",
+                    util_gpu_pct=_util(g, kk, straggler), util_mem_pct=30.0,
+                    mem_used_mib=40960.0 + 512 * g, mem_total_mib=81559.0,
+                    power_w=210.0 if cold else 560.0, power_limit_w=700.0,
+                    sm_clock_mhz=1980.0 if g != 3 else 1410.0, sm_clock_max_mhz=1980.0,
+                    temp_c=61.0 + g if g != 3 else 88.0, pcie_rx_mbps=250.5, pcie_tx_mbps=3.2,
+                    clock_events=CLOCK_EVENT_SW_THERMAL if g == 3 else 0, energy_j=1e5,
+                    pids=(4100 + g,)))
+        jobs = tuple(JobProcs(gpu=g, main_pid=4100 + g, main_cpu_pct=97.0 - g,
+                              main_thread_max_pct=95.0, loader_workers=4,
+                              loader_cpu_pct=180.0 + g, loader_busy=1) for g in range(n))
+        procs = tuple(ProcSample(pid=4100 + g, ppid=4000, name="python", role="main",
+                                 cpu_pct=97.0 - g, gpus=(g,)) for g in range(n))
+        host = HostSample(time=t, cpu_pct=23.5, cpu_max_core_pct=99.0, iowait_pct=0.4,
+                          disk_read_mbps=12.5, disk_write_mbps=0.0, cpu_count=64,
+                          cpu_cores_pct=tuple(float((7 * i) % 100) for i in range(64)),
+                          jobs=jobs, procs=procs)
+        out.append(Tick(time=t, gpus=tuple(samples), host=host))
+    return out
+
+
+def diagnosis_at(sec, n, straggler=1):
+    if sec < 5:
+        return []
+    gpus = tuple(range(n))
+    if n == 1 or sec < 12:
+        return [Diagnosis(verdict=BUSY, gpus=gpus, confidence=0.9,
+                          evidence={"duty": 0.97, "power_frac": 0.8},
+                          advice="nothing to do: the GPUs are kept busy")]
+    return [Diagnosis(verdict=SYNC_STALL, gpus=gpus, cause="imbalance", straggler_gpu=straggler,
+                      confidence=0.87,
+                      evidence={"straggler_duty": 0.66, "waiting_power_frac": 0.3,
+                                "waiting_util_pct": 99.0, "burst_s": 0.67, "gap_s": 0.33},
+                      advice=f"GPU {straggler} computes longer than the others: balance the work "
+                             "across ranks (batch sizes, sequence lengths, uneven shards)")]
+
+
+def dashboard(n, seconds=30, kind="sim", label="sync_stall:4", detector=True):
+    d = Dashboard(infos(n), kind=kind, label=label, interval=1.0, detector=detector)
+    for sec, t in enumerate(ticks(n, seconds)):
+        d.update(t, diagnosis_at(sec, n) if detector else [])
+    return d
