@@ -58,10 +58,13 @@ class Jitter:
         self.rng = rng
         self.pool: list = []
 
-    def __call__(self, cv: float) -> float:
+    def z(self) -> float:
         if not self.pool:
             self.pool = self.rng.standard_normal(4096).tolist()
-        z = self.pool.pop()
+        return self.pool.pop()
+
+    def __call__(self, cv: float, z: Optional[float] = None) -> float:
+        z = self.z() if z is None else z
         if cv <= 0:
             return 1.0
         s = math.sqrt(math.log1p(cv * cv))
@@ -120,6 +123,7 @@ class Loader:
         self.k = len(workers)
         self.ready: deque = deque()
         self.nb = 0
+        self.gen = node.loader_gen
         self.disk_free = t0
         self.free = [t0 + startup] * self.k
         for w in workers:
@@ -147,16 +151,33 @@ class Loader:
         w = self.workers[i]
         s = max(t, self.free[i])
         s = self._fetch(w, s)
-        e = s + self.ph.prep_s[self.rank] * self.node.jit(self.ph.p["prep_cv"])
+        e = s + self.ph.prep_s[self.rank] * self._prep_jitter(self.nb - 1)
         w.seg(s, e, self.ph.p["worker_cpu"])
         self.free[i] = e
         self.ready.append(e)
+
+    def _prep_jitter(self, b: int) -> float:
+        """Batch b's preprocessing-time multiplier: a part common to every rank's batch b
+        (the same data mix at the same step), the rest the rank's own."""
+        p, node = self.ph.p, self.node
+        c = min(1.0, max(0.0, float(p["prep_common"])))
+        key = (self.gen, b)
+        entry = node.common_z.get(key)
+        if entry is None:
+            entry = node.common_z[key] = [node.jit.z(), node.ranks(self.ph)]
+        zc = entry[0]
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del node.common_z[key]
+        z = math.sqrt(c) * zc + math.sqrt(1.0 - c) * node.jit.z()
+        return node.jit(p["prep_cv"], z)
 
     def take(self, t: float) -> float:
         """When the batch the rank asks for at t is in hand."""
         if self.k == 0:   # num_workers=0: the main process fetches and preprocesses now
             s = self._fetch(self.main, t)
-            e = s + self.ph.prep_s[self.rank] * self.node.jit(self.ph.p["prep_cv"])
+            e = s + self.ph.prep_s[self.rank] * self._prep_jitter(self.nb)
+            self.nb += 1
             self.main.seg(s, e, 1.0)
             return e
         return self.ready.popleft()
@@ -220,6 +241,8 @@ class Node:
         self.mains: list[Proc] = []
         self.loaders: list[Loader] = []
         self.next_event = math.inf
+        self.loader_gen = 0
+        self.common_z: dict = {}
 
     @staticmethod
     def _hex(rng, k):
@@ -305,8 +328,12 @@ class Node:
                 self.mains.append(m)
                 self.procs.append(m)
 
+    def ranks(self, ph: Phase) -> int:
+        return 1 if ph.mode == "dp" else self.n
+
     def _new_loaders(self, ph: Phase, t: float, startup: float) -> list:
-        ranks = 1 if ph.mode == "dp" else self.n
+        self.loader_gen += 1
+        ranks = self.ranks(ph)
         loaders = []
         for r in range(ranks):
             main = self.mains[r]

@@ -33,6 +33,8 @@ COMPUTE_TX_MBPS = 1.0
 # Window of the driver's power average, s (Ampere and newer).
 POWER_AVG_S = 1.0
 NOISE_BLOCK = 360
+# Lowest reading, share of a GPU's idle power: no-context idle (0.92) less sensor noise.
+POWER_FLOOR_FRAC = 0.85
 
 
 @dataclass
@@ -196,7 +198,7 @@ class Observer:
             energy[g] = energy0[g] + np.cumsum(dif[0] * per)
             pw = (cb[0, 1:] - np.interp(T - POWER_AVG_S, x, cum[0])) / POWER_AVG_S
             power[g] = np.clip(pw + pn[g] * POWER_NOISE_FRAC * self.limit,
-                               0.9 * node.idle_w[g] * 0.92, self.limit)
+                               POWER_FLOOR_FRAC * node.idle_w[g], self.limit)
             active = (cb[1, 1:] - np.interp(T - self.hold, x, cum[1])) > 1e-9
             idx = np.clip(np.searchsorted(x, T, "right") - 1, 0, len(kd) - 1)
             kd_t, ph_t = kd[idx], ph[idx]

@@ -35,7 +35,11 @@ Workload:
   prefetch           1     2..4 (int)                    batches in flight per worker (prefetch_factor)
   prep_load          1     0.20..0.75 healthy            CPU preprocessing per batch / (workers * step time):
                            1.5..4.0 starved              above 1 the loaders cannot keep up
-  prep_cv            1     0.05..0.50                    per-batch preprocessing jitter
+  prep_cv            1     0.03..0.40                    per-batch preprocessing jitter (a batch averages
+                                                         many samples, so its CV is small)
+  prep_common        1     0.3..1.0                      share of that jitter's variance common to every rank
+                                                         at the same step (same data mix); the rest lets
+                                                         ranks drift apart, and the one behind gates the rest
   worker_cpu         1     0.95..1.00                    share of a core a preprocessing worker uses
   worker_io_cpu      1     0.02..0.15                    share of a core a worker uses while reading storage
   fetch_mb           MB    0 (cached) or 20..300         read from storage per batch
@@ -43,7 +47,9 @@ Workload:
   disk_latency_ms    ms    0.1..10 (log)                 per-request storage latency
   batch_mb           MB    5..200 (log)                  bytes uploaded to the GPU per batch (PCIe rx)
   pcie_gbps          GB/s  10..25                        host-to-device bandwidth
-  launch_cpu         1     0.15..0.70                    main thread CPU while the GPU computes
+  launch_cpu         1     0.15..0.70                    main thread CPU while the GPU computes (launching
+                           0.7..1.0 main_process         kernels, then waiting in a CUDA sync; a synchronous
+                                                         num_workers=0 loop spins there)
   main_prep_load     1     0.6..2.5                      main-process preprocessing per step / step time
   straggler          index None = drawn from the seed    the GPU others wait for
   straggler_factor   1     1.4..3.0                      straggler's compute time / the others'
@@ -110,7 +116,8 @@ PARAMS: dict[str, tuple[Any, Any]] = {
     "workers": (4, (2, 12, "int")),
     "prefetch": (2, (2, 4, "int")),
     "prep_load": (0.5, (0.20, 0.75)),
-    "prep_cv": (0.25, (0.05, 0.50)),
+    "prep_cv": (0.15, (0.03, 0.40)),
+    "prep_common": (0.8, (0.3, 1.0)),
     "worker_cpu": (0.98, (0.95, 1.0)),
     "worker_io_cpu": (0.06, (0.02, 0.15)),
     "fetch_mb": (0.0, None),

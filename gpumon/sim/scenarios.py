@@ -65,7 +65,8 @@ SCENARIOS: dict[str, ScenarioSpec] = {s.name: s for s in (
                  ranges={"fetch_mb": (20.0, 300.0, "log"), "prep_load": (0.1, 0.5)}),
     ScenarioSpec("main_process", "preprocessing in the main process (num_workers=0): main "
                  "process at one full core while the GPU waits", dx.DATA_STARVATION,
-                 "main_process", default_gpus=1, params={"workers": 0}, ranges={"workers": None}),
+                 "main_process", default_gpus=1, params={"workers": 0, "launch_cpu": 0.9},
+                 ranges={"workers": None, "launch_cpu": (0.7, 1.0)}),
     ScenarioSpec("sync_stall", "one GPU computes longer (imbalance); the others spin in the "
                  "all-reduce: ~100% util at low power", dx.SYNC_STALL, "imbalance",
                  default_gpus=4, min_gpus=2, names_straggler="straggler"),
@@ -90,7 +91,7 @@ SCENARIOS: dict[str, ScenarioSpec] = {s.name: s for s in (
                  default_gpus=2, events="epoch_end"),
     ScenarioSpec("demo", "a run that passes through busy, data_starvation, sync_stall, "
                  "throttled, io_fetch and idle phases (truth per phase)", dx.BUSY,
-                 default_gpus=4, min_gpus=2,
+                 default_gpus=4, min_gpus=1,
                  phases=(("busy", 40), ("data_starvation", 60), ("busy", 30),
                          ("sync_stall", 60), ("throttled", 60), ("io_fetch", 45),
                          ("idle", 25))),

@@ -14,7 +14,7 @@ S lines are sorted by t_us = k * period_us (k = 0 .. duration_us / period_us - 1
 one instant adjacent. util_gpu_pct is the driver sample for the period ending at t_us,
 power_mw the 1 s average at t_us, energy_mj cumulative from the trace start, active 1 when a
 kernel ran in the period (the driver's utilization ring grows), pids comma-separated or `-`.
-PCIe rates are KB/s with 1 KB = 1000 bytes. The library loops the trace (position = wall-clock
+PCIe rates are KB/s with 1 KB = 1024 bytes (as NVML and the fake library count). The library loops the trace (position = wall-clock
 microseconds mod duration_us).
 
 Comment lines `# truth <t_us> <verdict> <cause|-> <straggler|-> <pause 0|1>` carry the ground
@@ -37,6 +37,8 @@ VERSION = 1
 PERIOD_US = 166667
 DEFAULT_SECONDS = 120.0
 DEFAULT_GPUS = 2
+# GpuSample's MB/s (10**6 bytes) to the trace's KB/s (1024 bytes).
+MB_TO_KB = 1e6 / 1024
 
 
 def write_trace(out: TextIO, name: str, gpus: int = DEFAULT_GPUS,
@@ -80,7 +82,7 @@ def write_trace(out: TextIO, name: str, gpus: int = DEFAULT_GPUS,
                 w(f"S\t{t_us}\t{s.gpu}\t{util}\t{int(s.util_mem_pct)}\t"
                   f"{int(round(s.power_w * 1000))}\t{int(s.sm_clock_mhz)}\t{int(s.temp_c)}\t"
                   f"{int(s.clock_events)}\t{int(s.mem_used_mib)}\t"
-                  f"{int(round(s.pcie_rx_mbps * 1000))}\t{int(round(s.pcie_tx_mbps * 1000))}\t"
+                  f"{int(round(s.pcie_rx_mbps * MB_TO_KB))}\t{int(round(s.pcie_tx_mbps * MB_TO_KB))}\t"
                   f"{int(round((s.energy_j - energy0[s.gpu]) * 1000))}\t{int(util > 0)}\t"
                   f"{pids}\n")
                 rows += 1

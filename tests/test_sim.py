@@ -1,0 +1,437 @@
+"""The simulated training node: contract, physical coherence, each scenario's properties,
+determinism, trace files, real-time source."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import astuple
+
+import numpy as np
+import pytest
+
+from gpumon import diagnosis as dx
+from gpumon.errors import UserError
+from gpumon.samples import (CLOCK_EVENT_GPU_IDLE, CLOCK_EVENT_SW_POWER_CAP,
+                            CLOCK_EVENT_SW_THERMAL, CLOCK_EVENTS_THROTTLE)
+from gpumon.sim import (PARAMS, SCENARIOS, STATES, SimSource, Truth, draw_params,
+                        parse_sim_spec, simulate)
+from gpumon.sim import params as P
+from gpumon.sim.trace import main as trace_main, read_trace, write_trace
+
+CONTRACT = ("busy", "idle", "data_starvation", "io_fetch", "main_process", "sync_stall",
+            "rank_data_stall", "throttled", "dataparallel", "checkpoint", "validation",
+            "epoch_end", "demo")
+SECONDS = 120
+_cache: dict = {}
+
+
+def run(name, gpus=None, seconds=SECONDS, seed=1, params=None, interval=1.0):
+    key = (name, gpus, seconds, seed, json.dumps(params, sort_keys=True), interval)
+    if key not in _cache:
+        _cache[key] = list(simulate(name, gpus=gpus, seconds=seconds, seed=seed,
+                                    params=params, interval=interval))
+    return _cache[key]
+
+
+def per_gpu(ticks, field):
+    """(gpus, samples) array of a GpuSample field."""
+    n = len(ticks[0].truth.gpus)
+    return np.array([[getattr(s, field) for tk in ticks for s in tk.gpus if s.gpu == g]
+                     for g in range(n)], dtype=float)
+
+
+def power_frac(ticks):
+    return per_gpu(ticks, "power_w") / ticks[0].gpus[0].power_limit_w
+
+
+def truth_states(ticks, g, state):
+    return float(np.mean([tk.truth.states[g][state] for tk in ticks]))
+
+
+# -- contract ------------------------------------------------------------------------------
+def test_scenario_names_are_the_contract():
+    assert tuple(SCENARIOS) == CONTRACT
+    for s in SCENARIOS.values():
+        assert s.description and s.verdict in dx.VERDICTS
+        assert s.cause is None or s.cause in dx.CAUSES
+        assert 1 <= s.min_gpus <= s.default_gpus <= 8
+
+
+def test_parse_sim_spec():
+    assert parse_sim_spec("sync_stall:4") == ("sync_stall", 4)
+    assert parse_sim_spec("busy") == ("busy", SCENARIOS["busy"].default_gpus)
+    for bad in ("nope", "busy:x", "busy:0", "busy:9", "sync_stall:1", "dataparallel:1", ""):
+        with pytest.raises(UserError) as e:
+            parse_sim_spec(bad)
+        assert "\n" not in str(e.value)
+
+
+def test_unknown_parameter_is_a_user_error():
+    with pytest.raises(UserError):
+        list(simulate("busy", seconds=1, params={"no_such_knob": 1}))
+    with pytest.raises(UserError):
+        list(simulate("busy", seconds=1, params={"backend": "mpi"}))
+
+
+# -- physical coherence ----------------------------------------------------------------------
+def check_coherent(ticks, params=None):
+    n = len(ticks[0].truth.gpus)
+    hw = P.finish(P.defaults(params or {}))
+    limit = ticks[0].gpus[0].power_limit_w
+    smax = ticks[0].gpus[0].sm_clock_max_mhz
+    last = {}
+    for i, tk in enumerate(ticks):
+        assert isinstance(tk.truth, Truth)
+        counts = {}
+        for s in tk.gpus:
+            assert s.source == "sim"
+            counts[s.gpu] = counts.get(s.gpu, 0) + 1
+            assert s.time > last.get(s.gpu, -1), "time never goes back"
+            assert s.time <= tk.time + 1e-6
+            last[s.gpu] = s.time
+            assert 0 <= s.util_gpu_pct <= 100 and s.util_gpu_pct == int(s.util_gpu_pct)
+            assert 0 <= s.util_mem_pct <= 100
+            assert 0.8 * hw["idle_power_frac"] * limit <= s.power_w <= limit
+            assert hw["sm_clock_idle_mhz"] - 1 <= s.sm_clock_mhz <= smax
+            assert 15 <= s.temp_c <= 100
+            assert 0 <= s.mem_used_mib <= s.mem_total_mib
+            assert s.pcie_rx_mbps >= 0 and s.pcie_tx_mbps >= 0
+            assert isinstance(s.clock_events, int) and 0 <= s.clock_events < 256
+            # GpuIdle exactly when the clock sits at the idle clock.
+            idle_clock = abs(s.sm_clock_mhz - hw["sm_clock_idle_mhz"]) < 1
+            assert bool(s.clock_events & CLOCK_EVENT_GPU_IDLE) == idle_clock
+            assert isinstance(s.pids, tuple)
+        if i > 0:   # one sample per GPU per driver period (1/6 s) at interval 1 s
+            assert counts == {g: 6 for g in range(n)}
+        for g in range(n):
+            st = tk.truth.states[g]
+            assert set(st) == set(STATES)
+            assert abs(sum(st.values()) - 1) < 1e-6 and min(st.values()) >= -1e-9
+        h = tk.host
+        assert 0 <= h.cpu_pct <= 100 and 0 <= h.iowait_pct <= 100
+        assert h.disk_read_mbps >= 0 and h.disk_write_mbps >= 0
+        assert len(h.cpu_cores_pct) == h.cpu_count
+        assert all(0 <= c <= 100 for c in h.cpu_cores_pct)
+        for j in h.jobs:
+            assert j.main_pid is not None and 0 <= j.main_cpu_pct <= 100 * h.cpu_count
+            assert j.main_thread_max_pct <= 100.0 + 1e-6
+            assert j.loader_busy <= j.loader_workers
+    energy = per_gpu(ticks, "energy_j")
+    assert (np.diff(energy, axis=1) > 0).all()
+
+
+@pytest.mark.parametrize("name", CONTRACT)
+def test_coherent_with_defaults(name):
+    check_coherent(run(name), SCENARIOS[name].params)
+
+
+@pytest.mark.parametrize("name", CONTRACT)
+def test_coherent_with_drawn_parameters(name):
+    for seed in (11, 12):
+        p = draw_params(name, seed)
+        for k, (_, rng) in PARAMS.items():
+            rng = SCENARIOS[name].ranges.get(k, rng)
+            if rng and rng[0] != "choice":
+                assert rng[0] <= p[k] <= rng[1], k
+        spec = SCENARIOS[name]
+        ticks = list(simulate(name, gpus=max(spec.min_gpus, 3), seconds=40, seed=seed,
+                              params=p))
+        check_coherent(ticks, p)
+
+
+def test_step_time_range_is_possible():
+    for step in (0.05, 2.0):
+        ticks = run("busy", params={"step_s": step}, seconds=40)
+        util = per_gpu(ticks[10:], "util_gpu_pct")
+        assert util.mean() > 90
+
+
+# -- determinism -------------------------------------------------------------------------
+def test_same_seed_same_output_and_cut_independent():
+    a = list(simulate("demo", gpus=3, seconds=90, seed=5))
+    b = list(simulate("demo", gpus=3, seconds=90, seed=5))
+    assert [astuple(s) for t in a for s in t.gpus] == [astuple(s) for t in b for s in t.gpus]
+    assert [t.host for t in a] == [t.host for t in b]
+    assert [t.truth for t in a] == [t.truth for t in b]
+    # The sample stream does not depend on the tick interval.
+    c = list(simulate("demo", gpus=3, seconds=90, seed=5, interval=0.5))
+    assert [astuple(s) for t in a for s in t.gpus] == [astuple(s) for t in c for s in t.gpus]
+    d = list(simulate("demo", gpus=3, seconds=90, seed=6))
+    assert [s.power_w for t in a for s in t.gpus] != [s.power_w for t in d for s in t.gpus]
+
+
+# -- scenario properties -----------------------------------------------------------------
+def test_busy():
+    ticks = run("busy")
+    assert per_gpu(ticks, "util_gpu_pct").mean() > 95
+    assert power_frac(ticks).mean() > 0.6
+    assert all(j.loader_busy == 0 for tk in ticks for j in tk.host.jobs)
+    assert {tk.truth.verdict for tk in ticks} == {dx.BUSY}
+
+
+def test_idle():
+    ticks = run("idle")
+    assert (per_gpu(ticks, "util_gpu_pct") == 0).all()
+    assert all(s.pids == () and s.clock_events & CLOCK_EVENT_GPU_IDLE
+               for tk in ticks for s in tk.gpus)
+    assert all(tk.host.jobs == () and tk.host.procs == () for tk in ticks)
+    assert power_frac(ticks).max() < 0.25
+    assert {tk.truth.verdict for tk in ticks} == {dx.IDLE}
+
+
+def test_data_starvation_gloo_all_gpus_idle_together():
+    ticks = run("data_starvation", gpus=3, params={"backend": "gloo"})
+    util = per_gpu(ticks, "util_gpu_pct")
+    all_idle = (util == 0).all(axis=0).mean()
+    assert all_idle > 0.1, "all GPUs idle together between bursts"
+    assert (util >= 90).any(axis=1).all(), "bursts at full utilization"
+    check_loaders_saturated(ticks, range(3))
+    assert {(tk.truth.verdict, tk.truth.cause) for tk in ticks} == \
+        {(dx.DATA_STARVATION, "cpu_preprocessing")}
+    assert all(tk.truth.straggler_gpu is None for tk in ticks)
+
+
+def check_loaders_saturated(ticks, gpus):
+    for g in gpus:
+        jobs = [tk.host.job_on(g) for tk in ticks[5:]]
+        share = np.mean([j.loader_busy == j.loader_workers for j in jobs])
+        assert share > 0.6, f"GPU {g} loader workers saturated"
+
+
+def test_data_starvation_nccl():
+    ticks = run("data_starvation", gpus=4)
+    util = per_gpu(ticks, "util_gpu_pct")
+    # Early on the ranks starve together (they start in step).
+    assert (util[:, :60] == 0).all(axis=0).mean() > 0.1
+    # Every rank waits (for data, or spinning for a rank whose batch is late).
+    for g in range(4):
+        assert truth_states(ticks, g, "computing") < 0.75
+    check_loaders_saturated(ticks, range(4))
+
+
+def test_io_fetch():
+    ticks = run("io_fetch")
+    iow = np.array([tk.host.iowait_pct for tk in ticks[5:]])
+    rd = np.array([tk.host.disk_read_mbps for tk in ticks[5:]])
+    assert iow.mean() > 2 and rd.mean() > 50
+    assert rd.std() / rd.mean() < 0.2, "disk at its limit, steadily"
+    assert np.mean([j.loader_busy for tk in ticks for j in tk.host.jobs]) < 0.5
+    assert per_gpu(ticks, "util_gpu_pct").mean() < 80
+    assert ticks[50].truth.cause == "io_fetch"
+
+
+def test_main_process():
+    ticks = run("main_process")
+    jobs = [tk.host.job_on(0) for tk in ticks[5:]]
+    assert all(j.loader_workers == 0 for j in jobs)
+    thr = np.array([j.main_thread_max_pct for j in jobs])
+    assert thr.mean() > 85, "main thread near one core"
+    assert per_gpu(ticks, "util_gpu_pct").mean() < 75
+    assert ticks[50].truth.cause == "main_process"
+
+
+def test_sync_stall():
+    ticks = run("sync_stall", gpus=4, params={"straggler": 2})
+    pf = power_frac(ticks).mean(axis=1)
+    util = per_gpu(ticks, "util_gpu_pct").mean(axis=1)
+    others = [0, 1, 3]
+    assert pf[2] > pf[others].max() + 0.15, "straggler hot"
+    assert (util[others] > 95).all(), "others read ~100%"
+    assert (pf[others] < 0.65).all(), "... at low power"
+    assert {tk.truth.straggler_gpu for tk in ticks} == {2}
+    assert truth_states(ticks, 0, "waiting_sync") > 0.3
+
+
+def test_sync_stall_gloo_waits_idle():
+    ticks = run("sync_stall", gpus=2, params={"straggler": 0, "backend": "gloo"})
+    util = per_gpu(ticks, "util_gpu_pct").mean(axis=1)
+    assert util[0] > 95 and util[1] < 75
+
+
+def test_rank_data_stall():
+    ticks = run("rank_data_stall", gpus=4, params={"straggler": 1})
+    util = per_gpu(ticks, "util_gpu_pct").mean(axis=1)
+    assert util[1] < 75 and (util[[0, 2, 3]] > 95).all()
+    check_loaders_saturated(ticks, [1])
+    assert np.mean([tk.host.job_on(0).loader_busy for tk in ticks]) < 1
+    assert {(tk.truth.verdict, tk.truth.straggler_gpu) for tk in ticks} == \
+        {(dx.DATA_STARVATION, 1)}
+    assert truth_states(ticks, 1, "waiting_data") > 0.25
+
+
+def test_dataparallel():
+    ticks = run("dataparallel", gpus=4)
+    pids = {s.pids for tk in ticks for s in tk.gpus}
+    assert len(pids) == 1 and len(next(iter(pids))) == 1, "one PID on every GPU"
+    util = per_gpu(ticks, "util_gpu_pct").mean(axis=1)
+    assert util[0] > util[1:].max() + 20
+    assert len({p.pid for p in ticks[50].host.procs if p.role == "main"}) == 1
+    assert {(tk.truth.verdict, tk.truth.cause, tk.truth.straggler_gpu) for tk in ticks} == \
+        {(dx.SYNC_STALL, "dataparallel", 0)}
+
+
+def test_throttled_thermal():
+    ticks = run("throttled", gpus=2, params={"straggler": 1})
+    ev = per_gpu(ticks, "clock_events").astype(int)
+    clk = per_gpu(ticks, "sm_clock_mhz").mean(axis=1)
+    temp = per_gpu(ticks, "temp_c")
+    assert (ev[1] & CLOCK_EVENT_SW_THERMAL).mean() > 0.9
+    assert not (ev[0] & CLOCK_EVENTS_THROTTLE).any()
+    assert clk[1] < 0.85 * clk[0]
+    assert temp[1].mean() > 82 and temp[1].mean() > temp[0].mean() + 10
+    assert {(tk.truth.verdict, tk.truth.cause, tk.truth.straggler_gpu) for tk in ticks} == \
+        {(dx.THROTTLED, "thermal", 1)}
+
+
+def test_throttled_power_cap_one_gpu():
+    ticks = run("throttled", gpus=1, params={"throttle_reason": "power_cap"})
+    ev = per_gpu(ticks, "clock_events").astype(int)
+    assert (ev[0] & CLOCK_EVENT_SW_POWER_CAP).mean() > 0.9
+    assert power_frac(ticks).mean() > 0.9
+    assert {(tk.truth.cause, tk.truth.straggler_gpu) for tk in ticks} == {("power_cap", None)}
+
+
+def pause_runs(ticks):
+    flags = [tk.truth.pause for tk in ticks]
+    return sum(1 for a, b in zip([False] + flags, flags) if b and not a)
+
+
+def test_checkpoint():
+    ticks = run("checkpoint", seconds=180)
+    assert pause_runs(ticks) >= 2, "periodic"
+    util = per_gpu(ticks, "util_gpu_pct").reshape(len(ticks[0].truth.gpus), len(ticks), 6)
+    pause = np.array([tk.truth.pause for tk in ticks])
+    assert util[:, pause].mean() < 10, "GPUs idle while saving"
+    assert util[:, ~pause][:, 2:].mean() > 90, "busy otherwise"
+    writes = np.array([tk.host.disk_write_mbps for tk in ticks])
+    assert writes[pause].mean() > 100 and writes[~pause].max() < writes[pause].mean()
+    assert {tk.truth.verdict for tk in ticks} == {dx.BUSY}
+
+
+def test_validation():
+    ticks = run("validation", seconds=180)
+    assert pause_runs(ticks) >= 2
+    pause = np.array([tk.truth.pause for tk in ticks])
+    util = per_gpu(ticks, "util_gpu_pct").reshape(2, len(ticks), 6).mean(axis=(0, 2))
+    assert util[pause].mean() < util[~pause].mean() - 15, "a different rhythm"
+    assert {tk.truth.verdict for tk in ticks} == {dx.BUSY}
+
+
+def test_epoch_end_restarts_workers():
+    ticks = run("epoch_end", seconds=180)
+    assert pause_runs(ticks) >= 2
+    first = next(i for i, tk in enumerate(ticks) if tk.truth.pause)
+    end = next(i for i in range(first, len(ticks)) if not ticks[i].truth.pause)
+    before = {p.pid for p in ticks[first - 2].host.procs if p.role == "worker"}
+    after = {p.pid for p in ticks[end + 1].host.procs if p.role == "worker"}
+    assert before and after and not before & after, "new worker PIDs after the boundary"
+    assert {tk.truth.verdict for tk in ticks} == {dx.BUSY}
+
+
+def test_demo_passes_through_phases():
+    ticks = run("demo", gpus=4, seconds=320)
+    seen = []
+    for tk in ticks:
+        if not seen or seen[-1] != tk.truth.scenario:
+            seen.append(tk.truth.scenario)
+    assert seen == ["busy", "data_starvation", "busy", "sync_stall", "throttled", "io_fetch",
+                    "idle", "busy"][:len(seen)] and len(seen) >= 7
+    idle = [tk for tk in ticks if tk.truth.scenario == "idle"]
+    assert all(tk.truth.verdict == dx.IDLE for tk in idle)
+    assert all(s.pids == () for tk in idle[1:-1] for s in tk.gpus)
+
+
+def test_host_procs_are_the_jobs():
+    tk = run("busy")[60]
+    mains = [p for p in tk.host.procs if p.role == "main"]
+    workers = [p for p in tk.host.procs if p.role == "worker"]
+    assert len(mains) == 2 and len(workers) == 2 * PARAMS["workers"][0]
+    assert all(p.pid >= 40000 for p in tk.host.procs)
+    for j in tk.host.jobs:
+        assert tk.gpus[j.gpu].pids == (j.main_pid,)
+        assert j.loader_workers == sum(1 for w in workers if w.ppid == j.main_pid)
+
+
+# -- trace files -----------------------------------------------------------------------------
+def test_trace_roundtrip(tmp_path):
+    path = tmp_path / "s.trace"
+    with open(path, "w") as f:
+        rows = write_trace(f, "sync_stall", gpus=3, seconds=10, seed=2)
+    tr = read_trace(str(path))
+    assert tr.ngpus == 3 and len(tr.gpus) == 3 and rows == len(tr.samples) == 3 * 60
+    assert tr.duration_us == 60 * tr.period_us
+    ts = [r["t_us"] for r in tr.samples]
+    assert ts == sorted(ts) and ts[0] == 0 and ts[-1] < tr.duration_us
+    for k in range(60):
+        assert [r["gpu"] for r in tr.samples[3 * k:3 * k + 3]] == [0, 1, 2]
+        assert len({r["t_us"] for r in tr.samples[3 * k:3 * k + 3]}) == 1
+    for r in tr.samples:
+        assert r["active"] == int(r["util_gpu_pct"] > 0) and len(r["pids"]) == 1
+    e = [r["energy_mj"] for r in tr.samples if r["gpu"] == 0]
+    assert e == sorted(e)
+    assert tr.truth and all(v == "sync_stall" for _, v, _, _, _ in tr.truth)
+
+
+def test_trace_cli(tmp_path, capsys):
+    assert trace_main(["--all", "--out", str(tmp_path), "--seconds", "3"]) == 0
+    names = sorted(p.stem for p in tmp_path.glob("*.trace"))
+    assert names == sorted(CONTRACT)
+    for p in tmp_path.glob("*.trace"):
+        read_trace(str(p))
+    one = tmp_path / "one.trace"
+    assert trace_main(["--scenario", "idle", "--out", str(one), "--gpus", "4",
+                       "--seconds", "2"]) == 0
+    assert read_trace(str(one)).ngpus == 4
+    assert trace_main(["--scenario", "nope", "--out", str(one)]) == 1
+    assert "unknown sim scenario" in capsys.readouterr().err
+
+
+def test_read_trace_rejects_garbage(tmp_path):
+    p = tmp_path / "bad.trace"
+    p.write_text("H\tgpumon-trace\t1\t1\t166667\t166667\nS\t0\t0\tx\n")
+    with pytest.raises(UserError):
+        read_trace(str(p))
+
+
+# -- real-time source ----------------------------------------------------------------------
+def test_simsource_with_a_fake_clock():
+    now = [1000.0]
+    src = SimSource("sync_stall", gpus=2, seed=3, clock=lambda: now[0])
+    assert src.kind == "sim" and [i.index for i in src.gpu_infos()] == [0, 1]
+    ref = list(simulate("sync_stall", gpus=2, seconds=5, seed=3, start_time=1000.0))
+    got = []
+    for _ in range(5):
+        now[0] += 1.0
+        got.append(src.read())
+    assert [astuple(s) for t in got for s in t.gpus] == [astuple(s) for t in ref for s in t.gpus]
+    empty = src.read()   # no time passed: no samples, still a host and a truth
+    assert empty.gpus == () and empty.host is not None and empty.truth is not None
+    src.close()
+
+
+def test_simsource_real_time_and_cheap():
+    src = SimSource("busy", gpus=4, seed=0)
+    time.sleep(0.5)
+    first = src.read()
+    assert 2 <= len(first.gpus) // 4 <= 4
+    t0 = time.process_time()
+    n = 0
+    for _ in range(3):
+        time.sleep(0.34)
+        n += len(src.read().gpus)
+    cost = (time.process_time() - t0) / 3
+    assert n >= 4 * 4
+    assert cost < 0.02, f"read() costs {cost * 1e3:.1f} ms"
+    src.close()
+
+
+def test_sim_list_command(capsys):
+    from gpumon.cli import main
+    assert main(["sim", "list", "--json"]) == 0
+    names = [d["name"] for d in json.loads(capsys.readouterr().out)]
+    assert names == list(CONTRACT)
+    assert main(["sim", "list"]) == 0
+    out = capsys.readouterr().out
+    assert all(n in out for n in CONTRACT)
+    assert main(["sim", "params", "sync_stall", "--json"]) == 0
+    assert "straggler_factor" in json.loads(capsys.readouterr().out)
