@@ -103,7 +103,8 @@ class Store:
     at most that many bins, dropping the oldest (live use); without it, it grows (a log).
     """
 
-    def __init__(self, origin: float, th: Thresholds = DEFAULT, cap: Optional[int] = None):
+    def __init__(self, origin: float, th: Thresholds = DEFAULT, cap: Optional[int] = None,
+                 dtype=np.float64):
         self.origin = origin
         self.th = th
         self.cap = cap
@@ -111,8 +112,9 @@ class Store:
         self.nb = 0                      # bins in use
         self.gpus: list[int] = []        # row -> GPU index
         self.rows: dict[int, int] = {}
-        self.g = np.zeros((len(GPU_FIELDS), 0, cap or 0))
-        self.h = np.zeros((len(HOST_FIELDS), cap or 0))
+        self.dtype = dtype             # float32 halves a day-long log's bins; sums stay exact
+        self.g = np.zeros((len(GPU_FIELDS), 0, cap or 0), dtype)
+        self.h = np.zeros((len(HOST_FIELDS), cap or 0), dtype)
         self.carry = RunCarry()
         self.pids: dict[int, tuple] = {}  # gpu -> latest known PIDs (live grouping)
 
@@ -123,7 +125,7 @@ class Store:
             for gpu in sorted(new):
                 self.rows[gpu] = len(self.gpus)
                 self.gpus.append(gpu)
-            pad = np.zeros((self.g.shape[0], len(new), self.g.shape[2]))
+            pad = np.zeros((self.g.shape[0], len(new), self.g.shape[2]), self.dtype)
             self.g = np.concatenate([self.g, pad], axis=1)
         lut = np.full(max(self.rows) + 1, -1, dtype=np.int64)
         for gpu, row in self.rows.items():
@@ -140,19 +142,23 @@ class Store:
         need = bmax - self.b0 + 1
         if self.cap:
             if need > self.cap:
-                shift = min(need - self.cap, self.g.shape[2])
-                self.g = np.roll(self.g, -shift, axis=2)
-                self.h = np.roll(self.h, -shift, axis=1)
-                self.g[:, :, -shift:] = 0.0
-                self.h[:, -shift:] = 0.0
+                shift = need - self.cap
+                if shift >= self.cap:
+                    self.g[:] = 0.0
+                    self.h[:] = 0.0
+                else:
+                    self.g[:, :, :-shift] = self.g[:, :, shift:]
+                    self.h[:, :-shift] = self.h[:, shift:]
+                    self.g[:, :, -shift:] = 0.0
+                    self.h[:, -shift:] = 0.0
                 self.b0 += shift
-                need -= shift
+                need = self.cap
                 self.nb = max(0, self.nb - shift)
         elif need > self.g.shape[2]:
             grow = max(need, int(self.g.shape[2] * 1.5) + 16)
-            g = np.zeros((self.g.shape[0], self.g.shape[1], grow))
+            g = np.zeros((self.g.shape[0], self.g.shape[1], grow), self.dtype)
             g[:, :, :self.g.shape[2]] = self.g
-            h = np.zeros((self.h.shape[0], grow))
+            h = np.zeros((self.h.shape[0], grow), self.dtype)
             h[:, :self.h.shape[1]] = self.h
             self.g, self.h = g, h
         self.nb = max(self.nb, need)
@@ -311,13 +317,16 @@ class Store:
             self._add(self.h, HI[cnt], None, slots, ok.astype(float))
 
     # -- reading ------------------------------------------------------------------------------
-    def view(self, rows: Optional[list[int]] = None, stop: Optional[int] = None):
-        """(g, h) for the bins in use, optionally some rows and up to ``stop`` (exclusive)."""
+    def view(self, rows: Optional[list[int]] = None, stop: Optional[int] = None,
+             start: int = 0):
+        """(g, h) for bins ``start`` to ``stop`` (exclusive; default all in use), optionally
+        some rows only, as float64."""
         stop = self.nb if stop is None else stop
-        g = self.g[:, :, :stop]
+        g = self.g[:, :, start:stop]
         if rows is not None:
             g = g[:, rows, :]
-        return g, self.h[:, :stop]
+        return g.astype(np.float64, copy=False), self.h[:, start:stop].astype(np.float64,
+                                                                             copy=False)
 
     def bin_time(self, i: int) -> float:
         return self.origin + (self.b0 + i) * self.th.bin_s

@@ -20,6 +20,8 @@ class Thresholds:
                       "1 s average, so power and utilization are only compared on >= 1 s spans.")
     window_s: float = th(6.0, "s", "Span a live verdict is judged on: long enough for a few "
                          "steps of a fast job, short enough to answer within 5 s of a change.")
+    window_1hz_s: float = th(12.0, "s", "Span judged when the log has one sample per second "
+                             "(nvidia-smi): too few samples in window_s to see a duty cycle.")
     context_s: float = th(30.0, "s", "History before an all-idle stretch that decides whether it "
                           "is a pause of a healthy run (checkpoint, validation, epoch end).")
     pause_max_s: float = th(90.0, "s", "An all-idle stretch longer than this is no longer a "

@@ -1,0 +1,33 @@
+"""`gpumon analyze`: offline diagnosis of gpumon, nvidia-smi --query-gpu, nvidia-smi dmon and
+plain time/gpu/utilization CSV logs, through the live detector's bins, features and rules.
+
+    from gpumon.analyze import analyze_file
+    log, tl = analyze_file("run.csv")          # Log, Timeline
+    to_json(tl) / to_text(log, tl)
+
+pyarrow (the `analyze` extra) is imported lazily, only here.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from gpumon.errors import UserError
+from gpumon.analyze.log import Log, Malformed
+from gpumon.analyze.readers import detect, read_log
+from gpumon.analyze.report import to_json, to_text
+from gpumon.analyze.timeline import Timeline, summary, timeline
+from gpumon.detect.thresholds import DEFAULT, Thresholds
+
+
+def analyze_file(path: str, interval: Optional[float] = None,
+                 th: Thresholds = DEFAULT) -> tuple[Log, Timeline]:
+    log = read_log(path, interval)
+    if log.empty:
+        bad = (f" ({log.malformed.count} malformed line(s), the first at line "
+               f"{log.malformed.first_line})" if log.malformed.count else "")
+        raise UserError(f"{path}: no usable samples (no GPU utilization values){bad}")
+    return log, timeline(log, th)
+
+
+__all__ = ["analyze_file", "read_log", "detect", "timeline", "summary", "to_json", "to_text",
+           "Log", "Malformed", "Timeline"]

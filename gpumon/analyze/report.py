@@ -1,0 +1,94 @@
+"""`gpumon analyze` output: JSON (the contract in issue 4) and text."""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Optional
+
+from gpumon.analyze.log import Log
+from gpumon.analyze.timeline import Timeline, summary
+
+# Evidence shown in the text report, with its label and format.
+TEXT_EVIDENCE = (("duty_cycle", "duty", "{:.0%}"), ("burst_s", "burst", "{:.2f}s"),
+                 ("gap_s", "gap", "{:.2f}s"), ("gap_sync", "gap sync", "{:.2f}"),
+                 ("power_frac_busy", "power while busy", "{:.0%} of limit"),
+                 ("rel_power_min", "coldest/hottest", "{:.2f}"),
+                 ("clock_frac", "clock", "{:.0%} of max"),
+                 ("throttle_share", "throttle", "{:.0%}"),
+                 ("loader_cpu_pct", "loader CPU", "{:.0f}%"),
+                 ("main_cpu_pct", "main CPU", "{:.0f}%"),
+                 ("main_thread_max_pct", "main thread", "{:.0f}%"),
+                 ("iowait_pct", "iowait", "{:.1f}%"),
+                 ("disk_read_mbps", "disk read", "{:.0f} MB/s"))
+
+
+def to_json(tl: Timeline) -> dict:
+    return {
+        "summary": summary(tl),
+        "segments": [{"start": round(d.start, 3), "end": round(d.end, 3), "verdict": d.verdict,
+                      "cause": d.cause, "gpus": list(d.gpus), "confidence": d.confidence,
+                      "evidence": d.evidence, "advice": d.advice} for d in tl.segments],
+    }
+
+
+def _clock(t: Optional[float], t0: float) -> str:
+    if t is None:
+        return "?"
+    if t0 > 1e8:   # epoch seconds: wall-clock time
+        return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M:%S")
+    return f"{t - t0:7.0f}s"
+
+
+def _dur(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else (
+        f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
+
+
+def evidence_line(ev: dict) -> str:
+    parts = []
+    for key, label, fmt in TEXT_EVIDENCE:
+        v = ev.get(key)
+        if v is not None:
+            parts.append(f"{label} {fmt.format(v)}")
+    return ", ".join(parts)
+
+
+def to_text(log: Log, tl: Timeline) -> str:
+    sm = summary(tl)
+    span = (tl.end or 0) - (tl.start or 0)
+    rate = tl.samples_per_s or 0.0
+    gpus = ",".join(str(g) for g in sm["gpus"]) or "-"
+    out = [f"{log.path}: {log.kind} log, {_dur(span)}, GPUs {gpus}, "
+           f"{rate:.1f} samples/s per GPU"]
+    if log.malformed.count:
+        out.append(f"  {log.malformed.count} malformed line(s) skipped, the first at line "
+                   f"{log.malformed.first_line}")
+    head = sm["verdict"]
+    if sm["cause"]:
+        head += f" ({sm['cause']})"
+    if sm["straggler_gpu"] is not None:
+        head += f", straggler GPU {sm['straggler_gpu']}"
+    out.append(f"verdict: {head}, confidence {sm['confidence']:.2f}")
+    fr = ", ".join(f"{k} {v:.0%}" for k, v in sm["fractions"].items())
+    if fr:
+        out.append(f"  time: {fr}")
+    main = [d for d in tl.segments if d.verdict == sm["verdict"] and d.cause == sm["cause"]
+            and d.straggler_gpu == sm["straggler_gpu"] and list(d.gpus) == sm["gpus"]]
+    if main:
+        longest = max(main, key=lambda d: d.end - d.start)
+        ev = evidence_line(longest.evidence)
+        if ev:
+            out.append(f"  evidence: {ev}")
+        out.append(f"  advice: {longest.advice}")
+        if longest.missing:
+            out.append(f"  missing signals: {', '.join(longest.missing)}")
+    out.append("timeline:")
+    t0 = tl.start or 0.0
+    for d in tl.segments:
+        name = d.verdict + (f" ({d.cause})" if d.cause else "")
+        if d.straggler_gpu is not None:
+            name += f" straggler {d.straggler_gpu}"
+        gp = ",".join(map(str, d.gpus))
+        out.append(f"  {_clock(d.start, t0)} - {_clock(d.end, t0)}  {_dur(d.end - d.start):>7}"
+                   f"  GPUs {gp:<8} {name}  [{d.confidence:.2f}]")
+    return "\n".join(out)

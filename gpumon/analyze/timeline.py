@@ -1,0 +1,192 @@
+"""A whole log through the detector: per-second verdicts, hysteresis, segments, summary.
+
+The log's samples go into the same per-second bins as live data (gpumon.detect.bins); the
+same features and rules judge the window ending at every second, and the same Hysteresis
+turns them into a timeline. Windows are evaluated in chunks so a day-long log stays small.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import numpy as np
+
+from gpumon.diagnosis import IDLE, INSUFFICIENT_DATA, VERDICTS, Diagnosis
+from gpumon.detect.bins import Store
+from gpumon.detect.engine import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
+from gpumon.detect.features import pause_mask, window_features
+from gpumon.detect.rules import judge
+from gpumon.detect.stream import Hysteresis
+from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.analyze.log import Log
+
+CHUNK_BINS = 4096
+# Evidence of a segment: the median over at most this many evenly spaced seconds of it.
+EVIDENCE_POINTS = 9
+
+
+@dataclass
+class Timeline:
+    segments: list = field(default_factory=list)     # Diagnosis, start/end set, time order
+    jobs: list = field(default_factory=list)         # (gpus, shared_process)
+    start: Optional[float] = None
+    end: Optional[float] = None
+    samples_per_s: Optional[float] = None
+
+
+def _rate(log: Log) -> float:
+    s = log.samples
+    span = float(s.time.max() - s.time.min()) if len(s.time) > 1 else 0.0
+    ngpu = len(np.unique(s.gpu)) or 1
+    return len(s.time) / ngpu / span if span > 0 else 0.0
+
+
+def build_store(log: Log, th: Thresholds) -> Store:
+    s = log.samples
+    st = Store(math.floor(float(np.nanmin(s.time))), th, dtype=np.float32)
+    st.add_samples(s)
+    if log.jobs is not None:
+        st.add_jobs(log.jobs)
+    if log.host is not None:
+        st.add_host(log.host)
+    return st
+
+
+def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, th: Thresholds,
+                  ends: np.ndarray, keep_features: bool = False):
+    """Rule output (and optionally features) at ``ends`` (sorted), chunk by chunk."""
+    W = max(1, int(round(th.window_s / th.bin_s)))
+    outs, feats = [], []
+    i = 0
+    while i < len(ends):
+        lo_end = int(ends[i])
+        j = int(np.searchsorted(ends, lo_end + CHUNK_BINS, side="left"))
+        hi_end = int(ends[j - 1])
+        lo = max(0, lo_end - W + 1)
+        g, h = st.view(rows, hi_end + 1, lo)
+        f = window_features(g, h, ends[i:j] - lo, pause[lo:hi_end + 1], th)
+        outs.append(judge(f, shared, th))
+        if keep_features:
+            feats.append(f)
+        i = j
+    return outs, feats
+
+
+def _cat(parts: list[dict]) -> dict:
+    out = {}
+    for k in parts[0]:
+        a = [p[k] for p in parts]
+        out[k] = np.concatenate(a, axis=-1) if np.ndim(a[0]) else np.array(a)
+    return out
+
+
+def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
+    rate = _rate(log)
+    if rate and rate < 2.0:
+        th = replace(th, window_s=max(th.window_s, th.window_1hz_s))
+    st = build_store(log, th)
+    nb = st.nb
+    start = st.bin_time(0)
+    end = float(np.nanmax(log.samples.time))
+    pids = dict(log.pids) if log.pids else {}
+    for g in st.gpus:
+        pids.setdefault(g, None)
+    jobs = store_jobs(st, nb, nb, pids, {}, th)
+    tl = Timeline(jobs=jobs, start=float(np.nanmin(log.samples.time)), end=end,
+                  samples_per_s=rate)
+    if not jobs:
+        tl.segments = [Diagnosis(verdict=IDLE, gpus=tuple(sorted(st.gpus)), confidence=0.9,
+                                 evidence={k: None for k in EVIDENCE_KEYS},
+                                 advice="no work on the GPUs", start=start, end=end)]
+        return tl
+    ends = np.arange(nb)
+    for gpus, shared in jobs:
+        rows = [st.rows[x] for x in gpus]
+        g, _ = st.view(rows)
+        pause = pause_mask(g, th)
+        del g
+        outs, _ = _judge_chunks(st, rows, shared, pause, th, ends)
+        r = _cat(outs)
+        hy = Hysteresis(th.hold_s)
+        held = np.empty(nb, dtype=object)
+        v, c, s = r["verdict"], r["cause"], r["straggler"]
+        for e in range(nb):
+            hy.step(st.bin_time(e + 1), (int(v[e]), int(c[e]), int(s[e])))
+            held[e] = hy.current
+        # Segments: runs of one held verdict.
+        bounds = [0] + [e for e in range(1, nb) if held[e] != held[e - 1]] + [nb]
+        spans = list(zip(bounds[:-1], bounds[1:]))
+        picks = []
+        for a, b in spans:
+            k = min(EVIDENCE_POINTS, b - a)
+            picks.append(np.unique(np.linspace(a, b - 1, k).round().astype(int)))
+        pts = np.unique(np.concatenate(picks))
+        outs2, feats = _judge_chunks(st, rows, shared, pause, th, pts, keep_features=True)
+        f_all, r_all = _cat(feats), _cat(outs2)
+        where = {int(p): i for i, p in enumerate(pts)}
+        for (a, b), pk in zip(spans, picks):
+            key = held[a]
+            ds = [make_diagnosis(f_all, r_all, where[int(p)], gpus, None, None, th) for p in pk]
+            vcode, ccode, scode = key
+            conf = [float(r["confidence"][e]) for e in range(a, b)
+                    if (int(v[e]), int(c[e]), int(s[e])) == key]
+            seg = _merge(ds, key, gpus, st.bin_time(a), min(st.bin_time(b), end), conf)
+            tl.segments.append(seg)
+    tl.segments.sort(key=lambda d: (d.start, d.gpus))
+    return tl
+
+
+def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
+           conf: list[float]) -> Diagnosis:
+    from gpumon.detect.advice import advice
+    from gpumon.detect.rules import CAUSE_NAMES
+    v, c, s = key
+    verdict = VERDICTS[v]
+    cause = CAUSE_NAMES[c] if c >= 0 else None
+    strag = gpus[s] if s >= 0 else None
+    ev = {}
+    for k in EVIDENCE_KEYS:
+        vals = [d.evidence.get(k) for d in ds if d.evidence.get(k) is not None]
+        ev[k] = round(float(np.median(vals)), 4) if vals else None
+    missing = sorted({m for d in ds for m in d.missing})
+    base = float(np.mean(conf)) if conf else 0.5
+    for m in missing:
+        base *= CONFIDENCE_FACTOR.get(m, 1.0)
+    return Diagnosis(verdict=verdict, gpus=tuple(gpus), cause=cause, straggler_gpu=strag,
+                     confidence=round(min(0.99, base), 3), evidence=ev,
+                     advice=advice(verdict, cause, strag), start=start, end=end,
+                     missing=tuple(missing))
+
+
+def summary(tl: Timeline) -> dict:
+    """The verdict that explains most of the run once start-up and shutdown are set aside."""
+    if not tl.segments:
+        return {"verdict": INSUFFICIENT_DATA, "cause": None, "gpus": [], "straggler_gpu": None,
+                "confidence": 0.0, "fractions": {}}
+    main = max(tl.jobs, key=lambda j: (len(j[0]), -j[0][0]))[0] if tl.jobs else \
+        tl.segments[0].gpus
+    segs = [d for d in tl.segments if tuple(d.gpus) == tuple(main)]
+    edge = (IDLE, INSUFFICIENT_DATA)
+    a, b = 0, len(segs)
+    while a < b and segs[a].verdict in edge:
+        a += 1
+    while b > a and segs[b - 1].verdict in edge:
+        b -= 1
+    core = segs[a:b] or segs
+    total = sum(d.end - d.start for d in core) or 1.0
+    frac: dict[str, float] = {}
+    for d in core:
+        frac[d.verdict] = frac.get(d.verdict, 0.0) + (d.end - d.start) / total
+    verdict = max(frac, key=lambda k: frac[k])
+    of = [d for d in core if d.verdict == verdict]
+    weight: dict = {}
+    for d in of:
+        k = (d.cause, d.straggler_gpu)
+        weight[k] = weight.get(k, 0.0) + (d.end - d.start)
+    cause, strag = max(weight, key=lambda k: weight[k])
+    dur = sum(d.end - d.start for d in of) or 1.0
+    conf = sum(d.confidence * (d.end - d.start) for d in of) / dur
+    return {"verdict": verdict, "cause": cause, "gpus": list(main), "straggler_gpu": strag,
+            "confidence": round(conf, 3),
+            "fractions": {k: round(v, 4) for k, v in sorted(frac.items(), key=lambda x: -x[1])}}
