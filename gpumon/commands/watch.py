@@ -117,7 +117,7 @@ def is_plain(args, out=None) -> bool:
 
 def run(args) -> int:
     if args.replay and args.sim:
-        raise UserError("--replay and --sim cannot be used together")
+        raise UserError("--replay and --sim cannot be used together", 2)
     if args.replay:
         from gpumon.replay import ReplaySource
         source = ReplaySource(args.replay, speed=args.speed)

@@ -1,0 +1,216 @@
+"""`gpumon watch`: piped lines, signals, --log, replay, and the live screen inside tmux."""
+import csv
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from gpumon.csvlog import CsvSink
+from gpumon.errors import UserError
+from gpumon.replay import ReplaySource
+from ui_fixtures import diagnosis_at, ticks
+
+LINE = re.compile(r"^\d\d:\d\d:\d\d\|.*\|(busy|idle|data|sync|thrm|----)")
+needs_sim = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("gpumon.sim") is None, reason="gpumon.sim not built")
+
+
+def _utc_env(env):
+    return dict(env, TZ="UTC")
+
+
+@needs_sim
+def test_piped_prints_plain_lines_as_they_come(gpumon_cmd, clean_env):
+    p = subprocess.Popen(gpumon_cmd + ["watch", "--sim", "busy:2", "--duration", "3"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env)
+    head = [p.stdout.readline(), p.stdout.readline()]
+    assert "2 SIMULATED GPUs (busy:2)" in head[0]
+    assert head[1].startswith("time    |g0 util power|g1 util power|verdict")
+    first = p.stdout.readline()
+    assert LINE.match(first), first
+    assert p.poll() is None                       # flushed while still running
+    out, err = p.communicate(timeout=20)
+    lines = out.splitlines()
+    assert p.returncode == 0, err
+    assert sum(1 for x in [first] + lines if LINE.match(x)) >= 3
+    assert lines[-1].startswith("gpumon watched 2 SIMULATED GPUs (0,1, busy:2) for 0:00:0")
+    assert "busy" in lines[-1]
+    assert "\x1b[" not in out
+
+
+@needs_sim
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_cleanly_with_summary(gpumon_cmd, clean_env, sig):
+    p = subprocess.Popen(gpumon_cmd + ["watch", "--sim", "busy:1"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=clean_env)
+    for _ in range(3):
+        p.stdout.readline()                        # header, header, first line
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=15)
+    assert p.returncode == 0, err
+    assert out.splitlines()[-1].startswith("gpumon watched 1 SIMULATED GPU")
+    assert "Traceback" not in err
+
+
+@needs_sim
+def test_log_option_writes_the_csv(gpumon_cmd, clean_env, tmp_path):
+    path = tmp_path / "run.csv"
+    r = subprocess.run(gpumon_cmd + ["watch", "--sim", "busy:2", "--duration", "2", "--log",
+                                     str(path)], capture_output=True, text=True, env=clean_env,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(path.open()))
+    assert len(rows) >= 12 and {row["gpu"] for row in rows} == {"0", "1"}
+    assert {row["source"] for row in rows} == {"sim"}
+    again = subprocess.run(gpumon_cmd + ["watch", "--sim", "busy:2", "--duration", "1", "--log",
+                                         str(path)], capture_output=True, text=True,
+                           env=clean_env, timeout=30)
+    assert again.returncode == 1 and "exists" in again.stderr and "Traceback" not in again.stderr
+
+
+def _write_log(path, n=2, seconds=8):
+    sink = CsvSink(str(path))
+    for sec, t in enumerate(ticks(n, seconds)):
+        sink.write(t, diagnosis_at(sec, n))
+    sink.close()
+
+
+def test_replay_plays_a_log_through_the_same_path(gpumon_cmd, clean_env, tmp_path):
+    path = tmp_path / "small.csv"
+    _write_log(path)
+    t0 = time.monotonic()
+    r = subprocess.run(gpumon_cmd + ["watch", "--replay", str(path), "--speed", "20"],
+                       capture_output=True, text=True, env=_utc_env(clean_env), timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - t0 < 10
+    lines = r.stdout.splitlines()
+    assert "2 REPLAYED GPUs (small.csv x20)" in lines[0]
+    data = [x for x in lines if LINE.match(x)]
+    # The log's own clock (fixture times start at 22:13:21 UTC), one line per logged second.
+    assert data[0].startswith("22:13:21|") and data[-1].startswith("22:13:28|")
+    assert len(data) == 8
+    assert lines[-1].startswith("gpumon watched 2 replayed GPUs (0,1, small.csv x20)")
+
+
+def test_replay_source_follows_its_clock(tmp_path):
+    path = tmp_path / "small.csv"
+    _write_log(path, n=1, seconds=5)
+    now = [100.0]
+    src = ReplaySource(str(path), speed=2.0, clock=lambda: now[0])
+    assert src.kind == "replay" and [i.index for i in src.gpu_infos()] == [0]
+    first = src.read()
+    assert {s.source for s in first.gpus} == {"replay"} and len(first.gpus) == 6
+    # The log starts at its first sample (1/6 s before the first tick's end); 1 s of wall
+    # time at speed 2 is 2 s of log time: the second tick is due, the third not yet.
+    now[0] += 1.0
+    second = src.read()
+    assert len(second.gpus) == 6 and second.time == first.time + 1
+    now[0] += 1.0
+    merged = src.read()                            # ticks 3 and 4, as one
+    assert len(merged.gpus) == 12 and merged.time == first.time + 3
+    assert [s.time for s in merged.gpus] == sorted(s.time for s in merged.gpus)
+    now[0] += 100
+    rest = src.read()
+    assert src.done and len(rest.gpus) == 6
+    assert src.read().gpus == ()
+    src.close()
+
+
+def test_replay_bad_input_is_one_line(tmp_path, gpumon_cmd, clean_env):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(UserError, match="not a gpumon CSV"):
+        ReplaySource(str(empty))
+    with pytest.raises(UserError, match="cannot read"):
+        ReplaySource(str(tmp_path / "missing.csv"))
+    r = subprocess.run(gpumon_cmd + ["watch", "--replay", str(empty)], capture_output=True,
+                       text=True, env=clean_env, timeout=30)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    r = subprocess.run(gpumon_cmd + ["watch", "--replay", str(empty), "--sim", "busy"],
+                       capture_output=True, text=True, env=clean_env, timeout=30)
+    assert r.returncode == 2 and "cannot be used together" in r.stderr
+
+
+# -- the live screen, in a real terminal --------------------------------------------------------
+class Tmux:
+    """A private tmux server with one pane of a fixed size."""
+
+    def __init__(self, width=100, height=30):
+        self.sock = f"gpumon-test-{uuid.uuid4().hex[:8]}"
+        self.size = (width, height)
+
+    def run(self, *args, check=True):
+        return subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True,
+                              check=check, timeout=10)
+
+    def start(self, command: str, env: dict):
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()
+                           if k in ("PYTHONPATH", "PATH", "HOME", "TZ"))
+        self.run("new-session", "-d", "-s", "t", "-x", str(self.size[0]), "-y",
+                 str(self.size[1]), f"env {exports} {command}; echo EXIT=$?; sleep 60")
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "t").stdout
+
+    def wait_for(self, predicate, timeout=15.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.screen()
+            if predicate(text) or time.monotonic() > deadline:
+                return text
+            time.sleep(0.3)
+
+    def close(self):
+        self.run("kill-server", check=False)
+
+
+@pytest.fixture
+def tmux():
+    if not shutil.which("tmux"):
+        pytest.skip("tmux not installed")
+    t = Tmux()
+    yield t
+    t.close()
+
+
+@needs_sim
+def test_live_screen_in_tmux(tmux, clean_env):
+    """The issue's "done when": all four GPUs and the sync_stall verdict in a 100x30 pane."""
+    env = dict(clean_env)
+    env.pop("NO_COLOR", None)
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "gpumon", "watch", "--sim",
+                                           "sync_stall:4"])
+    tmux.start(cmd, env)
+    text = tmux.wait_for(lambda s: "SYNC STALL" in s)
+    lines = text.splitlines()
+    assert "SIMULATED sync_stall:4" in lines[0], text
+    for g in range(4):
+        assert any(re.match(rf"\s*{g} \S", line) for line in lines), text
+    assert "SYNC STALL" in text, text
+    assert re.search(r"[▁▂▃▄▅▆▇█]{10}", text)              # sparklines drawn
+    assert all(len(line) <= 100 for line in lines)
+    tmux.run("send-keys", "-t", "t", "C-c")
+    after = tmux.wait_for(lambda s: "EXIT=" in s, timeout=10)
+    assert "EXIT=0" in after, after
+    assert "gpumon watched 4 SIMULATED GPUs" in after      # the summary, on the normal screen
+    assert "╭" not in after and "SIMULATED sync_stall:4   4 GPUs" not in after  # screen left
+
+
+@needs_sim
+def test_q_key_quits_and_no_color(tmux, clean_env):
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "gpumon", "--sim", "busy:1",
+                                           "--no-color"])
+    tmux.start(cmd, clean_env)
+    text = tmux.wait_for(lambda s: "BUSY" in s or "INSUFFICIENT" in s)
+    assert "SIMULATED busy:1" in text, text
+    tmux.run("send-keys", "-t", "t", "q")
+    after = tmux.wait_for(lambda s: "EXIT=" in s, timeout=10)
+    assert "EXIT=0" in after and "gpumon watched 1 SIMULATED GPU" in after, after
+    assert "q" not in after.splitlines()[0]                # the key was not echoed
