@@ -435,3 +435,23 @@ def test_sim_list_command(capsys):
     assert all(n in out for n in CONTRACT)
     assert main(["sim", "params", "sync_stall", "--json"]) == 0
     assert "straggler_factor" in json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("name", CONTRACT)
+def test_model_segments_are_consistent(name):
+    """GPU timelines tile time; no process is in two places at once (drawn parameters,
+    DataParallel and num_workers=0 included)."""
+    from gpumon.sim.model import Node
+    spec = SCENARIOS[name]
+    for seed, extra in ((21, {}), (22, {"workers": 0})):
+        p = {**draw_params(name, seed), **(extra if spec.mode != "nojob" else {})}
+        node = Node(name, max(spec.min_gpus, 3), seed, p)
+        node.run_until(100.0)
+        for segs in node.gsegs:
+            a = np.array(segs)
+            assert (a[:, 1] > a[:, 0]).all() and np.allclose(a[1:, 0], a[:-1, 1])
+        for pr in node.procs:
+            if pr.segs:
+                a = np.array(pr.segs)
+                assert (a[:, 1] > a[:, 0]).all() and (a[1:, 0] >= a[:-1, 1] - 1e-9).all()
+                assert (a[:, 2] >= 0).all() and (a[:, 2] <= 1).all()

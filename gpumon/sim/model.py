@@ -443,7 +443,8 @@ class Node:
         ld, main, n = self.loaders[0], self.mains[0], self.n
         ready = ld.take(t)
         c0 = ready if ready > t else t
-        main.seg(t, c0, MAIN_WAIT_CPU)
+        if ld.k:
+            main.seg(t, c0, MAIN_WAIT_CPU)
         u1 = c0 + self.upload_s(p)
         extra = p["dp_gpu0_extra"] * p["step_s"]
         x1, x2 = 0.4 * extra, 0.6 * extra
