@@ -1,0 +1,193 @@
+"""Offline analysis benchmark: ``gpumon analyze`` on a day-long 8-GPU nvidia-smi log at 1 Hz.
+
+The log (86,400 s x 8 GPUs = 691,200 rows) is what
+``nvidia-smi --query-gpu=... --format=csv -l 1`` writes, generated once into build/bench/
+from a synthetic day of training: phases of steady compute, input-bound bursts, a straggler
+with the others spinning cold in a collective, a throttled GPU, and idle gaps. It is timed
+beside ``pandas.read_csv`` loading the same file; each runs in its own process, so its peak
+RSS (ru_maxrss from wait4) is its own.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+DAY_S = 86_400
+GPUS = 8
+# Bump when the generated content changes, so a stale file is regenerated.
+GENERATOR_VERSION = 1
+START = 1_714_521_600  # 2024-05-01 00:00:00 UTC
+HEADER = ("timestamp, index, name, pci.bus_id, utilization.gpu [%], utilization.memory [%], "
+          "memory.used [MiB], memory.total [MiB], power.draw [W], power.limit [W], "
+          "clocks.sm [MHz], clocks.max.sm [MHz], temperature.gpu, "
+          "clocks_event_reasons.active")
+# Phases of the synthetic day, cycled: (name, minutes).
+PHASES = (("busy", 50), ("starved", 30), ("busy", 40), ("sync_stall", 25), ("idle", 10),
+          ("throttled", 20), ("starved", 35), ("busy", 30))
+POWER_LIMIT_W = 700.0
+MEM_TOTAL_MIB = 81559
+
+
+def day_path(build_dir: str) -> str:
+    return os.path.join(build_dir, f"nvsmi-day-8gpu-v{GENERATOR_VERSION}.csv")
+
+
+def phase_of_second(seconds: int) -> np.ndarray:
+    """The phase index (into PHASES) of every second of the day."""
+    spans = np.array([m * 60 for _, m in PHASES])
+    cycle = spans.sum()
+    pos = np.arange(seconds) % cycle
+    return np.searchsorted(np.cumsum(spans), pos, side="right")
+
+
+def day_columns(seconds: int = DAY_S, gpus: int = GPUS, seed: int = 9) -> dict[str, np.ndarray]:
+    """Per row (second-major, then GPU) values of the synthetic day, as arrays."""
+    rng = np.random.default_rng(seed)
+    n = seconds * gpus
+    sec = np.repeat(np.arange(seconds), gpus)
+    gpu = np.tile(np.arange(gpus), seconds)
+    names = np.array([p for p, _ in PHASES])
+    phase = names[phase_of_second(seconds)][sec]
+    util = np.clip(rng.normal(97, 2, n), 0, 100)
+    power = np.clip(rng.normal(0.86, 0.03, n), 0, 1) * POWER_LIMIT_W
+    clock = np.full(n, 1980.0)
+    events = np.zeros(n, dtype=np.int64)
+    # Input-bound: every GPU computes ~3 s then waits ~4 s for the next batch, together.
+    starved = phase == "starved"
+    wait = (sec % 7) >= 3
+    util[starved & wait] = 0.0
+    power[starved] = np.where(wait[starved], 0.25, 0.7) * POWER_LIMIT_W
+    # Sync stall: GPU 3 computes in bursts; the others spin in the collective, cold.
+    stall = phase == "sync_stall"
+    straggler = stall & (gpu == 3)
+    util[straggler] = np.where((sec[straggler] % 5) < 3, 100.0, 0.0)
+    others = stall & (gpu != 3)
+    util[others] = 100.0
+    power[others] = np.clip(rng.normal(0.28, 0.03, others.sum()), 0, 1) * POWER_LIMIT_W
+    idle = phase == "idle"
+    util[idle], power[idle], clock[idle], events[idle] = 0.0, 70.0, 345.0, 0x1
+    thr = (phase == "throttled") & (gpu == 5)
+    clock[thr], events[thr] = 1410.0, 0x20
+    temp = np.where(thr, 88, 55 + gpu + (util > 50) * 10)
+    mem_util = np.round(util * 0.35)
+    mem_used = np.where(idle, 0, 40960 + 512 * gpu)
+    return {"sec": sec, "gpu": gpu, "util": np.round(util), "mem_util": mem_util,
+            "mem_used": mem_used, "power": power, "clock": clock, "temp": temp,
+            "events": events}
+
+
+def write_day(path: str, seconds: int = DAY_S, gpus: int = GPUS) -> int:
+    """Write the nvidia-smi CSV (atomically); returns the number of data rows."""
+    c = day_columns(seconds, gpus)
+    stamps = [time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(START + s)) + ".000"
+              for s in range(seconds)]
+    name = "NVIDIA H100 80GB HBM3"
+    tmp = path + ".tmp"
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(tmp, "w") as f:
+        f.write(HEADER + "\n")
+        rows = zip(c["sec"].tolist(), c["gpu"].tolist(), c["util"].tolist(),
+                   c["mem_util"].tolist(), c["mem_used"].tolist(), c["power"].tolist(),
+                   c["clock"].tolist(), c["temp"].tolist(), c["events"].tolist())
+        f.writelines(
+            f"{stamps[s]}, {g}, {name}, 00000000:{g + 1:02X}:00.0, {u:.0f} %, {mu:.0f} %, "
+            f"{used} MiB, {MEM_TOTAL_MIB} MiB, {p:.2f} W, {POWER_LIMIT_W:.2f} W, {clk:.0f} MHz, "
+            f"1980 MHz, {t}, 0x{ev:016X}\n"
+            for s, g, u, mu, used, p, clk, t, ev in rows)
+    os.replace(tmp, path)
+    return seconds * gpus
+
+
+def ensure_day(build_dir: str) -> tuple[str, int, float]:
+    """The day-long log, generated if absent: (path, rows, seconds spent generating)."""
+    path = day_path(build_dir)
+    if os.path.exists(path):
+        return path, DAY_S * GPUS, 0.0
+    t0 = time.monotonic()
+    rows = write_day(path)
+    return path, rows, time.monotonic() - t0
+
+
+@dataclass
+class Timed:
+    """Repeated runs of one command: wall seconds (or the time it reports) and peak RSS."""
+    label: str
+    seconds: list[float] = field(default_factory=list)
+    rss_mib: list[float] = field(default_factory=list)
+    error: Optional[str] = None
+    output: str = ""
+
+    @property
+    def best(self) -> Optional[float]:
+        return min(self.seconds) if self.seconds else None
+
+
+def rusage_run(argv: Sequence[str], *, cwd: str, env=None,
+               timeout: float = 300.0) -> tuple[float, float, int, str]:
+    """Run argv to completion: (wall seconds, its own peak RSS in MiB, exit code, output)."""
+    import tempfile
+    with tempfile.TemporaryFile() as out:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL)
+        deadline = t0 + timeout
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                p.kill()
+                os.wait4(p.pid, 0)
+                p.returncode = -9
+                raise RuntimeError(f"{' '.join(argv[:4])}... took over {timeout:g} s")
+            time.sleep(0.01)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    return wall, ru.ru_maxrss / 1024.0, p.returncode, text[-2000:]
+
+
+PANDAS_LOAD = ("import sys, time, pandas\n"
+               "t = time.perf_counter()\n"
+               "df = pandas.read_csv(sys.argv[1])\n"
+               "assert len(df) > 0\n"
+               "print(f'{time.perf_counter() - t:.6f}')\n")
+
+
+def bench_analysis(path: str, *, python: str, cwd: str, repeats: int = 3,
+                   env=None) -> tuple[Timed, Timed]:
+    """(gpumon analyze, pandas.read_csv) timings of ``path``."""
+    ours = Timed("gpumon analyze")
+    for _ in range(repeats):
+        try:
+            wall, rss, rc, out = rusage_run([python, "-m", "gpumon", "analyze", path,
+                                             "--format", "json"], cwd=cwd, env=env)
+        except RuntimeError as exc:
+            ours.error = str(exc)
+            break
+        if rc != 0:
+            ours.error = f"exit {rc}: {' '.join(out.split())[-300:]}"
+            break
+        ours.seconds.append(wall)
+        ours.rss_mib.append(rss)
+        ours.output = out
+    pandas = Timed("pandas.read_csv")
+    for _ in range(repeats):
+        try:
+            wall, rss, rc, out = rusage_run([python, "-c", PANDAS_LOAD, path], cwd=cwd, env=env)
+        except RuntimeError as exc:
+            pandas.error = str(exc)
+            break
+        if rc != 0:
+            pandas.error = f"exit {rc}: {' '.join(out.split())[-300:]}"
+            break
+        pandas.seconds.append(float(out.strip().splitlines()[-1]))
+        pandas.rss_mib.append(rss)
+    return ours, pandas
