@@ -61,7 +61,7 @@ def expectation(scn: Scenario, device: str, gpus: int, ranks: int = 1,
     ``expected_*`` are for the hardware at hand (scoring uses them and ``accept_verdicts``);
     ``intended`` is PRODUCT.md's answer on the hardware the scenario is meant for.
     """
-    srank = scn.straggler_rank if straggler_rank is None else straggler_rank
+    srank = straggler_rank if (scn.ddp and straggler_rank is not None) else scn.straggler_rank
     intended = {"verdict": scn.verdict, "cause": scn.cause,
                 "straggler": srank if scn.straggler_rank is not None else None}
     verdict, cause, straggler, note = scn.verdict, scn.cause, None, ""

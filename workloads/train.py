@@ -68,10 +68,10 @@ def config_from_args(args: argparse.Namespace):
         target = DEFAULT_TARGET_STEP_MS
     if args.seconds < 0 or (args.steps is not None and args.steps < 1):
         raise ValueError("--seconds must be >= 0 and --steps >= 1")
-    if SCENARIOS[args.scenario].ddp and not 0 <= args.straggler_rank < args.ranks:
-        raise ValueError(f"--straggler-rank must be below --ranks ({args.ranks})")
     if args.ranks < 2:
         raise ValueError("--ranks must be at least 2")
+    if SCENARIOS[args.scenario].ddp and not 0 <= args.straggler_rank < args.ranks:
+        raise ValueError(f"--straggler-rank must be below --ranks ({args.ranks})")
     return RunConfig(
         scenario=args.scenario, seconds=args.seconds, steps=args.steps, device=device,
         size=size, batch=args.batch, target_step_ms=target, workers=args.workers,
