@@ -55,8 +55,9 @@ SCENARIOS: dict[str, ScenarioSpec] = {s.name: s for s in (
                  dx.BUSY, default_gpus=2),
     ScenarioSpec("idle", "no job: GPUs idle at idle clocks and power, no processes",
                  dx.IDLE, default_gpus=2, mode="nojob"),
-    ScenarioSpec("data_starvation", "too few loader workers for the CPU preprocessing: all GPUs "
-                 "burst then idle together, loader workers at 100% CPU",
+    ScenarioSpec("data_starvation", "too few loader workers for the CPU preprocessing: GPUs "
+                 "burst then wait for batches (with NCCL, a rank that got its batch first spins "
+                 "in the all-reduce meanwhile), loader workers at 100% CPU on every rank",
                  dx.DATA_STARVATION, "cpu_preprocessing", default_gpus=2,
                  params={"prep_load": 2.2}, ranges=_STARVED),
     ScenarioSpec("io_fetch", "storage-bound input: workers wait on disk reads (iowait, disk at "
