@@ -658,3 +658,22 @@ def test_gpustat_runs_against_the_fake():
     assert data["gpus"][0]["utilization.gpu"] in (0, 40, 100)
     plain = subprocess.run([exe], env=fakenvml_env.env(gpus=2), capture_output=True, text=True, timeout=60)
     assert plain.returncode == 0 and plain.stdout.count("H100 80GB HBM3 (fake)") == 2, plain.stdout + plain.stderr
+
+
+def test_check_driver_script_confirms_the_fakes_own_assumptions():
+    """The real-GPU check script, run against the fake, must agree with every assumption."""
+    proc = subprocess.run([sys.executable, str(HERE / "fakenvml" / "check_driver.py"), "--seconds", "3", "--json"],
+                          env=fakenvml_env.env(pids={0: [os.getpid()]}), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)["results"]
+    verdicts = {r["assumption"]: r["verdict"] for r in results if r["verdict"] not in ("REPORTED",)}
+    assert verdicts == {1: "CONFIRMED", 2: "CONFIRMED", 3: "CONFIRMED", 4: "CONFIRMED", 5: "CONFIRMED",
+                        6: "CONFIRMED", 7: "CONFIRMED"}, results
+    assert {r["assumption"] for r in results} >= {8, 9, 10}
+
+
+def test_check_driver_script_without_a_driver():
+    e = fakenvml_env.env(init_error="driver_not_loaded")
+    proc = subprocess.run([sys.executable, str(HERE / "fakenvml" / "check_driver.py")], env=e, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no NVIDIA driver" in proc.stderr

@@ -215,8 +215,18 @@ static nvmlReturn_t enter_dev(nvmlDevice_t h, fake_gpu **gp) {
             return NVML_ERROR_NOT_SUPPORTED;     \
     } while (0)
 
+/* The latest row: what the driver reports now for sampled values (utilization, 1 s power,
+ * clocks, temperature, memory, clock events, PIDs). */
 static const fake_row *now_row(const fake_gpu *g) {
     return &g->rows[fake_locate(&g_tl, g, clock_us(CLOCK_REALTIME)).row];
+}
+
+/* The row of the period in progress: what instantaneous readings (PCIe throughput over a short
+ * window, instant power) see now; the cumulative counters move at its rate too. */
+static const fake_row *live_row(const fake_gpu *g, int64_t wall_us) {
+    fake_pos p = fake_locate(&g_tl, g, wall_us);
+    size_t next = p.row_loop != p.loop ? 0 : (p.row + 1) % g->nrows;
+    return &g->rows[next];
 }
 
 static nvmlReturn_t copy_str(char *dst, unsigned int len, const char *src) {
@@ -1285,7 +1295,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t h, int counter, uns
     if (counter != 0 && counter != 1)
         return NVML_ERROR_INVALID_ARGUMENT;
     UNSUP(U_PCIE);
-    const fake_row *r = now_row(g);
+    const fake_row *r = live_row(g, clock_us(CLOCK_REALTIME));
     *kbps = counter == 0 ? r->tx_kbps : r->rx_kbps;
     return NVML_SUCCESS;
 }
@@ -1322,7 +1332,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int valuesCount, nv
             break;
         case FI_DEV_POWER_INSTANT:
             need = U_POWER;
-            v->value.uiVal = r->inst_power_mw;
+            v->value.uiVal = live_row(g, wall)->inst_power_mw;
             break;
         case FI_DEV_POWER_AVERAGE:
             need = U_POWER;
