@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 
+from gpumon.errors import UserError
 from gpumon.samples import CLOCK_EVENT_SW_POWER_CAP, CLOCK_EVENT_SW_THERMAL
 from gpumon.sim import params as P
 from gpumon.sim.scenarios import SCENARIOS, ScenarioSpec, check_gpus, scenario, scenario_params
@@ -212,7 +213,6 @@ class Node:
         if straggler is None:
             straggler = int(self.rng.integers(n))
         elif not 0 <= int(straggler) < n:
-            from gpumon.errors import UserError
             raise UserError(f"straggler {straggler} is not one of the {n} GPUs")
         self.straggler_param = int(straggler)
         # Phases: one, or demo's cycle.
@@ -401,11 +401,10 @@ class Node:
         if t1 > t0:
             self.gsegs[g].append((t0, t1, kind, ph.index))
 
-    def _ddp_step(self, ph: Phase, compute_frac: float = 1.0, sync: bool = True,
-                  loaders=None, t=None) -> float:
+    def _ddp_step(self, ph: Phase) -> None:
         p = ph.p
-        t = self.t if t is None else t
-        loaders = loaders or self.loaders
+        t = self.t
+        loaders = self.loaders
         up = self.upload_s(p)
         ends = []
         for r in range(self.n):
@@ -416,14 +415,14 @@ class Node:
             if ld.k:
                 main.seg(t, c0, MAIN_WAIT_CPU)
             u1 = c0 + up
-            ce = u1 + ph.step_s[r] * compute_frac * self.jit(p["step_cv"])
+            ce = u1 + ph.step_s[r] * self.jit(p["step_cv"])
             self._g(r, t, c0, WAIT_DATA, ph)
             self._g(r, c0, u1, UPLOAD, ph)
             self._g(r, u1, ce, COMPUTE, ph)
             main.seg(c0, ce, p["launch_cpu"])
             ld.consumed(c0)
             ends.append(ce)
-        if self.n > 1 and sync:
+        if self.n > 1:
             b = max(ends)
             comm = p["step_s"] * p["comm_frac"]
             wait = SPIN if p["backend"] == "nccl" else WAIT_IDLE
@@ -432,10 +431,8 @@ class Node:
                 self._g(r, b, b + comm, COMM, ph)
                 self.mains[r].seg(ce, b + comm, MAIN_SYNC_CPU)
             self.t = b + comm
-            return self.t
-        if self.n == 1:
+        else:
             self.t = ends[0]
-        return max(ends)
 
     def _dp_step(self, ph: Phase) -> None:
         p = ph.p

@@ -105,7 +105,8 @@ class Observer:
                     if p["throttle_reason"] == "power_cap":
                         comp = 0.99 * L
                     else:
-                        comp = comp_nominal * (p["throttle_clock_frac"] / p["clock_load_frac"]) ** 1.5
+                        ratio = p["throttle_clock_frac"] / p["clock_load_frac"]
+                        comp = comp_nominal * ratio ** 1.5
                         comp = max(comp, p["comm_power_frac"] * L + 0.03 * L)
                         r = (p["temp_slowdown_c"] - node.t_amb[g]) / comp
                 self.power[g, j] = [0.92 * idle, idle, idle + 0.04 * L, comp,

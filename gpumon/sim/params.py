@@ -7,67 +7,72 @@ anything. Ranges marked "log" are drawn log-uniformly, "int" as integers, "choic
 tuple of values.
 
 Hardware (from a preset GPU model, constant for the whole node):
-  gpu_model          preset name, choice of GPU_MODELS   sets name, memory, power limit, max clocks
-  power_limit_w      W     250..700 (from the preset)    enforced limit of public data-centre parts
-  sm_clock_max_mhz   MHz   from the preset               highest SM clock
-  sm_clock_idle_mhz  MHz   210..420                      clock an idle GPU falls to
-  clock_load_frac    1     0.90..1.00                    SM clock under load / max clock (boost headroom)
-  clock_hold_s       s     0.05..1.0                     the clock stays up this long after the last kernel
-  idle_power_frac    1     0.07..0.20                    idle power / limit (A100 ~55 of 400 W)
-  compute_power_frac 1     0.65..0.97                    power while computing / limit
-  spin_power_frac    1     0.15..0.45                    power while spinning in an NCCL collective / limit
-                                                         (public reports: 44/250, 152/700, 77/300 W)
-  comm_power_frac    1     0.35..0.65                    power while the all-reduce moves data / limit
-  mem_util_compute   1     0.20..0.80                    share of compute time device memory is busy
-  mem_used_frac      1     0.30..0.95                    memory the job holds / total
-  temp_ambient_c     C     22..40                        temperature at zero power (inlet air)
-  temp_load_c        C     55..82                        steady temperature at compute power
-  temp_tau_s         s     10..60                        thermal time constant (first-order lag)
-  host_cores         1     32..192 (int)                 logical CPUs of the host
-  background_cores   cores 0.1..2.0                      CPU the rest of the host uses
+  gpu_model          preset name, choice of GPU_MODELS
+                                               sets name, memory, power limit, max clocks
+  power_limit_w      W     250..700 (from the preset)
+                                               enforced limit of public data-centre parts
+  sm_clock_max_mhz   MHz   from the preset     highest SM clock
+  sm_clock_idle_mhz  MHz   210..420            clock an idle GPU falls to
+  clock_load_frac    1     0.90..1.00          SM clock under load / max clock (boost headroom)
+  clock_hold_s       s     0.05..1.0           the clock stays up this long after the last kernel
+  idle_power_frac    1     0.07..0.20          idle power / limit (A100 ~55 of 400 W)
+  compute_power_frac 1     0.65..0.97          power while computing / limit
+  spin_power_frac    1     0.15..0.45          power while spinning in an NCCL collective / limit
+                                               (public reports: 44/250, 152/700, 77/300 W)
+  comm_power_frac    1     0.35..0.65          power while the all-reduce moves data / limit
+  mem_util_compute   1     0.20..0.80          share of compute time device memory is busy
+  mem_used_frac      1     0.30..0.95          memory the job holds / total
+  temp_ambient_c     C     22..40              temperature at zero power (inlet air)
+  temp_load_c        C     55..82              steady temperature at compute power
+  temp_tau_s         s     10..60              thermal time constant (first-order lag)
+  host_cores         1     32..192 (int)       logical CPUs of the host
+  background_cores   cores 0.1..2.0            CPU the rest of the host uses
 
 Workload:
-  step_s             s     0.05..2.0 (log)               compute time of one step at load clock
-  step_cv            1     0.005..0.06                   step-to-step compute jitter (coefficient of variation)
-  comm_frac          1     0.02..0.20                    exposed all-reduce time / step_s
-  backend            -     nccl | gloo                   nccl waits spinning (util 100 %), gloo waits idle
-  workers            1     2..12 (int)                   DataLoader workers per rank (0 = main process loads)
-  prefetch           1     2..4 (int)                    batches in flight per worker (prefetch_factor)
-  prep_load          1     0.20..0.75 healthy            CPU preprocessing per batch / (workers * step time):
-                           1.5..4.0 starved              above 1 the loaders cannot keep up
-  prep_cv            1     0.03..0.40                    per-batch preprocessing jitter (a batch averages
-                                                         many samples, so its CV is small)
-  prep_common        1     0.3..1.0                      share of that jitter's variance common to every rank
-                                                         at the same step (same data mix); the rest lets
-                                                         ranks drift apart, and the one behind gates the rest
-  worker_cpu         1     0.95..1.00                    share of a core a preprocessing worker uses
-  worker_io_cpu      1     0.02..0.15                    share of a core a worker uses while reading storage
-  fetch_mb           MB    0 (cached) or 20..300         read from storage per batch
-  disk_load          1     1.4..3.5                      storage demand at full speed / disk bandwidth
-  disk_latency_ms    ms    0.1..10 (log)                 per-request storage latency
-  batch_mb           MB    5..200 (log)                  bytes uploaded to the GPU per batch (PCIe rx)
-  pcie_gbps          GB/s  10..25                        host-to-device bandwidth
-  launch_cpu         1     0.15..0.70                    main thread CPU while the GPU computes (launching
-                           0.7..1.0 main_process         kernels, then waiting in a CUDA sync; a synchronous
-                                                         num_workers=0 loop spins there)
-  main_prep_load     1     0.6..2.5                      main-process preprocessing per step / step time
-  straggler          index None = drawn from the seed    the GPU others wait for
-  straggler_factor   1     1.4..3.0                      straggler's compute time / the others'
-  slow_input_load    1     1.4..3.5                      the slow rank's prep_load (rank_data_stall)
-  throttle_clock_frac 1    0.45..0.80                    SM clock of a throttled GPU / max
-  throttle_reason    -     thermal | power_cap           which clock-event bits are raised
-  throttle_all       -     False | True                  every GPU throttled (no straggler) or one
-  temp_slowdown_c    C     83..93                        temperature a thermally throttled GPU sits at
-  dp_gpu0_extra      1     0.3..1.2                      GPU 0's solo work per DataParallel step / step_s
-  ckpt_every_s       s     30..300 (log)                 time between checkpoints
-  ckpt_s             s     2..30                         a checkpoint's pause
-  ckpt_write_mbps    MB/s  200..3000                     disk write rate while saving
-  val_every_s        s     40..300                       time between validation passes
-  val_s              s     5..40                         a validation pass
-  val_compute_frac   1     0.25..0.45                    forward-only compute / step_s
-  val_startup_s      s     0.5..5                        validation loader start-up
-  epoch_s            s     40..600 (log)                 an epoch
-  worker_startup_s   s     2..20                         new loader workers' start-up at an epoch boundary
+  step_s             s     0.05..2.0 (log)     compute time of one step at load clock
+  step_cv            1     0.005..0.06         step-to-step compute jitter (coefficient of
+                                               variation)
+  comm_frac          1     0.02..0.20          exposed all-reduce time / step_s
+  backend            -     nccl | gloo         nccl waits spinning (util 100 %), gloo waits idle
+  workers            1     2..12 (int)         DataLoader workers per rank (0 = main process loads)
+  prefetch           1     2..4 (int)          batches in flight per worker (prefetch_factor)
+  prep_load          1     0.20..0.75 healthy  CPU preprocessing per batch / (workers * step time):
+                           1.5..4.0 starved    above 1 the loaders cannot keep up
+  prep_cv            1     0.03..0.40          per-batch preprocessing jitter (a batch averages many
+                                               samples, so its CV is small)
+  prep_common        1     0.3..1.0            share of that jitter's variance common to every rank
+                                               at the same step (same data mix); the rest lets ranks
+                                               drift apart, and the one behind gates the rest
+  worker_cpu         1     0.95..1.00          share of a core a preprocessing worker uses
+  worker_io_cpu      1     0.02..0.15          share of a core a worker uses while reading storage
+  fetch_mb           MB    0 (cached) or 20..300
+                                               read from storage per batch
+  disk_load          1     1.4..3.5            storage demand at full speed / disk bandwidth
+  disk_latency_ms    ms    0.1..10 (log)       per-request storage latency
+  batch_mb           MB    5..200 (log)        bytes uploaded to the GPU per batch (PCIe rx)
+  pcie_gbps          GB/s  10..25              host-to-device bandwidth
+  launch_cpu         1     0.15..0.70          main thread CPU while the GPU computes (launching
+                           0.7..1.0 main_proc. kernels, then waiting in a CUDA sync; a synchronous
+                                               num_workers=0 loop spins there)
+  main_prep_load     1     0.6..2.5            main-process preprocessing per step / step time
+  straggler          index None = drawn from the seed
+                                               the GPU others wait for
+  straggler_factor   1     1.4..3.0            straggler's compute time / the others'
+  slow_input_load    1     1.4..3.5            the slow rank's prep_load (rank_data_stall)
+  throttle_clock_frac 1    0.45..0.80          SM clock of a throttled GPU / max
+  throttle_reason    -     thermal | power_cap which clock-event bits are raised
+  throttle_all       -     False | True        every GPU throttled (no straggler) or one
+  temp_slowdown_c    C     83..93              temperature a thermally throttled GPU sits at
+  dp_gpu0_extra      1     0.3..1.2            GPU 0's solo work per DataParallel step / step_s
+  ckpt_every_s       s     30..300 (log)       time between checkpoints
+  ckpt_s             s     2..30               a checkpoint's pause
+  ckpt_write_mbps    MB/s  200..3000           disk write rate while saving
+  val_every_s        s     40..300             time between validation passes
+  val_s              s     5..40               a validation pass
+  val_compute_frac   1     0.25..0.45          forward-only compute / step_s
+  val_startup_s      s     0.5..5              validation loader start-up
+  epoch_s            s     40..600 (log)       an epoch
+  worker_startup_s   s     2..20               new loader workers' start-up at an epoch boundary
 """
 from __future__ import annotations
 
@@ -219,5 +224,6 @@ def finish(p: dict) -> dict:
     if p["backend"] not in ("nccl", "gloo"):
         raise UserError(f"backend must be nccl or gloo, not {p['backend']!r}")
     if p["throttle_reason"] not in ("thermal", "power_cap"):
-        raise UserError(f"throttle_reason must be thermal or power_cap, not {p['throttle_reason']!r}")
+        raise UserError("throttle_reason must be thermal or power_cap, "
+                        f"not {p['throttle_reason']!r}")
     return p

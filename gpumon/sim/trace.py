@@ -1,21 +1,22 @@
 """Trace files for the fake NVML library: the simulated node's driver samples as text.
 
     python -m gpumon.sim.trace --all --out DIR            # DIR/<scenario>.trace, every scenario
-    python -m gpumon.sim.trace --scenario NAME --out FILE [--gpus N] [--seconds S] [--seed K]
+    python -m gpumon.sim.trace --scenario NAME --out FILE [--gpus N] [--seconds S]
 
 Format (one record per line, TAB-separated, integers only, `#` lines are comments):
 
     H  gpumon-trace  1  <ngpus>  <period_us>  <duration_us>
-    G  <index> <name> <uuid> <pci_bus_id> <mem_total_mib> <power_limit_mw> <sm_clock_max_mhz> <mem_clock_max_mhz>
-    S  <t_us> <gpu> <util_gpu_pct> <util_mem_pct> <power_mw> <sm_clock_mhz> <temp_c> <clock_events>
-       <mem_used_mib> <pcie_rx_kbps> <pcie_tx_kbps> <energy_mj> <active> <pids>
+    G  <index> <name> <uuid> <pci_bus_id> <mem_total_mib> <power_limit_mw>
+       <sm_clock_max_mhz> <mem_clock_max_mhz>
+    S  <t_us> <gpu> <util_gpu_pct> <util_mem_pct> <power_mw> <sm_clock_mhz> <temp_c>
+       <clock_events> <mem_used_mib> <pcie_rx_kbps> <pcie_tx_kbps> <energy_mj> <active> <pids>
 
 S lines are sorted by t_us = k * period_us (k = 0 .. duration_us / period_us - 1), all GPUs of
 one instant adjacent. util_gpu_pct is the driver sample for the period ending at t_us,
 power_mw the 1 s average at t_us, energy_mj cumulative from the trace start, active 1 when a
 kernel ran in the period (the driver's utilization ring grows), pids comma-separated or `-`.
-PCIe rates are KB/s with 1 KB = 1024 bytes (as NVML and the fake library count). The library loops the trace (position = wall-clock
-microseconds mod duration_us).
+PCIe rates are KB/s with 1 KB = 1024 bytes (as NVML and the fake library count). The
+library loops the trace (position = wall-clock microseconds mod duration_us).
 
 Comment lines `# truth <t_us> <verdict> <cause|-> <straggler|-> <pause 0|1>` carry the ground
 truth of each second (for end-to-end scoring through the NVML path); readers may ignore them.
@@ -82,7 +83,8 @@ def write_trace(out: TextIO, name: str, gpus: int = DEFAULT_GPUS,
                 w(f"S\t{t_us}\t{s.gpu}\t{util}\t{int(s.util_mem_pct)}\t"
                   f"{int(round(s.power_w * 1000))}\t{int(s.sm_clock_mhz)}\t{int(s.temp_c)}\t"
                   f"{int(s.clock_events)}\t{int(s.mem_used_mib)}\t"
-                  f"{int(round(s.pcie_rx_mbps * MB_TO_KB))}\t{int(round(s.pcie_tx_mbps * MB_TO_KB))}\t"
+                  f"{int(round(s.pcie_rx_mbps * MB_TO_KB))}\t"
+                  f"{int(round(s.pcie_tx_mbps * MB_TO_KB))}\t"
                   f"{int(round((s.energy_j - energy0[s.gpu]) * 1000))}\t{int(util > 0)}\t"
                   f"{pids}\n")
                 rows += 1
