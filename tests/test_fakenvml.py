@@ -677,3 +677,26 @@ def test_check_driver_script_without_a_driver():
     proc = subprocess.run([sys.executable, str(HERE / "fakenvml" / "check_driver.py")], env=e, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no NVIDIA driver" in proc.stderr
+
+
+def test_every_symbol_survives_null_arguments():
+    """Call all exported functions with NULL/zero arguments, bare and with a valid handle: no crash."""
+    names = (HERE / "fakenvml" / "symbols.txt").read_text().split()
+    r = run_py("""
+        names = %r
+        N.nvmlInit()
+        h = N.nvmlDeviceGetHandleByIndex(0)
+        codes = {}
+        for name in names:
+            if "Init" in name or "Shutdown" in name or name == "nvmlErrorString":
+                continue
+            fn = getattr(N.nvmlLib, name)
+            codes[name] = [fn(None, None, None, None, None, None), fn(h, None, None, None, None, None)]
+        out(dict(codes=codes, still=N.nvmlDeviceGetCount(), err=N.nvmlErrorString(123456)))
+    """ % names, gpus=2, pids={0: [os.getpid()]})
+    assert r["still"] == 2 and r["err"] == "Unknown Error"
+    assert len(r["codes"]) > 400
+    # Without a handle, device calls are invalid; with one and NULL outputs, they are too.
+    assert r["codes"]["nvmlDeviceGetPowerUsage"] == [2, 2]
+    assert r["codes"]["nvmlDeviceGetSamples"] == [2, 2]
+    assert all(c in (0, 2, 3, 6, 7) for pair in r["codes"].values() for c in pair), r["codes"]

@@ -20,7 +20,9 @@
 
 /* ---- layouts (nvml.h / pynvml.py) ---- */
 
-typedef struct fake_device { unsigned index; } *nvmlDevice_t;
+/* A handle points into g_dev; the GPU index is its offset there, so a caller that writes through
+ * a handle (misuse) cannot change which GPU it names. */
+typedef struct fake_device { unsigned char opaque[64]; } *nvmlDevice_t;
 
 typedef union {
     double dVal;
@@ -190,7 +192,7 @@ static nvmlReturn_t enter_dev(nvmlDevice_t h, fake_gpu **gp) {
     if (!h || p < base || p >= base + g_tl.ngpus * sizeof(struct fake_device) ||
         (p - base) % sizeof(struct fake_device))
         return NVML_ERROR_INVALID_ARGUMENT;
-    fake_gpu *g = &g_tl.gpus[h->index];
+    fake_gpu *g = &g_tl.gpus[(p - base) / sizeof(struct fake_device)];
     if (is_lost(g))
         return NVML_ERROR_GPU_IS_LOST;
     *gp = g;
@@ -504,8 +506,6 @@ static nvmlReturn_t configure(void) {
         return NVML_ERROR_UNKNOWN;
     if ((v = env("FAKE_NVML_PIDS")) && parse_pids(v))
         return NVML_ERROR_UNKNOWN;
-    for (unsigned i = 0; i < FAKE_MAX_GPUS; i++)
-        g_dev[i].index = i;
     return NVML_SUCCESS;
 }
 
@@ -692,14 +692,14 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *busid, nvmlDevice_
 EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t h, unsigned int *index) {
     DEV(h);
     NONNULL(index);
-    *index = h->index;
+    *index = (unsigned)(g - g_tl.gpus);
     return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t h, unsigned int *minor) {
     DEV(h);
     NONNULL(minor);
-    *minor = h->index;
+    *minor = (unsigned)(g - g_tl.gpus);
     return NVML_SUCCESS;
 }
 
