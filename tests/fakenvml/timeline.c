@@ -94,7 +94,7 @@ static int finish_gpu(const fake_timeline *tl, fake_gpu *g) {
             de = g->loop_energy_mj - r[last].energy_mj;
             dt = wrap;
         }
-        r[i].inst_power_mw = dt > 0 ? (uint32_t)(de * 1000000 / (uint64_t)dt) : r[i].power_mw;
+        r[i].inst_power_mw = dt > 0 ? (uint32_t)((de * 1000000 + (uint64_t)dt / 2) / (uint64_t)dt) : r[i].power_mw;
     }
     g->nactive = 0;
     g->active = malloc(sizeof(size_t) * n);
