@@ -455,3 +455,22 @@ def test_model_segments_are_consistent(name):
                 a = np.array(pr.segs)
                 assert (a[:, 1] > a[:, 0]).all() and (a[1:, 0] >= a[:-1, 1] - 1e-9).all()
                 assert (a[:, 2] >= 0).all() and (a[:, 2] <= 1).all()
+
+
+def test_phases_in_one_job():
+    ticks = list(simulate("busy", gpus=4, seconds=100, seed=4, phases=[
+        ("busy", 30), ("sync_stall", 40, {"straggler": 3}), ("data_starvation", 1)]))
+    seen = [(tk.truth.scenario, tk.truth.straggler_gpu) for tk in ticks]
+    assert seen[10] == ("busy", None) and seen[50] == ("sync_stall", 3)
+    assert seen[-1][0] == "data_starvation" and len(set(seen)) == 3
+    check_coherent(ticks)
+    # One job throughout: the main processes and the energy counters carry on.
+    assert ticks[10].gpus[0].pids == ticks[60].gpus[0].pids == ticks[-1].gpus[0].pids
+    energy = per_gpu(ticks, "energy_j")
+    assert (np.diff(energy, axis=1) > 0).all()
+    pf = power_frac(ticks)
+    assert pf[3, 6 * 45:6 * 70].mean() > pf[0, 6 * 45:6 * 70].mean() + 0.15
+    with pytest.raises(UserError):
+        list(simulate("busy", gpus=1, seconds=1, phases=[("busy", 5), ("sync_stall", 5)]))
+    with pytest.raises(UserError):
+        list(simulate("busy", seconds=1, phases=[("demo", 5)]))

@@ -191,7 +191,8 @@ class Loader:
 class Node:
     """The simulated node: ranks, loaders, processes, and the GPU/host segments they write."""
 
-    def __init__(self, name: str, gpus: int, seed: int = 0, params: Optional[dict] = None):
+    def __init__(self, name: str, gpus: int, seed: int = 0, params: Optional[dict] = None,
+                 phases: Optional[list] = None):
         spec = scenario(name)
         check_gpus(name, gpus)
         self.spec, self.n, self.seed = spec, int(gpus), int(seed)
@@ -216,19 +217,36 @@ class Node:
             raise UserError(f"straggler {straggler} is not one of the {n} GPUs")
         self.straggler_param = int(straggler)
         # Phases: one, or demo's cycle.
-        entries = spec.phases or ((name, math.inf),)
+        # A caller's phases: (scenario, seconds[, params]) in order, the last one for ever.
+        custom = phases is not None
+        entries = [tuple(e) for e in phases] if custom else \
+            (spec.phases or ((name, math.inf),))
+        if custom:
+            if not entries:
+                raise UserError("phases: at least one (scenario, seconds) is needed")
+            entries[-1] = (entries[-1][0], math.inf) + tuple(entries[-1][2:])
         self.phases: list[Phase] = []
         start = 0.0
-        for i, (pname, secs) in enumerate(entries):
-            pspec = SCENARIOS[pname]
-            if pspec.min_gpus > n:          # demo on one GPU skips multi-GPU phases
-                continue
-            own = set(pspec.params) | set(pspec.ranges)
-            ov = {k: v for k, v in overrides.items() if k not in own or not spec.phases}
+        for entry in entries:
+            pname, secs = entry[0], float(entry[1])
+            pspec = scenario(pname)
+            if pspec.phases:
+                raise UserError(f"phases: {pname} is itself a sequence of phases")
+            if pspec.min_gpus > n:
+                if custom:
+                    check_gpus(pname, n)
+                continue                    # demo on one GPU skips multi-GPU phases
+            if not secs > 0:
+                raise UserError(f"phases: {pname} needs a duration above 0 s")
+            if custom:
+                ov = {**overrides, **(entry[2] if len(entry) > 2 and entry[2] else {})}
+            else:
+                own = set(pspec.params) | set(pspec.ranges)
+                ov = {k: v for k, v in overrides.items() if k not in own or not spec.phases}
             pp = P.finish({**scenario_params(pname, ov), **{k: hw[k] for k in P.HARDWARE}})
             self.phases.append(self._make_phase(len(self.phases), pspec, pp, start, secs))
             start += secs
-        self.cycle = start if spec.phases else math.inf
+        self.cycle = start if (spec.phases and not custom) else math.inf
         # State of the run.
         self.warmup = max(12.0, 8.0 * self.hw["step_s"])
         self.t = -self.warmup
@@ -254,12 +272,16 @@ class Node:
         ph = Phase(index, spec, p, start, secs)
         step = [p["step_s"]] * n
         load_clock = p["clock_load_frac"]
+        sg = self.straggler_param
+        if p["straggler"] is not None:
+            sg = int(p["straggler"])
+            if not 0 <= sg < n:
+                raise UserError(f"straggler {sg} is not one of the {n} GPUs")
         if spec.name == "sync_stall":
-            step[self.straggler_param] *= p["straggler_factor"]
-            ph.straggler = self.straggler_param
+            step[sg] *= p["straggler_factor"]
+            ph.straggler = sg
         if spec.name == "throttled":
-            ph.throttled = tuple(range(n)) if (p["throttle_all"] or n == 1) \
-                else (self.straggler_param,)
+            ph.throttled = tuple(range(n)) if (p["throttle_all"] or n == 1) else (sg,)
             for g in ph.throttled:
                 step[g] *= load_clock / p["throttle_clock_frac"]
             if len(ph.throttled) == 1 and n > 1:
@@ -273,8 +295,8 @@ class Node:
         if p["workers"] == 0:
             prep = [p["main_prep_load"] * step_total] * n
         if spec.name == "rank_data_stall":
-            prep[self.straggler_param] = p["slow_input_load"] * k * step_total
-            ph.straggler = self.straggler_param
+            prep[sg] = p["slow_input_load"] * k * step_total
+            ph.straggler = sg
         ph.prep_s = prep
         # Storage bandwidth that makes the disk the bottleneck by disk_load.
         p["disk_mbps"] = (n * p["fetch_mb"] / step_total / p["disk_load"]) if p["fetch_mb"] > 0 \
@@ -293,12 +315,12 @@ class Node:
         """The phase at model time t and when its current occurrence started."""
         if len(self.phases) == 1 or t < 0:
             return self.phases[0], (0.0 if len(self.phases) > 1 else -math.inf)
-        c = math.floor(t / self.cycle)
-        x = t - c * self.cycle
+        c = math.floor(t / self.cycle) if math.isfinite(self.cycle) else 0
+        x = t - c * self.cycle if c else t
         for ph in self.phases:
             if x < ph.start + ph.seconds:
-                return ph, c * self.cycle + ph.start
-        return self.phases[-1], c * self.cycle + self.phases[-1].start
+                return ph, (c * self.cycle if c else 0.0) + ph.start
+        return self.phases[-1], (c * self.cycle if c else 0.0) + self.phases[-1].start
 
     def phase_end(self, ph: Phase, start: float) -> float:
         return start + ph.seconds if math.isfinite(ph.seconds) else math.inf

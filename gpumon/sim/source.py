@@ -7,6 +7,7 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
+from gpumon.errors import UserError
 from gpumon.samples import GpuInfo, GpuSample, HostSample, JobProcs, ProcSample, Tick
 from gpumon.sim import model as M
 from gpumon.sim.observe import Chunk, Observer
@@ -31,10 +32,10 @@ class Stream:
     """A node, its observer, and a cursor: hands out samples in order, in any cut."""
 
     def __init__(self, name: str, gpus: Optional[int], seed: int, params: Optional[dict],
-                 period: float, start_time: float):
+                 period: float, start_time: float, phases: Optional[list] = None):
         spec = scenario(name)
         self.n = int(gpus if gpus is not None else spec.default_gpus)
-        self.node = M.Node(name, self.n, seed, params)
+        self.node = M.Node(name, self.n, seed, params, phases)
         self.obs = Observer(self.node, period)
         self.period, self.start_time = float(period), float(start_time)
         self.cursor = 0
@@ -170,13 +171,16 @@ class Stream:
 
 def simulate(scenario_name: str, gpus: Optional[int] = None, seconds: float = 60.0,
              seed: int = 0, interval: float = 1.0, params: Optional[dict] = None,
-             start_time: float = DEFAULT_START_TIME,
-             period: float = DRIVER_PERIOD_S) -> Iterator[Tick]:
-    """One Tick per `interval` of model time, as fast as the CPU allows (deterministic)."""
+             start_time: float = DEFAULT_START_TIME, period: float = DRIVER_PERIOD_S,
+             phases: Optional[list] = None) -> Iterator[Tick]:
+    """One Tick per `interval` of model time, as fast as the CPU allows (deterministic).
+
+    `phases` (optional): [(scenario, seconds[, params]), ...] run one after another in one job
+    (the last for ever), e.g. a healthy lead-in then the scenario under test; `params`
+    applies to every phase (hardware always), a phase's own dict on top of it."""
     if interval <= 0 or seconds < 0:
-        from gpumon.errors import UserError
         raise UserError("interval must be > 0 and seconds >= 0")
-    stream = Stream(scenario_name, gpus, seed, params, period, start_time)
+    stream = Stream(scenario_name, gpus, seed, params, period, start_time, phases)
     nt = int(math.floor(seconds / interval + 1e-9))
     for i in range(1, nt + 1):
         t = i * interval
@@ -189,11 +193,11 @@ class SimSource:
 
     def __init__(self, scenario_name: str, gpus: Optional[int] = None, seed: int = 0,
                  params: Optional[dict] = None, clock: Callable[[], float] = time.time,
-                 period: float = DRIVER_PERIOD_S):
+                 period: float = DRIVER_PERIOD_S, phases: Optional[list] = None):
         self.clock = clock
         self.t0 = float(clock())
         self.scenario = scenario_name
-        self.stream = Stream(scenario_name, gpus, seed, params, period, self.t0)
+        self.stream = Stream(scenario_name, gpus, seed, params, period, self.t0, phases)
         self.gpus = self.stream.n
         self.closed = False
 
