@@ -12,7 +12,7 @@ pick() {
     for cand in "$@"; do
         [ -n "$cand" ] || continue
         command -v "$cand" >/dev/null 2>&1 || [ -x "$cand" ] || continue
-        if "$cand" -c "import torch, pynvml, psutil" >/dev/null 2>&1; then
+        if "$cand" -c "import torch, pynvml, psutil, numpy" >/dev/null 2>&1; then
             echo "$cand"; return 0
         fi
     done
@@ -21,7 +21,7 @@ pick() {
 PY=$(pick "${PYTHON:-}" "$ROOT/.venv/bin/python" python3 python) || {
     PY=${PYTHON:-python3}
     [ -x "$ROOT/.venv/bin/python" ] && PY="$ROOT/.venv/bin/python"
-    echo "gpu-check: no Python with torch, pynvml and psutil found; using $PY (workload steps will fail)" >&2
+    echo "gpu-check: no Python with torch, pynvml, psutil and numpy found; using $PY (workload steps will fail)" >&2
 }
 export GPU_CHECK_PYTHON="$PY"
 exec "$PY" -m bench.gpu_check "$@"

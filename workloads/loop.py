@@ -16,7 +16,7 @@ from workloads.scenarios import SCENARIOS, expectation
 from workloads.truth import PhaseClock, StepRecord, TruthWriter
 
 # Calibration: the batch is scaled so a compute step takes --target-step-ms, within these.
-MIN_BATCH, MAX_BATCH = 8, 1024
+MIN_BATCH, MAX_BATCH = 8, 512   # 512 of the gpu size: ~46 GB of activations
 # How much slower than a compute step the starved input pipelines deliver a batch (3x: the
 # GPU computes about a third of the time, well inside "starved" for any sensible detector).
 DEFAULT_STARVE_RATIO = 3.0
@@ -280,7 +280,8 @@ def run_rank(rank: int, cfg: RunConfig, port: int) -> None:
     try:
         batch, step_s = calibrate(cfg, model, opt, device)
         # every rank uses the smallest calibrated batch, and the slowest step for the loader
-        agree = torch.tensor([float(batch), -step_s])
+        coll_dev = device if backend == "nccl" else torch.device("cpu")  # NCCL: GPU tensors
+        agree = torch.tensor([float(batch), -step_s], device=coll_dev)
         dist.all_reduce(agree, op=dist.ReduceOp.MIN)
         batch, step_s = int(agree[0].item()), -float(agree[1].item())
         # broadcast_buffers=False: otherwise every forward starts with a collective (BatchNorm
@@ -312,7 +313,6 @@ def run_rank(rank: int, cfg: RunConfig, port: int) -> None:
         writer = TruthWriter(None)
         if cfg.out:
             writer._fh = open(cfg.out, "a", buffering=1, encoding="utf-8")
-        flag_dev = device if backend == "nccl" else torch.device("cpu")
         clock = PhaseClock(sync)
         if rank == 0:
             log(f"{cfg.scenario}: {cfg.ranks} ranks, backend={backend}, device={device.type}"
@@ -335,7 +335,7 @@ def run_rank(rank: int, cfg: RunConfig, port: int) -> None:
             # rank (and carries the stop decision), so the gradient all-reduce in backward()
             # starts with every rank present.
             done = time.time() >= deadline or (cfg.steps is not None and step + 1 >= cfg.steps)
-            flag = torch.tensor([1.0 if done else 0.0], device=flag_dev)
+            flag = torch.tensor([1.0 if done else 0.0], device=coll_dev)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             rec.wait_sync_s = clock.lap()
             opt.zero_grad(set_to_none=True)

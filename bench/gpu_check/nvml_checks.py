@@ -346,6 +346,18 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
+def pid_alive(pid: Optional[int]) -> bool:
+    """True while the process runs (a zombie waiting to be reaped counts as gone)."""
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            text = fh.read().decode("ascii", "replace")
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2:].split()[0] not in ("Z", "X")
+
+
 def first_step_time(truth: Optional[str]) -> Optional[float]:
     if not truth or not os.path.exists(truth):
         return None
@@ -396,8 +408,14 @@ def observe(out_dir: str, seconds: float, watch_pid: Optional[int], truth: Optio
     proc_errors: dict = {}
     ring: Optional[list[dict]] = None
     last_proc_check = 0.0
-    while proc.poll() is None and time.time() - t0 < seconds + 20:
+    while time.time() - t0 < seconds + 60:
         now = time.time()
+        log_alive = proc.poll() is None
+        # the ring is read once the workload has been busy long enough, even if that comes
+        # after gpumon log has finished
+        ring_pending = N is not None and ring is None and pid_alive(watch_pid)
+        if not log_alive and not ring_pending:
+            break
         if now - t0 >= warmup_s and now - t0 <= seconds - 1:
             c = cpu_ticks(proc.pid)
             if c is not None:
@@ -405,7 +423,7 @@ def observe(out_dir: str, seconds: float, watch_pid: Optional[int], truth: Optio
             r = rss_mib(proc.pid)
             if r is not None:
                 peak_rss = max(peak_rss or 0, r)
-        if N is not None and now - last_proc_check >= 2.0:
+        if N is not None and log_alive and now - last_proc_check >= 2.0:
             last_proc_check = now
             if watch_pid:
                 workload_pids |= descendants(watch_pid)
