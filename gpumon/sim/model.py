@@ -24,7 +24,7 @@ import numpy as np
 from gpumon.errors import UserError
 from gpumon.samples import CLOCK_EVENT_SW_POWER_CAP, CLOCK_EVENT_SW_THERMAL
 from gpumon.sim import params as P
-from gpumon.sim.scenarios import SCENARIOS, ScenarioSpec, check_gpus, scenario, scenario_params
+from gpumon.sim.scenarios import ScenarioSpec, check_gpus, scenario, scenario_params
 
 # What a GPU does in a segment.
 NOJOB, WAIT_DATA, UPLOAD, COMPUTE, SPIN, WAIT_IDLE, COMM, PAUSE, SAVECOPY = range(9)
