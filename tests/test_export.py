@@ -1,5 +1,6 @@
 """The Prometheus exporter without a server: families from hand-made data, the text format,
 the collector over a Monitor, and the command line (bind address, errors)."""
+import json
 import math
 import re
 import socket
@@ -7,6 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -420,3 +422,29 @@ def test_scrape_is_cheap():
     print(f"scrape of {n} GPUs: {per * 1e3:.3f} ms CPU")
     assert per < 0.005          # 5x headroom over the ~1 ms target on a loaded CI machine
     assert not math.isnan(per)
+
+
+# -- contrib/ speaks the exporter's names ------------------------------------------------------
+CONTRIB = Path(__file__).resolve().parent.parent / "contrib"
+NAME = re.compile(r"\b((?:DCGM_FI_|gpumon_)[A-Za-z0-9_]+)")
+
+
+def exported_names():
+    s = snap(diagnoses=(diagnosis(evidence={k: 0.5 for k in (
+        "duty_cycle", "busy_cold_share", "burst_s", "gap_s", "loader_cpu_pct",
+        "main_cpu_pct")}),), errors={"power:NVMLError_Unknown": 1})
+    text = render(families(s, infos(), "n")).decode()
+    return {ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE")}
+
+
+def test_dashboard_and_rules_use_only_exported_metrics():
+    have = exported_names()
+    dash = json.loads((CONTRIB / "grafana" / "gpumon-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = {n for e in exprs for n in NAME.findall(e)}
+    assert used and used <= have, used - have
+    titles = [p["title"] for p in dash["panels"]]
+    assert titles[0] == "Verdict timeline" and dash["panels"][0]["type"] == "state-timeline"
+    rules = (CONTRIB / "prometheus" / "gpumon-rules.yml").read_text()
+    used = {n for n in NAME.findall(rules)}
+    assert used and used <= have, used - have

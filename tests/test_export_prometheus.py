@@ -25,6 +25,7 @@ psutil = pytest.importorskip("psutil")
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "contrib" / "prometheus" / "gpumon-rules.yml"
 RULE_TESTS = ROOT / "contrib" / "prometheus" / "tests" / "gpumon-rules.test.yml"
+DASHBOARD = ROOT / "contrib" / "grafana" / "gpumon-dashboard.json"
 PROMETHEUS = shutil.which("prometheus") or ("/usr/bin/prometheus"
                                             if os.path.exists("/usr/bin/prometheus") else None)
 PROMTOOL = shutil.which("promtool") or ("/usr/bin/promtool"
@@ -195,6 +196,19 @@ def test_prometheus_scrapes_dcgm_names_and_the_sync_stall_verdict(gpumon_cmd, cl
         assert code[0]["metric"]["Hostname"] == lab["Hostname"]
         nodes = poll_query(base, "gpumon:train_job_nodes:count", 15, exporter)
         assert nodes[0]["metric"]["train_job"] == "test" and nodes[0]["value"][1] == "1"
+        # Every query of the Grafana dashboard runs; the verdict timeline shows sync_stall.
+        dash = json.loads(DASHBOARD.read_text())
+        for panel in dash["panels"]:
+            for target in panel["targets"]:
+                expr = (target["expr"].replace("$Hostname", ".*")
+                        .replace("$__rate_interval", "5s"))
+                got = query(base, expr)
+                if panel["title"] == "Verdict timeline":
+                    assert [r["value"][1] for r in got] == ["4"], got
+                elif panel["title"] in ("GPU utilization", "Power draw", "Evidence: duty cycle "
+                                        "and busy-but-cold share", "Current verdict, cause and "
+                                        "straggler"):
+                    assert got, panel["title"]
     finally:
         err = stop(exporter)
     assert "Traceback" not in err, err
