@@ -1,0 +1,124 @@
+"""`gpumon run -- CMD`: exit codes, forwarded signals, the diagnosis at the end."""
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpumon.commands.run import exit_code
+
+needs_sim = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("gpumon.sim") is None, reason="gpumon.sim not built")
+
+
+def test_exit_code_convention():
+    assert exit_code(0) == 0 and exit_code(3) == 3
+    assert exit_code(-signal.SIGKILL) == 137 and exit_code(-signal.SIGINT) == 130
+
+
+@needs_sim
+def test_child_exit_code_and_starvation_summary(gpumon_cmd, clean_env):
+    """The issue's "done when": exits 3 and the summary names the starvation."""
+    r = subprocess.run(gpumon_cmd + ["run", "--sim", "data_starvation:2", "--", "sh", "-c",
+                                     "echo child says hi; sleep 6; exit 3"],
+                       capture_output=True, text=True, env=clean_env, timeout=40)
+    assert r.returncode == 3, r.stderr
+    assert "child says hi" in r.stdout                 # CMD's own output passes through
+    summary = r.stdout.splitlines()[-1]
+    assert summary.startswith("gpumon ran `sh -c 'echo child says hi; sleep 6; exit 3'` on 2 "
+                              "SIMULATED GPUs")
+    assert "Main finding: data_starvation" in summary and "Advice:" in summary
+    assert summary.endswith("The command exited with code 3.")
+
+
+@needs_sim
+def test_child_killed_by_a_signal(gpumon_cmd, clean_env):
+    r = subprocess.run(gpumon_cmd + ["run", "--sim", "busy:1", "--", "sh", "-c",
+                                     "sleep 1; kill -9 $$"],
+                       capture_output=True, text=True, env=clean_env, timeout=30)
+    assert r.returncode == 137, r.stderr
+    assert "killed by SIGKILL (exit code 137)" in r.stdout
+
+
+def _default_sigint():
+    # A shell that started pytest in the background may have left SIGINT ignored, which
+    # the command would inherit (gpumon passes dispositions on, as a shell does).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@needs_sim
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signals_are_forwarded_to_the_command(gpumon_cmd, clean_env, tmp_path, sig):
+    """The child is in its own process group: it dies of the signal only if gpumon forwards it."""
+    marker = tmp_path / "got"
+    # (a background job ignores SIGINT in a non-interactive shell: the trap ends it)
+    script = (f"trap 'echo {sig.name} > {marker}; kill $!; exit 9' {sig.name[3:]}; "
+              "sleep 30 & wait")
+    p = subprocess.Popen(gpumon_cmd + ["run", "--sim", "busy:1", "--", "sh", "-c", script],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=clean_env, preexec_fn=_default_sigint)
+    for _ in range(3):                                   # header lines, first reading
+        p.stdout.readline()
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=20)
+    assert marker.read_text().strip() == sig.name, err
+    assert p.returncode == 9
+    assert "The command exited with code 9." in out and "Traceback" not in err
+
+
+@needs_sim
+def test_plain_sleep_killed_by_forwarded_sigterm(gpumon_cmd, clean_env):
+    p = subprocess.Popen(gpumon_cmd + ["run", "--sim", "busy:1", "--", "sleep", "30"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=clean_env)
+    for _ in range(3):
+        p.stdout.readline()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=20)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert "killed by SIGTERM" in out
+
+
+def test_command_that_cannot_start(gpumon_cmd, clean_env, tmp_path):
+    pytest.importorskip("gpumon.sim")
+    r = subprocess.run(gpumon_cmd + ["run", "--sim", "busy:1", "--", str(tmp_path / "nope")],
+                       capture_output=True, text=True, env=clean_env, timeout=30)
+    assert r.returncode == 127
+    assert r.stderr.strip().startswith("gpumon: cannot start") and r.stderr.count("\n") == 1
+
+
+def test_no_command(gpumon_cmd, clean_env):
+    r = subprocess.run(gpumon_cmd + ["run", "--sim", "busy:1"], capture_output=True, text=True,
+                       env=clean_env, timeout=30)
+    assert r.returncode == 2 and "no command given" in r.stderr
+
+
+@needs_sim
+def test_run_in_a_terminal_shows_output_above_the_screen(clean_env):
+    import shutil
+    import uuid
+    if not shutil.which("tmux"):
+        pytest.skip("tmux not installed")
+    sock = f"gpumon-test-{uuid.uuid4().hex[:8]}"
+    tm = lambda *a: subprocess.run(["tmux", "-L", sock, *a], capture_output=True,  # noqa: E731
+                                   text=True, timeout=10)
+    cmd = " ".join(shlex.quote(a) for a in [
+        sys.executable, "-m", "gpumon", "run", "--sim", "busy:2", "--", "sh", "-c",
+        "for i in 1 2 3; do echo step $i; sleep 1; done; exit 4"])
+    env = f"env PYTHONPATH={shlex.quote(clean_env['PYTHONPATH'])}"
+    try:
+        tm("new-session", "-d", "-s", "t", "-x", "100", "-y", "30",
+           f"{env} {cmd}; echo EXIT=$?; sleep 60")
+        deadline = time.monotonic() + 20
+        text = ""
+        while time.monotonic() < deadline and "EXIT=" not in text:
+            time.sleep(0.5)
+            text = tm("capture-pane", "-p", "-t", "t").stdout
+        assert "EXIT=4" in text, text
+        assert "step 3" in text and "SIMULATED busy:2" in text     # output, then the last frame
+        assert text.index("step 3") < text.index("SIMULATED busy:2")
+        assert "The command exited with code 4." in text.replace("\n", " ")
+    finally:
+        tm("kill-server")
