@@ -99,6 +99,7 @@ class Snapshot:
     diagnoses: tuple = ()
     lost: tuple = ()
     host_jobs: tuple = ()               # JobProcs of the newest tick that has a host sample
+    unmapped_pids: Optional[int] = None  # GPU PIDs not found on this host (None: no host data)
     errors: Optional[dict] = None       # source's NVML error counters, where it keeps them
     sampler_ok: bool = True             # the sampling thread runs and has not failed
     interval: float = 1.0
@@ -243,6 +244,11 @@ def families(snap: Snapshot, infos: dict, hostname: str, metric_cls=None) -> lis
     for d in snap.diagnoses:
         _verdict(fam, d, host)
 
+    if snap.unmapped_pids is not None:
+        fam.add("gpumon_unmapped_gpu_processes", "gauge", "GPU processes NVML reports that are "
+                "not visible on this host: in a container, run with the host PID namespace",
+                host, float(snap.unmapped_pids))
+
     # The job's host side, per GPU, from the newest host sample (raw, not the detector's).
     for j in snap.host_jobs:
         if j.gpu in lost or j.gpu not in labels:
@@ -311,6 +317,7 @@ class MonitorCollector:
         self.Metric = require_prometheus_client().core.Metric
         self._latest: dict[int, GpuSample] = {}
         self._host_jobs: tuple = ()
+        self._unmapped: Optional[int] = None
         with monitor.lock:
             for tick in monitor.history:
                 self._take(tick)
@@ -321,6 +328,7 @@ class MonitorCollector:
             self._latest[s.gpu] = s
         if tick.host is not None:
             self._host_jobs = tuple(tick.host.jobs)
+            self._unmapped = len(tick.host.unmapped_pids)
 
     def _on_tick(self, tick: Tick, diagnoses) -> None:
         with self.monitor.lock:
@@ -334,7 +342,7 @@ class MonitorCollector:
                 now=self.clock(), latest=dict(self._latest),
                 tick_time=latest.time if latest is not None else None, ticks=m.ticks,
                 diagnoses=tuple(m.diagnoses), lost=tuple(latest.lost) if latest else (),
-                host_jobs=self._host_jobs,
+                host_jobs=self._host_jobs, unmapped_pids=self._unmapped,
                 errors=_errors_of(m.source), interval=m.interval,
                 sampler_ok=(m.error is None and not m.stop_event.is_set()
                             and (self.thread is None or self.thread.is_alive())),

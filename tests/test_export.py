@@ -206,6 +206,9 @@ def test_up_age_ticks_lost_and_errors():
 
 def test_host_side_per_gpu():
     text, _ = parse(families(snap(), infos(), "n"))
+    assert "gpumon_unmapped_gpu_processes" not in text     # no host data: left out
+    text, _ = parse(families(snap(unmapped_pids=3), infos(), "n"))
+    assert samples_of(text, "gpumon_unmapped_gpu_processes") == [({"Hostname": "n"}, 3.0)]
     got = {lab["gpu"]: v for lab, v in samples_of(text, "gpumon_gpu_loader_cpu_cores")}
     assert got == {"0": 1.2, "1": 1.2}
     assert samples_of(text, "gpumon_gpu_main_thread_cpu_cores") == []   # None in the sample

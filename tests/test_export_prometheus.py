@@ -234,6 +234,35 @@ def test_promtool_checks_and_unit_tests_the_rules(tmp_path):
     assert r.returncode != 0 and "GpumonDataStarvation" in r.stdout + r.stderr
 
 
+@needs_promtool
+def test_example_prometheus_config_is_valid():
+    r = subprocess.run([PROMTOOL, "check", "config", str(RULES.parent / "prometheus.yml")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+def test_systemd_unit_verifies(tmp_path):
+    unit = (ROOT / "contrib" / "systemd" / "gpumon-export.service").read_text()
+    assert "--listen ${GPUMON_LISTEN}" in unit and "GPUMON_LISTEN=127.0.0.1:9402" in unit
+    gpumon = shutil.which("gpumon") or str(Path(os.sys.executable).parent / "gpumon")
+    if not os.path.exists(gpumon):
+        pytest.skip("no gpumon console script to point the unit at")
+    (tmp_path / "gpumon-export.service").write_text(unit.replace("/usr/local/bin/gpumon", gpumon))
+    r = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "gpumon-export.service")],
+                       capture_output=True, text=True, timeout=60)
+    problems = [ln for ln in (r.stdout + r.stderr).splitlines()
+                if "gpumon-export.service" in ln]
+    assert r.returncode == 0 and not problems, r.stdout + r.stderr
+
+
+def test_daemonset_uses_host_pids_and_no_gpu_request():
+    text = (ROOT / "contrib" / "kubernetes" / "gpumon-daemonset.yaml").read_text()
+    assert "hostPID: true" in text and "nvidia.com/gpu:" not in text.replace(
+        "nvidia.com/gpu.present", "")
+    assert '"--listen", "0.0.0.0:9402"' in text and "fieldPath: spec.nodeName" in text
+
+
 def _scraper(port, stop_at, latencies, errors):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     while time.monotonic() < stop_at:
