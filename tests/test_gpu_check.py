@@ -267,3 +267,14 @@ def test_gpu_check_script_in_cpu_mode(tmp_path):
     assert rows["scenario busy"]["result"] in ("PASS", "FAIL", "ERROR")
     assert rows["scenario busy"]["result"] != "ERROR" or "gpumon" in rows["scenario busy"]["detail"]
     assert r.stdout.rstrip().endswith(f"files in {tmp_path / 'gpu-check'}")
+
+
+def test_score_reports_the_evidence_of_the_main_segment(tmp_path):
+    doc = analysis()
+    doc["segments"][1]["evidence"] = {"duty_cycle": 0.31, "iowait_pct": 42.4, "gap_s": None,
+                                      "loader_cpu_pct": 198.0}
+    doc["segments"][0]["evidence"] = {"duty_cycle": 0.99}   # overlaps the run less
+    doc["segments"][0]["end"] = doc["segments"][1]["start"] = T0 + 6
+    res = sc.score_files(str(write_json(tmp_path, doc)), str(truth_file(tmp_path)))
+    assert res["evidence"] == "duty 0.31, iowait 42%, loader CPU 198%"
+    assert res["detail"].endswith("; gpumon saw: duty 0.31, iowait 42%, loader CPU 198%")

@@ -74,12 +74,13 @@ def score(analysis: dict, header: dict, steps: list[dict], warmup_s: float = WAR
         checks["straggler"] = got_s == exp_s
     elif (header.get("gpus") or 0) > 1:
         checks["straggler"] = got_s is None   # several GPUs, nobody to wait for
-    share = None
+    share, evidence = None, ""
     if steps:
         start = min(s["t_start"] for s in steps) + warmup_s
         end = max(s["t_end"] for s in steps)
         if end > start:
             share = accepted_time_share(analysis.get("segments") or [], accept, start, end)
+        evidence = main_evidence(analysis.get("segments") or [], start - warmup_s, end)
     result = "PASS" if all(checks.values()) else "FAIL"
     return {
         "scenario": header.get("scenario"), "result": result, "checks": checks,
@@ -89,8 +90,36 @@ def score(analysis: dict, header: dict, steps: list[dict], warmup_s: float = WAR
                 "confidence": summary.get("confidence"),
                 "fractions": summary.get("fractions")},
         "accepted_time_share": share, "truth": truth, "note": header.get("note", ""),
-        "intended": header.get("intended"), "detail": detail_line(header, summary, truth, share),
+        "intended": header.get("intended"), "evidence": evidence,
+        "detail": detail_line(header, summary, truth, share)
+        + (f"; gpumon saw: {evidence}" if evidence else ""),
     }
+
+
+# Evidence worth seeing in the one-line result (from gpumon's longest segment in the run),
+# with its format: what the driver and the host showed, whatever the verdict.
+EVIDENCE_KEYS = (("duty_cycle", "duty {:.2f}"), ("power_frac_busy", "power/limit busy {:.2f}"),
+                 ("busy_cold_share", "busy-cold {:.2f}"), ("iowait_pct", "iowait {:.0f}%"),
+                 ("disk_read_mbps", "disk read {:.0f} MB/s"),
+                 ("loader_cpu_pct", "loader CPU {:.0f}%"), ("main_cpu_pct", "main CPU {:.0f}%"))
+
+
+def main_evidence(segments: list, start: float, end: float) -> str:
+    """A few evidence numbers of the segment covering most of [start, end]."""
+    best, best_overlap = None, 0.0
+    for seg in segments or []:
+        try:
+            overlap = min(float(seg["end"]), end) - max(float(seg["start"]), start)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if overlap > best_overlap and isinstance(seg.get("evidence"), dict):
+            best, best_overlap = seg, overlap
+    if best is None:
+        return ""
+    ev = best["evidence"]
+    parts = [fmt.format(ev[k]) for k, fmt in EVIDENCE_KEYS
+             if isinstance(ev.get(k), (int, float))]
+    return ", ".join(parts)
 
 
 def _pct(x: Optional[float]) -> str:
