@@ -451,3 +451,41 @@ def test_dashboard_and_rules_use_only_exported_metrics():
     rules = (CONTRIB / "prometheus" / "gpumon-rules.yml").read_text()
     used = {n for n in NAME.findall(rules)}
     assert used and used <= have, used - have
+
+
+def test_cli_over_fake_nvml_unsupported_and_lost_gpu(gpumon_cmd, clean_env):
+    """The real NVML path (pynvml over the fake library): an unsupported metric is left out,
+    a lost GPU's readings go away and gpumon_gpu_lost says so."""
+    import fakenvml_env
+    reason = fakenvml_env.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    env = fakenvml_env.env(base=clean_env, gpus=2, unsupported={1: ["power"]}, lost={1: 4.0})
+    port = free_port()
+    proc = subprocess.Popen(gpumon_cmd + ["export", "--port", str(port), "-q",
+                                          "--interval", "0.5"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, _, body = wait_for(port, proc)
+        power = {lab["gpu"] for lab, _ in samples_of(body, "DCGM_FI_DEV_POWER_USAGE")}
+        assert power == {"0"}
+        assert {lab["gpu"] for lab, _ in samples_of(body, "DCGM_FI_DEV_SM_CLOCK")} == {"0", "1"}
+        info = samples_of(body, "gpumon_info")[0][0]
+        assert info["source"] == "nvml"
+        uuid = {lab["gpu"]: lab["UUID"] for lab, _ in samples_of(body, "DCGM_FI_DEV_GPU_UTIL")}
+        assert uuid["0"].startswith("GPU-") and uuid["0"] != uuid["1"]
+        _, _, body = wait_for(port, proc, want='gpumon_gpu_lost{gpu="1"', deadline=1)
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            _, _, body = fetch(port)
+            lost = {lab["gpu"]: v for lab, v in samples_of(body, "gpumon_gpu_lost")}
+            if lost.get("1") == 1:
+                break
+            time.sleep(0.2)
+        assert lost == {"0": 0, "1": 1}, lost
+        assert {lab["gpu"] for lab, _ in samples_of(body, "DCGM_FI_DEV_GPU_UTIL")} == {"0"}
+        assert samples_of(body, "gpumon_up")[0][1] == 1
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and "Traceback" not in err, err
