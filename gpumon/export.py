@@ -50,7 +50,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _DCGM_UNITS = {"J": ("mJ", 1000.0), "MB/s": ("B/s", 1e6)}
 
 # Evidence keys of a Diagnosis (gpumon.detect.engine.EVIDENCE_KEYS) exported per job, as
-# (key, metric name, divisor, help): % of one core / 100 = cores. Keys a detector does not give are left out.
+# (key, metric name, divisor, help); % of one core / 100 = cores. Keys a detector does not
+# give are left out.
 EVIDENCE_METRICS = (
     ("duty_cycle", "gpumon_duty_cycle", 1.0,
      "Share of the window's driver samples with a kernel running, mean over the job's GPUs "

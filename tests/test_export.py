@@ -5,7 +5,6 @@ import math
 import re
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -123,8 +122,8 @@ def test_clock_event_reasons_one_by_one():
     latest = dict(s.latest)
     latest[0] = gpu_sample(99.9, 0, 100.0, clock_events=0x4 | 0x40)   # sw power cap, hw thermal
     text, _ = parse(families(snap(latest=latest), infos(), "n"))
-    active = {(lab["gpu"], lab["reason"]) for lab, v in samples_of(text, "gpumon_clock_event_active")
-              if v == 1}
+    active = {(lab["gpu"], lab["reason"])
+              for lab, v in samples_of(text, "gpumon_clock_event_active") if v == 1}
     assert active == {("0", "sw_power_cap"), ("0", "hw_thermal")}
     assert len(samples_of(text, "gpumon_clock_event_active")) == 2 * 8
 
