@@ -44,6 +44,10 @@ STALE_MIN_S = 5.0
 # stdlib default of 5 makes the kernel drop SYNs, and the client then retries after 1 s).
 LISTEN_BACKLOG = 128
 
+# A kept-alive connection idle this long is closed, so clients that never hang up cannot pile
+# up threads; Prometheus scrapes every 15-60 s and simply reconnects after a longer pause.
+IDLE_CONNECTION_S = 120.0
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # dcgm-exporter's units where gpumon keeps another: (dcgm unit, factor from gpumon's unit).
@@ -434,6 +438,7 @@ def parse_port(text: str, what: str = "--port") -> int:
 class _Handler(BaseHTTPRequestHandler):
     server_version = f"gpumon/{__version__}"
     protocol_version = "HTTP/1.1"      # keep-alive: Prometheus reuses its connection
+    timeout = IDLE_CONNECTION_S
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         path = self.path.split("?", 1)[0]
