@@ -25,9 +25,18 @@ try:  # nvidia-ml-py; its absence is reported as a missing driver stack, in one 
 except ImportError:  # pragma: no cover - exercised by the dstat test with a bare python
     N = None
 
-# nvmlDeviceGetSamples' period is 1/6 s on most products (NVML-NOTES): when no driver sample
-# arrived for this long, the GPU is idle (the ring does not grow) and utilization rates are read.
-DRIVER_SAMPLE_GAP_S = 0.25
+# nvmlDeviceGetSamples' period is 1/6 s on most products (NVML-NOTES); each GPU's own period
+# is learnt from the spacing of its samples.
+DEFAULT_SAMPLE_PERIOD_S = 1 / 6
+# A driver period with no sample means no kernel ran (the ring stops filling while the GPU
+# idles): a gap longer than this many periods is logged as 0% samples on the driver's grid,
+# once nvmlDeviceGetUtilizationRates confirms the GPU is idle now.
+IDLE_GAP_PERIODS = 1.5
+# At most this many idle samples are filled in one go (a suspended machine, a clock step).
+MAX_IDLE_FILL = 600
+# The driver's ring holds ~20 s of history: on the first read, keep only samples this recent
+# (seconds before NVML was opened), so a log starts when gpumon starts.
+HISTORY_BEFORE_OPEN_S = 1.0
 # The running-process list is slow (~4.5 ms) and takes the driver lock: read it at most this often.
 PROCESS_CACHE_S = 1.0
 # The power limit rarely changes; re-read it this often.
@@ -90,6 +99,7 @@ class _Gpu:
         self.lost = False
         self.last_seen_us = 0
         self.last_sample_wall = 0.0
+        self.period_s = DEFAULT_SAMPLE_PERIOD_S
         self.clock = _ClockMap()
         self.pcie_prev: Optional[tuple[float, int, int]] = None  # (t, rx_bytes, tx_bytes)
         self.pcie_rates: tuple[Optional[float], Optional[float]] = (None, None)
@@ -149,6 +159,7 @@ class NvmlSource:
         self.errors: dict[str, int] = {}
         self._gpus: Optional[list[_Gpu]] = None
         self.lost: list[int] = []
+        self.opened_at = 0.0
 
     # -- start-up -------------------------------------------------------------------------
     def open(self) -> "NvmlSource":
@@ -166,6 +177,7 @@ class NvmlSource:
             raise NoDriverError(f"NVML failed to start ({_decode(exc)})") from None
         except OSError as exc:
             raise NoDriverError(f"libnvidia-ml.so.1 could not be loaded ({exc})") from None
+        self.opened_at = time.time()
         count = N.nvmlDeviceGetCount()
         gpus = []
         for i in range(count):
@@ -277,6 +289,14 @@ class NvmlSource:
         return g.power_limit_w
 
     def _driver_samples(self, g: _Gpu) -> list[tuple[float, float]]:
+        first = g.last_seen_us == 0
+        out = self._new_driver_samples(g)
+        if first:
+            horizon = self.opened_at - HISTORY_BEFORE_OPEN_S
+            out = [s for s in out if s[0] >= horizon]
+        return out
+
+    def _new_driver_samples(self, g: _Gpu) -> list[tuple[float, float]]:
         """New (wall time, util %) samples from the driver's ring; [] when none is newer."""
         if "samples" in g.unsupported:
             return []
@@ -352,7 +372,8 @@ class NvmlSource:
 
     def _read_gpu(self, g: _Gpu, now: float, mono: float, probe: bool = False) -> list[GpuSample]:
         samples = self._driver_samples(g)
-        if not samples and not probe and now - g.last_sample_wall < DRIVER_SAMPLE_GAP_S:
+        gap = IDLE_GAP_PERIODS * g.period_s
+        if not samples and not probe and now - g.last_sample_wall < gap:
             return []   # polled faster than the driver samples: nothing new to say yet
         q = g.query
         rates = q("util", N.nvmlDeviceGetUtilizationRates)
@@ -382,13 +403,43 @@ class NvmlSource:
             clock_events=int(events) if events is not None else None,
             energy_j=energy / 1000.0 if energy is not None else None,
             pids=pids, proc_util=g.proc_util)
-        if samples:
-            g.last_sample_wall = samples[-1][0]
-            return [GpuSample(time=t, util_gpu_pct=v, **base) for t, v in samples]
-        # The ring is dry (an idle GPU) or unsupported: the current utilization rates.
-        g.last_sample_wall = now
-        util = float(rates.gpu) if rates is not None else None
-        return [GpuSample(time=now, util_gpu_pct=util, **base)]
+        series = self._with_idle(g, samples, now, rates)
+        return [GpuSample(time=t, util_gpu_pct=v, **base) for t, v in series]
+
+    @staticmethod
+    def _with_idle(g: _Gpu, samples: list[tuple[float, float]], now: float,
+                   rates) -> list[tuple[float, Optional[float]]]:
+        """The driver's samples with its silent (idle) periods filled in as 0%."""
+        if len(samples) > 1:
+            step = min(b[0] - a[0] for a, b in zip(samples, samples[1:]))
+            if 0.02 <= step <= 1.0:
+                g.period_s = step
+        period = g.period_s
+        gap = IDLE_GAP_PERIODS * period
+        rate = float(rates.gpu) if rates is not None else None
+        out: list[tuple[float, Optional[float]]] = []
+        prev = g.last_sample_wall
+
+        def fill(upto: float) -> None:
+            t, n = prev + period, 0
+            while t < upto - 0.5 * period and n < MAX_IDLE_FILL:
+                out.append((t, 0.0))
+                t, n = t + period, n + 1
+
+        for t, v in samples:
+            if prev and t - prev > gap:
+                fill(t)
+            out.append((t, v))
+            prev = t
+        if now - prev > gap:
+            ring = "samples" not in g.unsupported
+            if ring and prev and (rate is None or rate == 0):
+                fill(now + 0.5 * period)       # idle up to now, on the driver's grid
+            else:                              # no ring, or busy with no sample yet
+                out.append((now, rate))
+        if out:
+            g.last_sample_wall = out[-1][0]
+        return out
 
     def close(self) -> None:
         if self._gpus is not None:
