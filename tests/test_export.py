@@ -351,8 +351,9 @@ def test_cli_binds_loopback_by_default_and_serves(gpumon_cmd, clean_env):
         assert 'DCGM_FI_DEV_GPU_UTIL{gpu="0"' in body and "gpumon_up" in body
         assert 'gpumon_info{Hostname=' in body and 'source="sim"' in body
         import psutil
-        addrs = {c.laddr for c in psutil.Process(proc.pid).net_connections("inet")
-                 if c.status == psutil.CONN_LISTEN}
+        p = psutil.Process(proc.pid)
+        conns = getattr(p, "net_connections", None) or p.connections   # psutil < 6
+        addrs = {c.laddr for c in conns("inet") if c.status == psutil.CONN_LISTEN}
         assert addrs == {("127.0.0.1", port)}, addrs
         ip = non_loopback_ip()
         if ip is not None:
