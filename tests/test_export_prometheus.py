@@ -295,6 +295,15 @@ def test_fifty_concurrent_scrapers_for_twenty_seconds(gpumon_cmd, clean_env):
             except OSError:
                 time.sleep(0.1)
         assert "DCGM_FI_DEV_GPU_UTIL{" in text, exporter.stderr
+        if PROMTOOL:
+            # promtool's linter finds nothing but what dcgm-exporter's conventions bring:
+            # camelCase labels (UUID, modelName, Hostname), an energy counter without _total.
+            r = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                               text=True, timeout=60)
+            for line in (r.stdout + r.stderr).splitlines():
+                assert ("label names should be written in 'snake_case'" in line
+                        or line.startswith("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter "
+                                           "metrics should have \"_total\" suffix")), line
         proc = psutil.Process(exporter.pid)
         rss0 = proc.memory_info().rss
         ticks0 = metric_value(text, "gpumon_ticks_total")
