@@ -69,7 +69,7 @@ def variables(
     pids: str | Mapping[int | str, Iterable[int]] | None = None,
     init_error: str | None = None,
     mig: bool | None = None,
-    call_us: int | None = None,
+    call_us: int | str | None = None,
     trace_dir: str | os.PathLike | None = None,
 ) -> dict[str, str]:
     """The FAKE_NVML_* variables for these settings (only the ones given).
@@ -77,6 +77,7 @@ def variables(
     unsupported: "power,temp", ["power", "temp"] (every GPU) or {1: ["power"]} (GPU 1 only).
     lost: {1: 2.5} (GPU 1 lost 2.5 s after nvmlInit) or "1@2.5".
     pids: {0: [123, 456], 1: [789]} ("*" as key: every GPU) or "0:123,456;1:789".
+    call_us: µs per call (2.5), per metric group ("1,processes=4500"), or "reported".
     """
     out: dict[str, str] = {}
     if gpus is not None:
@@ -102,7 +103,7 @@ def variables(
     if mig is not None:
         out["FAKE_NVML_MIG"] = "1" if mig else "0"
     if call_us is not None:
-        out["FAKE_NVML_CALL_US"] = str(int(call_us))
+        out["FAKE_NVML_CALL_US"] = call_us if isinstance(call_us, str) else str(call_us)
     return out
 
 

@@ -480,6 +480,28 @@ def test_call_cost_knob():
     assert run_py(code) < 0.001
 
 
+def test_call_cost_per_metric_group():
+    code = """
+        N.nvmlInit()
+        h = N.nvmlDeviceGetHandleByIndex(0)
+        def cost(f, n):
+            t = time.perf_counter()
+            for _ in range(n):
+                f()
+            return (time.perf_counter() - t) / n
+        out(dict(procs=cost(lambda: N.nvmlDeviceGetComputeRunningProcesses(h), 10),
+                 util=cost(lambda: N.nvmlDeviceGetUtilizationRates(h), 200),
+                 mem=cost(lambda: N.nvmlDeviceGetMemoryInfo(h, version=N.nvmlMemory_v2), 200)))
+    """
+    r = run_py(code, call_us="reported", pids={0: [os.getpid()]})
+    assert r["procs"] >= 2 * 4.5e-3          # two driver calls per pynvml call, 4.5 ms each
+    assert r["util"] < 1e-3 and 12e-6 <= r["mem"] < 1e-3
+    r = run_py(code, call_us="0,processes=1000", pids={0: [os.getpid()]})
+    assert 2e-3 <= r["procs"] and r["util"] < 1e-3
+    proc = run_py("N.nvmlInit()", expect_rc=1, call_us="0,bogus=5")
+    assert "bogus" in proc.stderr
+
+
 # ---------------------------------------------------------------- trace replay
 
 TRACE_PERIOD_US = 100_000

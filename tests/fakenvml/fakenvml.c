@@ -159,7 +159,11 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_refcount;
 static fake_timeline g_tl;
 static struct fake_device g_dev[FAKE_MAX_GPUS];
-static int64_t g_init_mono_us, g_boot_offset_us, g_call_us;
+static int64_t g_init_mono_us, g_boot_offset_us;
+/* Emulated driver cost (FAKE_NVML_CALL_US): every call spins g_call_ns; a call in a metric group
+ * with a cost of its own spins up to that instead (g_group_ns, indexed by the group's bit). */
+static int64_t g_call_ns, g_group_ns[16];
+static unsigned g_costed_groups;
 
 static int64_t clock_us(clockid_t c) {
     struct timespec ts;
@@ -167,16 +171,33 @@ static int64_t clock_us(clockid_t c) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static void spin(void) {
-    if (g_call_us <= 0)
+static int64_t clock_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void spin_ns(int64_t ns) {
+    if (ns <= 0)
         return;
-    int64_t end = clock_us(CLOCK_MONOTONIC) + g_call_us;
-    while (clock_us(CLOCK_MONOTONIC) < end)
+    int64_t end = clock_ns() + ns;
+    while (clock_ns() < end)
         ;
 }
 
+/* The extra cost of a call in these metric groups, beyond the g_call_ns already spent. */
+static void spin_group(unsigned mask) {
+    if (!(mask & g_costed_groups))
+        return;
+    int64_t most = 0;
+    for (int b = 0; b < 16; b++)
+        if ((mask & (1u << b)) && g_group_ns[b] > most)
+            most = g_group_ns[b];
+    spin_ns(most - g_call_ns);
+}
+
 static nvmlReturn_t enter(void) {
-    spin();
+    spin_ns(g_call_ns);
     return g_refcount > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
 }
 
@@ -215,6 +236,7 @@ static nvmlReturn_t enter_dev(nvmlDevice_t h, fake_gpu **gp) {
     do {                                         \
         if (g->unsupported & (mask))             \
             return NVML_ERROR_NOT_SUPPORTED;     \
+        spin_group(mask);                        \
     } while (0)
 
 /* The latest row: what the driver reports now for sampled values (utilization, 1 s power,
@@ -438,9 +460,46 @@ static void library_dir(char *out, size_t len) {
     }
 }
 
+/* Call costs reported for one consumer GPU (NVML-NOTES; UNVERIFIED, see README.md), in µs. */
+static const char k_reported_costs[] =
+    "2.5,util=2.5,memory=12,fan=140,processes=4500,pcie=20000";
+
+/* FAKE_NVML_CALL_US=N (every call), =N,group=M,... (group calls cost M instead), or =reported. */
+static int parse_costs(const char *spec) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", strcmp(spec, "reported") == 0 ? k_reported_costs : spec);
+    for (char *save = NULL, *item = strtok_r(buf, ", ", &save); item; item = strtok_r(NULL, ", ", &save)) {
+        char *eq = strchr(item, '=');
+        const char *num = eq ? eq + 1 : item;
+        char *end;
+        double us = strtod(num, &end);
+        if (end == num || *end || !(us >= 0) || us > 1e6)
+            return config_error("FAKE_NVML_CALL_US: '%s' is not µs in 0..1000000 (N, group=N, or 'reported')%s",
+                                item, "");
+        if (!eq) {
+            g_call_ns = (int64_t)(us * 1000);
+            continue;
+        }
+        *eq = '\0';
+        unsigned bits = 0;
+        for (size_t k = 0; k < sizeof k_groups / sizeof k_groups[0]; k++)
+            if (strcmp(item, k_groups[k].name) == 0)
+                bits = k_groups[k].bits;
+        if (!bits)
+            return config_error("FAKE_NVML_CALL_US: unknown metric group '%s'%s", item, "");
+        for (int b = 0; b < 16; b++)
+            if (bits & (1u << b))
+                g_group_ns[b] = (int64_t)(us * 1000);
+        g_costed_groups |= bits;
+    }
+    return 0;
+}
+
 static nvmlReturn_t configure(void) {
     fake_timeline_free(&g_tl);
-    g_call_us = 0;
+    g_call_ns = 0;
+    g_costed_groups = 0;
+    memset(g_group_ns, 0, sizeof g_group_ns);
     const char *v;
     if ((v = env("FAKE_NVML_INIT_ERROR"))) {
         const char *name = strncasecmp(v, "NVML_ERROR_", 11) == 0 ? v + 11 : v;
@@ -453,11 +512,8 @@ static nvmlReturn_t configure(void) {
         return config_error("FAKE_NVML_INIT_ERROR: unknown NVML error '%s' (e.g. driver_not_loaded)%s", v, "");
     }
     long n;
-    if ((v = env("FAKE_NVML_CALL_US"))) {
-        if (parse_count("FAKE_NVML_CALL_US", v, 0, 1000000, &n))
-            return NVML_ERROR_UNKNOWN;
-        g_call_us = n;
-    }
+    if ((v = env("FAKE_NVML_CALL_US")) && parse_costs(v))
+        return NVML_ERROR_UNKNOWN;
     const char *gpus = env("FAKE_NVML_GPUS");
     if ((v = env("FAKE_NVML_SCENARIO"))) {
         char path[1024], err[1200];
@@ -529,7 +585,7 @@ EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     if (r == NVML_SUCCESS)
         g_refcount++;
     pthread_mutex_unlock(&g_lock);
-    spin();
+    spin_ns(g_call_ns);
     return r;
 }
 
@@ -857,16 +913,20 @@ EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t h, int errorType, i
 
 /* ---- memory ---- */
 
-EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *mem) {
-    DEV(h);
-    NONNULL(mem);
-    UNSUP(U_MEMORY);
+static void fill_memory(const fake_gpu *g, nvmlMemory_t *mem) {
     const fake_row *r = now_row(g);
     mem->total = g->mem_total_mib * MIB;
     mem->used = r->mem_used_mib * MIB;
     if (mem->used > mem->total)
         mem->used = mem->total;
     mem->free = mem->total - mem->used;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *mem) {
+    DEV(h);
+    NONNULL(mem);
+    UNSUP(U_MEMORY);
+    fill_memory(g, mem);
     return NVML_SUCCESS;
 }
 
@@ -877,9 +937,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     UNSUP(U_MEMORY);
     nvmlMemory_t m;
-    nvmlReturn_t r = nvmlDeviceGetMemoryInfo(h, &m);
-    if (r)
-        return r;
+    fill_memory(g, &m);
     mem->total = m.total;
     mem->reserved = 0;
     mem->used = m.used;
