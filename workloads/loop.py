@@ -259,6 +259,17 @@ def ddp_layout(cfg: RunConfig) -> tuple[str, int, bool]:
     return "gloo", 0, False
 
 
+def _no_forward_buffer_sync() -> dict:
+    """DDP's keyword for "no buffer broadcast in forward": `forward_sync_buffers` from the
+    torch versions that deprecate `broadcast_buffers`."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters:
+        return {"forward_sync_buffers": False}
+    return {"broadcast_buffers": False}
+
+
 def run_rank(rank: int, cfg: RunConfig, port: int) -> None:
     """One DDP rank (the target of torch.multiprocessing.spawn)."""
     import torch.distributed as dist
@@ -284,10 +295,10 @@ def run_rank(rank: int, cfg: RunConfig, port: int) -> None:
         agree = torch.tensor([float(batch), -step_s], device=coll_dev)
         dist.all_reduce(agree, op=dist.ReduceOp.MIN)
         batch, step_s = int(agree[0].item()), -float(agree[1].item())
-        # broadcast_buffers=False: otherwise every forward starts with a collective (BatchNorm
-        # buffers) and the wait for a late rank would be charged to compute
+        # no buffer sync in forward: otherwise every forward starts with a collective
+        # (BatchNorm buffers) and the wait for a late rank would be charged to compute
         ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                  broadcast_buffers=False)
+                  **_no_forward_buffer_sync())
         image = SIZES[cfg.size].image
         extra: dict = {"backend": backend, "shared_gpu": shared, "batch": batch,
                        "compute_step_ms": round(1000 * step_s, 2),
