@@ -286,7 +286,8 @@ _JOB_METRICS = _job_metrics()
 
 def _verdict(fam: _Families, d: Diagnosis, host: dict) -> None:
     job = {**host, "job_gpus": job_label(d.gpus)}
-    for v in VERDICTS:
+    known = VERDICTS if d.verdict in VERDICTS else VERDICTS + (d.verdict,)
+    for v in known:
         lab = dict(job, verdict=v)
         if v == d.verdict:
             lab["cause"] = d.cause or ""

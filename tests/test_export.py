@@ -170,6 +170,10 @@ def test_verdict_without_cause_two_jobs_and_no_detector():
     assert ones["0"]["verdict"] == "data_starvation" and ones["1"]["verdict"] == "busy"
     assert ones["0"].get("cause", "") == "" and ones["0"].get("straggler_gpu", "") == ""
     assert "gpumon_duty_cycle" not in text
+    # A verdict string this exporter does not know still gets its 1.
+    text, _ = parse(families(snap(diagnoses=(diagnosis("new_verdict"),)), infos(), "n"))
+    ones = [lab["verdict"] for lab, v in samples_of(text, "gpumon_verdict") if v == 1]
+    assert ones == ["new_verdict"]
     # No verdict yet (or no detector): no verdict series at all, not a row of zeros.
     text, _ = parse(families(snap(diagnoses=()), infos(), "n"))
     assert "gpumon_verdict" not in text
