@@ -159,55 +159,56 @@ def run_single(cfg: RunConfig) -> dict:
     extra: dict = {"batch": batch, "compute_step_ms": round(1000 * step_s, 2)}
     cleanup: list[Callable[[], None]] = []
 
-    fetch: Iterator
-    if cfg.scenario in ("busy", "checkpoint", "dataparallel", "spin"):
-        fetch = wdata.device_batches(batch, image, device, seed=cfg.seed)
-        workers = 0
-    elif cfg.scenario in ("data_starvation", "main_process"):
-        workers = cfg.workers if cfg.scenario == "data_starvation" else 0
-        t_s = transform_seconds(cfg, batch, step_s, workers)
-        extra.update(workers=workers, transform_ms_per_sample=round(1000 * t_s, 3))
-        ds = wdata.SyntheticImages(batch * 64, image, t_s, seed=cfg.seed)
-        fetch = wdata.endless(wdata.loader(ds, batch, workers, pin))
-    elif cfg.scenario == "io_fetch":
-        workers = cfg.workers
-        root = wdata.pick_data_root(cfg.data_dir)
-        file_bytes = max(cfg.io_file_kb * 1024, 3 * image * image)
-        t0 = time.perf_counter()
-        files = wdata.ImageFiles(root, count=2 * batch, file_bytes=file_bytes, seed=cfg.seed)
-        cleanup.append(files.remove)
-        extra.update(workers=workers, io_files=len(files.paths), io_file_kb=file_bytes // 1024,
-                     io_chunk_kb=cfg.io_chunk_kb, data_dir=files.dir,
-                     data_dir_fs=wdata.data_dir_fs(files.dir),
-                     io_setup_s=round(time.perf_counter() - t0, 3))
-        ds = wdata.FileImages(files.paths, image, cfg.io_chunk_kb * 1024)
-        fetch = wdata.endless(wdata.loader(ds, batch, workers, pin))
-    else:
-        raise ValueError(f"not a single-process scenario: {cfg.scenario}")
+    writer = TruthWriter(None)
+    try:  # files and checkpoints are removed however the run ends
+        fetch: Iterator
+        if cfg.scenario in ("busy", "checkpoint", "dataparallel", "spin"):
+            fetch = wdata.device_batches(batch, image, device, seed=cfg.seed)
+            workers = 0
+        elif cfg.scenario in ("data_starvation", "main_process"):
+            workers = cfg.workers if cfg.scenario == "data_starvation" else 0
+            t_s = transform_seconds(cfg, batch, step_s, workers)
+            extra.update(workers=workers, transform_ms_per_sample=round(1000 * t_s, 3))
+            ds = wdata.SyntheticImages(batch * 64, image, t_s, seed=cfg.seed)
+            fetch = wdata.endless(wdata.loader(ds, batch, workers, pin))
+        elif cfg.scenario == "io_fetch":
+            workers = cfg.workers
+            root = wdata.pick_data_root(cfg.data_dir)
+            file_bytes = max(cfg.io_file_kb * 1024, 3 * image * image)
+            t0 = time.perf_counter()
+            files = wdata.ImageFiles(root, count=2 * batch, file_bytes=file_bytes, seed=cfg.seed)
+            cleanup.append(files.remove)
+            extra.update(workers=workers, io_files=len(files.paths), io_file_kb=file_bytes // 1024,
+                         io_chunk_kb=cfg.io_chunk_kb, data_dir=files.dir,
+                         data_dir_fs=wdata.data_dir_fs(files.dir),
+                         io_setup_s=round(time.perf_counter() - t0, 3))
+            ds = wdata.FileImages(files.paths, image, cfg.io_chunk_kb * 1024)
+            fetch = wdata.endless(wdata.loader(ds, batch, workers, pin))
+        else:
+            raise ValueError(f"not a single-process scenario: {cfg.scenario}")
 
-    spin_cycles = 0
-    if cfg.scenario == "spin":
-        spin_cycles = int(_spin_cycles_per_ms(device) * cfg.spin_ms)
-        extra.update(spin_ms=cfg.spin_ms, spin_cycles=spin_cycles)
+        spin_cycles = 0
+        if cfg.scenario == "spin":
+            spin_cycles = int(_spin_cycles_per_ms(device) * cfg.spin_ms)
+            extra.update(spin_ms=cfg.spin_ms, spin_cycles=spin_cycles)
 
-    ckpt_path, filler = None, None
-    if cfg.scenario == "checkpoint":
-        root = wdata.pick_data_root(cfg.data_dir)
-        ckpt_path = os.path.join(root, f"workloads-ckpt-{os.getpid()}.pt")
-        cleanup.append(lambda: os.path.exists(ckpt_path) and os.remove(ckpt_path))
-        # stands for the weights of a real model: what makes a checkpoint take seconds
-        filler = torch.zeros(cfg.ckpt_mb * (1 << 20) // 4, dtype=torch.float32, device=device)
-        extra.update(ckpt_every_s=cfg.ckpt_every_s, ckpt_mb=cfg.ckpt_mb, ckpt_path=ckpt_path)
+        ckpt_path, filler = None, None
+        if cfg.scenario == "checkpoint":
+            root = wdata.pick_data_root(cfg.data_dir)
+            ckpt_path = os.path.join(root, f"workloads-ckpt-{os.getpid()}.pt")
+            cleanup.append(lambda: os.path.exists(ckpt_path) and os.remove(ckpt_path))
+            # stands for the weights of a real model: what makes a checkpoint take seconds
+            filler = torch.zeros(cfg.ckpt_mb * (1 << 20) // 4, dtype=torch.float32, device=device)
+            extra.update(ckpt_every_s=cfg.ckpt_every_s, ckpt_mb=cfg.ckpt_mb, ckpt_path=ckpt_path)
 
-    header = _header(cfg, device, gpus, extra)
-    writer = TruthWriter(cfg.out).open(header)
-    clock = PhaseClock(sync)
-    log(f"{cfg.scenario}: device={device.type} batch={batch} "
-        f"compute step {1000 * step_s:.1f} ms; running {cfg.seconds:g} s")
-    deadline = time.time() + cfg.seconds
-    last_ckpt = time.time()
-    step = 0
-    try:
+        header = _header(cfg, device, gpus, extra)
+        writer = TruthWriter(cfg.out).open(header)
+        clock = PhaseClock(sync)
+        log(f"{cfg.scenario}: device={device.type} batch={batch} "
+            f"compute step {1000 * step_s:.1f} ms; running {cfg.seconds:g} s")
+        deadline = time.time() + cfg.seconds
+        last_ckpt = time.time()
+        step = 0
         while True:
             rec = StepRecord(rank=0, step=step, t_start=clock.start())
             if cfg.scenario == "spin":

@@ -6,6 +6,7 @@ Each run reproduces one situation gpumon must recognise and writes its own groun
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from workloads.scenarios import SCENARIOS
@@ -103,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     from workloads.loop import Skip, log, run
     from workloads.truth import read_truth, summarize
 
+    def terminated(signum, _frame):
+        raise SystemExit(128 + signum)  # unwinds, so temporary files are removed
+
+    signal.signal(signal.SIGTERM, terminated)
     try:
         cfg = config_from_args(args)
         run(cfg)
