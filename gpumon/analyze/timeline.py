@@ -15,7 +15,9 @@ import numpy as np
 from gpumon.diagnosis import IDLE, INSUFFICIENT_DATA, VERDICTS, Diagnosis
 from gpumon.detect.bins import Store
 from gpumon.detect.engine import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
-from gpumon.detect.features import pause_mask, window_features
+from gpumon.detect.engine import bin_duty
+from gpumon.detect.features import window_features
+from gpumon.detect.pauses import pause_flags
 from gpumon.detect.rules import judge
 from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
@@ -56,7 +58,7 @@ def build_store(log: Log, th: Thresholds) -> Store:
 def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, th: Thresholds,
                   ends: np.ndarray, keep_features: bool = False):
     """Rule output (and optionally features) at ``ends`` (sorted), chunk by chunk."""
-    W = max(1, int(round(th.window_s / th.bin_s)))
+    W = int(math.ceil(max(th.window_s, th.window_max_s, th.context_s) / th.bin_s)) + 1
     outs, feats = [], []
     i = 0
     while i < len(ends):
@@ -104,8 +106,9 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
     for gpus, shared in jobs:
         rows = [st.rows[x] for x in gpus]
         g, _ = st.view(rows)
-        pause = pause_mask(g, th)
-        del g
+        duty, n, u = bin_duty(g)
+        pause = pause_flags(duty, n, u, th)
+        del g, duty
         outs, _ = _judge_chunks(st, rows, shared, pause, th, ends)
         r = _cat(outs)
         hy = Hysteresis(th.hold_s)

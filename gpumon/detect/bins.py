@@ -45,6 +45,15 @@ HOST_FIELDS = ("io", "ion", "rd", "rdn", "wr", "wrn", "cpu", "cpun")
 GI = {name: i for i, name in enumerate(GPU_FIELDS)}
 HI = {name: i for i, name in enumerate(HOST_FIELDS)}
 
+_F_N, _F_U, _F_BUSY, _F_IDLE = GI["n"], GI["u"], GI["busy"], GI["idle"]
+_F_VAL = np.array([GI[k] for k in ("pw", "pl", "clk", "cmax", "mem", "pid")])
+_F_CNT = np.array([GI[k] for k in ("pn", "pln", "cn", "cmaxn", "memn", "pidn")])
+_F_EN, _F_THERM, _F_PCAP, _F_HWS = GI["en"], GI["therm"], GI["pcap"], GI["hws"]
+_ALL_GPU = np.arange(len(GPU_FIELDS))
+_F_JOB = np.array([GI[k] for k in ("ld", "mc", "mt", "wk", "lb", "ldn", "mcn", "mtn", "wkn",
+                                   "lbn")])
+_F_HOST = np.array([HI[k] for k in ("io", "rd", "wr", "cpu", "ion", "rdn", "wrn", "cpun")])
+_F_RUNS = np.array([GI[k] for k in ("burn", "burs", "gapn", "gaps")])
 _THERMAL = CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL
 _PCAP = CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_POWER_BRAKE
 
@@ -163,16 +172,28 @@ class Store:
             self.g, self.h = g, h
         self.nb = max(self.nb, need)
 
-    def _add(self, arr: np.ndarray, fidx: int, rows: Optional[np.ndarray], slots: np.ndarray,
-             w: np.ndarray) -> None:
-        ok = slots >= 0
-        if rows is None:
-            arr[fidx] += np.bincount(slots[ok], w[ok], arr.shape[-1])
+    def _scatter(self, arr: np.ndarray, fidx: np.ndarray, rows: Optional[np.ndarray],
+                 slots: np.ndarray, m: np.ndarray) -> None:
+        """arr[fidx[k], row, slot] += m[k, i] for every sample i (one reduceat, one add)."""
+        width = arr.shape[-1]
+        ok = (slots >= 0) & (slots < width)
+        if arr.ndim == 2:
+            rows = None
+        if rows is not None:
+            ok &= rows >= 0
+            idx = rows * width + slots
+        else:
+            idx = slots
+        if not ok.all():
+            idx, m = idx[ok], m[:, ok]
+        if len(idx) == 0:
             return
-        ok &= rows >= 0
-        width = arr.shape[2]
-        flat = rows[ok] * width + slots[ok]
-        arr[fidx] += np.bincount(flat, w[ok], arr.shape[1] * width).reshape(arr.shape[1], width)
+        order = np.argsort(idx, kind="stable")
+        idx, m = idx[order], m[:, order]
+        starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
+        sums = np.add.reduceat(m, starts, axis=1)
+        flat = arr.reshape(arr.shape[0], -1)
+        flat[fidx[:, None], idx[starts][None, :]] += sums
 
     # -- adding data --------------------------------------------------------------------------
     def add_samples(self, s: SampleCols) -> None:
@@ -186,36 +207,28 @@ class Store:
         b = self._bins(t)
         self._make_room(int(b.min()), int(b.max()))
         slots = b - self.b0
-        G = self.g
-
-        def col(a):
-            return None if a is None else np.asarray(a, dtype=float)[order]
-
-        util = col(s.util)
-        have_u = ~np.isnan(util)
-        share = np.where(have_u, util, 0.0) / 100.0
-        self._add(G, GI["n"], rows, slots, have_u.astype(float))
-        self._add(G, GI["u"], rows, slots, share)
-        self._add(G, GI["busy"], rows, slots, (have_u & (util >= th.seg_util_pct)).astype(float))
-        self._add(G, GI["idle"], rows, slots, (have_u & (util <= th.idle_util_pct)).astype(float))
-        for name, cnt, a in (("pw", "pn", s.power), ("pl", "pln", s.power_limit),
-                             ("clk", "cn", s.clock), ("cmax", "cmaxn", s.clock_max),
-                             ("mem", "memn", s.mem), ("pid", "pidn", s.has_pid)):
-            v = col(a)
-            if v is None:
-                continue
-            ok = ~np.isnan(v)
-            self._add(G, GI[name], rows, slots, np.where(ok, v, 0.0))
-            self._add(G, GI[cnt], rows, slots, ok.astype(float))
-        ev = col(s.events)
-        if ev is not None:
-            ok = ~np.isnan(ev)
-            bits = np.where(ok, ev, 0).astype(np.int64)
-            self._add(G, GI["en"], rows, slots, ok.astype(float))
-            self._add(G, GI["therm"], rows, slots, ((bits & _THERMAL) != 0).astype(float))
-            self._add(G, GI["pcap"], rows, slots, ((bits & _PCAP) != 0).astype(float))
-            self._add(G, GI["hws"], rows, slots,
-                      ((bits & CLOCK_EVENT_HW_SLOWDOWN) != 0).astype(float))
+        n = len(t)
+        nan = np.full(n, np.nan)
+        vals = np.stack([nan if a is None else np.asarray(a, dtype=float)[order]
+                         for a in (s.util, s.power, s.power_limit, s.clock, s.clock_max,
+                                   s.mem, s.has_pid, s.events)])
+        ok = ~np.isnan(vals)
+        v0 = np.where(ok, vals, 0.0)
+        util = vals[0]
+        m = np.zeros((len(GPU_FIELDS), n))
+        m[_F_N] = ok[0]
+        m[_F_U] = v0[0] / 100.0
+        m[_F_BUSY] = ok[0] & (util >= th.seg_util_pct)
+        m[_F_IDLE] = ok[0] & (util <= th.idle_util_pct)
+        m[_F_VAL] = v0[1:7]
+        m[_F_CNT] = ok[1:7]
+        bits = v0[7].astype(np.int64)
+        m[_F_EN] = ok[7]
+        m[_F_THERM] = (bits & _THERMAL) != 0
+        m[_F_PCAP] = (bits & _PCAP) != 0
+        m[_F_HWS] = (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0
+        self._scatter(self.g, _ALL_GPU, rows, slots, m)
+        have_u = ok[0]
         self._runs(t[have_u], gpu[have_u], rows[have_u], util[have_u])
 
     def _runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray) -> None:
@@ -232,10 +245,12 @@ class Store:
         ends = np.append(starts[1:], len(t))
         for s0, e0 in zip(starts, ends):
             g = int(gpu[s0])
-            inner = dt[s0 + 1:e0]
-            period = float(np.median(inner)) if len(inner) else c.period.get(g, 1.0 / 6)
-            if len(inner):
+            if e0 - s0 > 1:
+                # Mean period of this chunk (a median costs more; holes are clipped below).
+                period = min(float(t[e0 - 1] - t[s0]) / (e0 - s0 - 1), th.max_sample_gap_s)
                 c.period[g] = period
+            else:
+                period = c.period.get(g, 1.0 / 6)
             prev = c.last.get(g)
             dt[s0] = t[s0] - prev if prev is not None and t[s0] > prev else period
             c.last[g] = float(t[e0 - 1])
@@ -272,10 +287,8 @@ class Store:
               length: np.ndarray) -> None:
         slots = self._bins(tend) - self.b0
         kind = kind.astype(bool)
-        self._add(self.g, GI["burn"], rows, slots, kind.astype(float))
-        self._add(self.g, GI["burs"], rows, slots, np.where(kind, length, 0.0))
-        self._add(self.g, GI["gapn"], rows, slots, (~kind).astype(float))
-        self._add(self.g, GI["gaps"], rows, slots, np.where(kind, 0.0, length))
+        m = np.stack([kind, np.where(kind, length, 0.0), ~kind, np.where(kind, 0.0, length)])
+        self._scatter(self.g, _F_RUNS, rows, slots, m.astype(float))
 
     def flush_runs(self) -> None:
         """End every carried run (end of a log): it counts where its last sample was."""
@@ -294,27 +307,22 @@ class Store:
         rows = self._row(np.asarray(j.gpu))
         b = self._bins(np.asarray(j.time, dtype=float))
         self._make_room(int(b.min()), int(b.max()))
-        slots = b - self.b0
-        for name, cnt, a in (("ld", "ldn", j.loader_cpu), ("mc", "mcn", j.main_cpu),
-                             ("mt", "mtn", j.main_thread), ("wk", "wkn", j.workers),
-                             ("lb", "lbn", j.loader_busy)):
-            v = np.asarray(a, dtype=float)
-            ok = ~np.isnan(v)
-            self._add(self.g, GI[name], rows, slots, np.where(ok, v, 0.0))
-            self._add(self.g, GI[cnt], rows, slots, ok.astype(float))
+        vals = np.stack([np.asarray(a, dtype=float) for a in
+                         (j.loader_cpu, j.main_cpu, j.main_thread, j.workers, j.loader_busy)])
+        ok = ~np.isnan(vals)
+        self._scatter(self.g, _F_JOB, rows, b - self.b0,
+                      np.concatenate([np.where(ok, vals, 0.0), ok]))
 
     def add_host(self, hc: HostCols) -> None:
         if len(hc.time) == 0:
             return
         b = self._bins(np.asarray(hc.time, dtype=float))
         self._make_room(int(b.min()), int(b.max()))
-        slots = b - self.b0
-        for name, cnt, a in (("io", "ion", hc.iowait), ("rd", "rdn", hc.disk_read),
-                             ("wr", "wrn", hc.disk_write), ("cpu", "cpun", hc.cpu)):
-            v = np.asarray(a, dtype=float)
-            ok = ~np.isnan(v)
-            self._add(self.h, HI[name], None, slots, np.where(ok, v, 0.0))
-            self._add(self.h, HI[cnt], None, slots, ok.astype(float))
+        vals = np.stack([np.asarray(a, dtype=float) for a in
+                         (hc.iowait, hc.disk_read, hc.disk_write, hc.cpu)])
+        ok = ~np.isnan(vals)
+        self._scatter(self.h, _F_HOST, None, b - self.b0,
+                      np.concatenate([np.where(ok, vals, 0.0), ok]))
 
     # -- reading ------------------------------------------------------------------------------
     def view(self, rows: Optional[list[int]] = None, stop: Optional[int] = None,

@@ -9,8 +9,9 @@ import numpy as np
 from gpumon.diagnosis import Diagnosis, INSUFFICIENT_DATA
 from gpumon.samples import Tick
 from gpumon.detect.bins import Store
-from gpumon.detect.engine import (EVIDENCE_KEYS, idle_diagnosis, judge_job, make_diagnosis,
-                                  store_jobs, tick_columns)
+from gpumon.detect.engine import (EVIDENCE_KEYS, bin_duty, idle_diagnosis, judge_job,
+                                  make_diagnosis, store_jobs, tick_columns)
+from gpumon.detect.pauses import pause_flags
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 
@@ -32,6 +33,9 @@ def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis
         return [idle_diagnosis(sorted(store.gpus), start, end)]
     out = []
     for gpus, shared in found:
-        f, r = judge_job(store, gpus, shared, np.array([nb - 1]), th, w=nb)
+        g, h = store.view([store.rows[x] for x in gpus])
+        duty, n, u = bin_duty(g)
+        pause = pause_flags(duty, n, u, th)
+        f, r = judge_job(g, h, pause, np.array([nb - 1]), shared, th, w=nb)
         out.append(make_diagnosis(f, r, 0, gpus, start, end, th))
     return out

@@ -10,8 +10,8 @@ import numpy as np
 from gpumon.diagnosis import Diagnosis, VERDICTS
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
-from gpumon.detect.bins import HostCols, JobCols, SampleCols, Store
-from gpumon.detect.features import pause_mask, window_features
+from gpumon.detect.bins import GI, HostCols, JobCols, SampleCols, Store
+from gpumon.detect.features import window_features
 from gpumon.detect.jobs import group
 from gpumon.detect.rules import CAUSE_NAMES, judge
 from gpumon.detect.thresholds import DEFAULT, Thresholds
@@ -183,28 +183,51 @@ def make_diagnosis(f: dict, r: dict, e: int, gpus: Sequence[int], start: Optiona
                      advice=advice(v, cause, strag), start=start, end=end, missing=missing)
 
 
-def store_jobs(store: Store, g_rows_stop: int, w: int, pids: dict, ppid: dict,
+def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
                th: Thresholds = DEFAULT):
-    """Jobs from the last ``w`` bins of a store (memory, activity) and the PIDs seen."""
-    g, _ = store.view(stop=g_rows_stop)
-    lo = max(0, g_rows_stop - w)
-    from gpumon.detect.bins import GI
-    n = g[GI["n"], :, lo:].sum(axis=1)
-    u = g[GI["u"], :, lo:].sum(axis=1)
-    memn = g[GI["memn"], :, lo:].sum(axis=1)
-    mem = g[GI["mem"], :, lo:].sum(axis=1)
+    """Jobs from the last ``w`` bins before ``stop`` (memory, activity) and the PIDs seen."""
+    lo = max(0, stop - w)
+    g = store.g[:, :, lo:stop]
+    n = g[GI["n"]].sum(axis=1)
+    u = g[GI["u"]].sum(axis=1)
+    memn = g[GI["memn"]].sum(axis=1)
+    mem = g[GI["mem"]].sum(axis=1)
     duty = {gpu: (u[i] / n[i] if n[i] > 0 else NAN) for i, gpu in enumerate(store.gpus)}
     memd = {gpu: (mem[i] / memn[i] if memn[i] > 0 else NAN) for i, gpu in enumerate(store.gpus)}
     return group(list(store.gpus), pids, memd, duty, ppid, th)
 
 
-def judge_job(store: Store, gpus: Sequence[int], shared: bool, ends: np.ndarray,
-              th: Thresholds = DEFAULT, w: int = 0, stop: Optional[int] = None):
-    """Features and rule output for one job at windows ending at ``ends``."""
-    rows = [store.rows[x] for x in gpus]
-    g, h = store.view(rows, stop)
-    pause = pause_mask(g, th)
-    f = window_features(g, h, ends, pause, th, w)
+def bin_duty(g: np.ndarray):
+    """Per-GPU duty per bin (G, T), and the job's sample count and busy sum per bin (T,)."""
+    n = g[GI["n"]]
+    u = g[GI["u"]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        duty = np.where(n > 0, u / np.where(n > 0, n, 1.0), np.nan)
+    return duty, n.sum(axis=0), u.sum(axis=0)
+
+
+def active_since(g: np.ndarray, th: Thresholds = DEFAULT) -> int:
+    """First bin of the last unbroken stretch in which every GPU of the job was in use
+    (processes, memory, or without either, activity)."""
+    pid = _ratio(g[GI["pid"]], g[GI["pidn"]])
+    mem = _ratio(g[GI["mem"]], g[GI["memn"]])
+    duty = _ratio(g[GI["u"]], g[GI["n"]])
+    act = np.where(~np.isnan(pid), pid > 0, False) | np.where(
+        ~np.isnan(mem), mem >= th.mem_active_mib, np.isnan(pid) & (np.nan_to_num(duty) > 0))
+    allact = act.all(axis=0)
+    off = np.flatnonzero(~allact)
+    return int(off[-1] + 1) if len(off) else 0
+
+
+def _ratio(a, b):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
+
+
+def judge_job(g: np.ndarray, h: np.ndarray, pause: np.ndarray, ends: np.ndarray, shared: bool,
+              th: Thresholds = DEFAULT, w: int = 0, keep: Optional[np.ndarray] = None):
+    """Features and rule output for one job's bins at windows ending at ``ends``."""
+    f = window_features(g, h, ends, pause, th, w, keep)
     return f, judge(f, shared, th)
 
 

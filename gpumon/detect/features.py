@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import Optional
+
 from gpumon.detect.bins import GI, HI
 from gpumon.detect.thresholds import DEFAULT, Thresholds
+
+
+_CTX_FIELDS = [GI[k] for k in ("n", "u", "gapn", "gaps", "burn", "burs")]
 
 
 def _div(a, b):
@@ -22,57 +27,38 @@ def _div(a, b):
 
 
 def wsum(a: np.ndarray, w: int, ends: np.ndarray) -> np.ndarray:
-    """Sums of the last axis over windows of ``w`` entries ending at each of ``ends``."""
+    """Sums of the last axis over windows of ``w`` entries (an int, or one per end) ending at
+    each of ``ends``."""
     c = np.zeros(a.shape[:-1] + (a.shape[-1] + 1,))
     np.cumsum(a, axis=-1, out=c[..., 1:])
     lo = np.maximum(ends + 1 - w, 0)
     return c[..., ends + 1] - c[..., lo]
 
 
-def pause_mask(g: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
-    """Bins of a job's all-idle stretches that are pauses of a healthy run.
-
-    A checkpoint, validation pass or epoch boundary stops every GPU for seconds after a long
-    stretch of steady work; starvation stops them again and again. So an all-idle stretch is a
-    pause when the ``context_s`` before it was busy (duty >= duty_starved), had no all-idle
-    second of its own, and the stretch is not longer than ``pause_max_s``. Causal: whether a
-    bin is a pause depends only on bins before it, so live and offline agree.
-    """
-    n = g[GI["n"]].sum(axis=0)
-    u = g[GI["u"]].sum(axis=0)
-    T = n.shape[0]
-    duty = _div(u, n)
-    idle = (n > 0) & (duty < th.idle_duty)
-    out = np.zeros(T, dtype=bool)
-    if not idle.any():
-        return out
-    ctx = max(1, int(round(th.context_s / th.bin_s)))
-    pmax = int(round(th.pause_max_s / th.bin_s))
-    edges = np.diff(np.concatenate([[0], idle.astype(np.int8), [0]]))
-    starts = np.flatnonzero(edges == 1)
-    stops = np.flatnonzero(edges == -1)
-    cn = np.concatenate([[0.0], np.cumsum(n)])
-    cu = np.concatenate([[0.0], np.cumsum(u)])
-    ci = np.concatenate([[0], np.cumsum(idle)])
-    cd = np.concatenate([[0], np.cumsum(n > 0)])
-    for s, e in zip(starts, stops):
-        lo = s - ctx
-        if lo < 0 or (cd[s] - cd[lo]) < ctx // 2 or ci[s] - ci[lo] > 0:
-            continue
-        dn = cn[s] - cn[lo]
-        if dn <= 0 or (cu[s] - cu[lo]) / dn < th.duty_starved:
-            continue
-        out[s:min(e, s + pmax)] = True
-    return out
-
-
 def window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.ndarray,
-                    th: Thresholds = DEFAULT, w: int = 0) -> dict:
-    """Features of one job's GPUs (rows of ``g``) over the windows ending at ``ends``
-    (``w`` bins long; default ``window_s``)."""
-    W = w or max(1, int(round(th.window_s / th.bin_s)))
-    keep = ~pause
+                    th: Thresholds = DEFAULT, w: int = 0,
+                    keep: Optional[np.ndarray] = None) -> dict:
+    """Features of one job's GPUs (rows of ``g``) over the windows ending at ``ends``.
+
+    Pause bins (and bins where ``keep`` is False) are left out of every sum. The window is
+    ``w`` bins if given; otherwise ``window_s``, stretched to ``cycles_per_window`` cycles of
+    burst and gap (as seen over ``context_s``) up to ``window_max_s``, so a job with 2 s steps
+    is judged on several of them.
+    """
+    keep = ~pause if keep is None else (~pause & keep)
     gk = g * keep
+    ctx = max(1, int(round(th.context_s / th.bin_s)))
+    Sc = wsum(gk[_CTX_FIELDS], ctx, ends)           # (6, G, E)
+    tot = Sc.sum(axis=1)                            # (6, E)
+    ctx_duty = _div(tot[1], tot[0])
+    cycle = _div(tot[3] + tot[5], tot[2])           # s per (burst + gap)
+    if w:
+        W = np.full(len(ends), int(w))
+    else:
+        w0 = max(1, int(round(th.window_s / th.bin_s)))
+        wmax = max(w0, int(round(th.window_max_s / th.bin_s)))
+        want = np.ceil(np.nan_to_num(cycle) * th.cycles_per_window / th.bin_s)
+        W = np.clip(want, w0, wmax).astype(int)
     S = wsum(gk, W, ends)                          # (F, G, E)
     f = {}
     n = S[GI["n"]]
@@ -101,7 +87,7 @@ def window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.nd
     bn = g[GI["n"]]
     bduty = _div(g[GI["u"]], bn)                    # (G, T)
     have = (bn > 0).all(axis=0) & keep              # bins where every GPU has data
-    bidle = np.where(have, 1.0 - bduty, 0.0)
+    bidle = np.where(have, 1.0 - np.nan_to_num(bduty), 0.0)
     mean_idle = bidle.mean(axis=0)
     min_idle = bidle.min(axis=0)
     sm = wsum(np.stack([min_idle, mean_idle, have.astype(float)]), W, ends)
@@ -129,4 +115,6 @@ def window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.nd
     f["disk_write"] = _div(H[HI["wr"]], H[HI["wrn"]])
     f["host_cpu"] = _div(H[HI["cpu"]], H[HI["cpun"]])
     f["pause"] = pause[ends]
+    f["ctx_duty"] = ctx_duty
+    f["window"] = W
     return f

@@ -18,8 +18,9 @@ from gpumon.diagnosis import Diagnosis, INSUFFICIENT_DATA, VERDICTS
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
 from gpumon.detect.bins import Store
-from gpumon.detect.engine import (idle_diagnosis, judge_job, make_diagnosis, store_jobs,
-                                  tick_columns)
+from gpumon.detect.engine import (active_since, bin_duty, idle_diagnosis, judge_job,
+                                  make_diagnosis, store_jobs, tick_columns)
+from gpumon.detect.pauses import PauseTracker
 from gpumon.detect.rules import CAUSE_NAMES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
@@ -58,32 +59,45 @@ class Hysteresis:
         return False
 
 
+class _Job:
+    """Live state of one job: its pauses, when it started, its held verdict."""
+
+    def __init__(self, th: Thresholds, since: int):
+        self.pauses = PauseTracker(th)
+        self.flags: dict[int, bool] = {}    # absolute bin -> pause
+        self.since = since                  # absolute bin the job was first seen in use
+        self.next = since                   # next absolute bin to feed the pause tracker
+        self.hyst = Hysteresis(th.hold_s)
+        self.conf: Optional[float] = None   # confidence when the held verdict last won
+
+
 class StreamingDetector:
-    """Live verdicts: ``update(tick)`` returns the current Diagnosis per job."""
+    """Live verdicts: ``update(tick)`` returns the current Diagnosis per job.
+
+    Cost: each tick's samples are added to the bins with a handful of numpy calls; the rules
+    run once per completed second of data (at most), on the last ``window_max_s`` seconds.
+    """
 
     def __init__(self, th: Thresholds = DEFAULT):
         self.th = th
         self.window = max(1, int(round(th.window_s / th.bin_s)))
-        # Enough bins for a pause's context, the longest pause and a window after it.
-        self.cap = int(math.ceil((th.context_s + th.pause_max_s) / th.bin_s)) + self.window + 4
+        self.span = int(math.ceil(max(th.window_max_s, th.context_s) / th.bin_s)) + 2
+        self.cap = self.span + 8
         self.store: Optional[Store] = None
         self.current: list[Diagnosis] = []
         self._done = -1                      # last absolute bin judged
         self._pids: dict[int, Optional[tuple]] = {}
         self._ppid: dict[int, int] = {}
-        self._hyst: dict[tuple, Hysteresis] = {}
-        self._conf: dict[tuple, float] = {}   # confidence when the held verdict last won
+        self._jobs: dict[tuple, _Job] = {}
 
     def reset(self) -> None:
         self.__init__(self.th)
 
     def update(self, tick: Tick) -> list[Diagnosis]:
-        if not tick.gpus and tick.host is None:
+        if not tick.gpus:
             return self.current
         samples, jobs, hosts, pids, ppid = tick_columns((tick,))
         if self.store is None:
-            if not len(samples.time):
-                return self.current
             self.store = Store(math.floor(float(samples.time.min())), self.th, cap=self.cap)
         st = self.store
         st.add_samples(samples)
@@ -92,48 +106,61 @@ class StreamingDetector:
         for g, p in pids.items():
             if p is not None or g not in self._pids:
                 self._pids[g] = p
-        self._ppid.update(ppid)
-        if len(samples.time) == 0:
-            return self.current
+        if ppid:
+            self._ppid = ppid
         # Bins before the newest sample's bin are complete.
         newest = int(math.floor((float(samples.time.max()) - st.origin) / self.th.bin_s))
-        last_complete = newest - 1
-        if last_complete <= self._done:
+        last = newest - 1
+        if last <= self._done or last < st.b0:
             return self.current
-        first = max(self._done + 1, last_complete - self.window + 1, st.b0)
-        self._done = last_complete
-        stop = last_complete - st.b0 + 1
-        if stop <= 0:
-            return self.current
-        ends = np.arange(first - st.b0, stop)
-        jobs_now = store_jobs(st, stop, self.window, self._pids, self._ppid, self.th)
+        first = max(self._done + 1, last - self.window + 1, st.b0)
+        self._done = last
+        stop = last - st.b0 + 1
         t_end = st.bin_time(stop)
-        if not jobs_now:
+        found = store_jobs(st, stop, 1, self._pids, self._ppid, self.th)
+        if not found:
             self.current = [idle_diagnosis(sorted(st.gpus), t_end - self.th.window_s, t_end)]
-            self._hyst.clear()
+            self._jobs.clear()
             return self.current
+        lo = max(0, stop - self.span)
         out = []
         keys = set()
-        for gpus, shared in jobs_now:
+        for gpus, shared in found:
             key = tuple(gpus)
             keys.add(key)
-            f, r = judge_job(st, gpus, shared, ends, self.th, stop=stop)
-            hy = self._hyst.setdefault(key, Hysteresis(self.th.hold_s))
+            rows = [st.rows[x] for x in gpus]
+            g, h = st.view(rows, stop, lo)
+            duty, n, u = bin_duty(g)
+            job = self._jobs.get(key)
+            if job is None:
+                job = self._jobs[key] = _Job(self.th, st.b0 + lo + active_since(g, self.th))
+            for b in range(max(job.next, st.b0 + lo), last + 1):
+                i = b - st.b0 - lo
+                job.flags[b] = job.pauses.step(duty[:, i], float(n[i]), float(u[i]))
+            job.next = last + 1
+            for b in [b for b in job.flags if b < st.b0 + lo]:
+                del job.flags[b]
+            absb = np.arange(st.b0 + lo, st.b0 + stop)
+            pause = np.array([job.flags.get(int(b), False) for b in absb], dtype=bool)
+            keep = absb >= job.since
+            ends = np.arange(max(first, job.since, st.b0 + lo), last + 1) - st.b0 - lo
+            if len(ends) == 0:
+                ends = np.array([stop - lo - 1])
+            f, r = judge_job(g, h, pause, ends, shared, self.th, keep=keep)
+            hy = job.hyst
             for e in range(len(ends)):
-                t = st.bin_time(int(ends[e]) + 1)
+                t = st.bin_time(lo + int(ends[e]) + 1)
                 raw = (int(r["verdict"][e]), int(r["cause"][e]), int(r["straggler"][e]))
                 hy.step(t, raw)
                 if raw == hy.current:
-                    self._conf[key] = float(r["confidence"][e])
+                    job.conf = float(r["confidence"][e])
             e = len(ends) - 1
-            t = st.bin_time(int(ends[e]) + 1)
-            d = make_diagnosis(f, r, e, gpus, t - self.th.window_s, t, self.th)
-            d = _hold(d, hy.current, gpus, self._conf.get(key))
-            out.append(d)
-        for k in list(self._hyst):
+            d = make_diagnosis(f, r, e, gpus, t_end - float(f["window"][e]) * self.th.bin_s,
+                               t_end, self.th)
+            out.append(_hold(d, hy.current, gpus, job.conf))
+        for k in list(self._jobs):
             if k not in keys:
-                del self._hyst[k]
-                self._conf.pop(k, None)
+                del self._jobs[k]
         self.current = out
         return out
 

@@ -20,12 +20,16 @@ class Thresholds:
                       "1 s average, so power and utilization are only compared on >= 1 s spans.")
     window_s: float = th(6.0, "s", "Span a live verdict is judged on: long enough for a few "
                          "steps of a fast job, short enough to answer within 5 s of a change.")
+    window_max_s: float = th(20.0, "s", "Longest span a live verdict is judged on (jobs with "
+                             "long steps stretch the window up to this).")
+    cycles_per_window: float = th(3.0, "cycles", "The window spans this many burst+gap cycles "
+                                  "when the job's rhythm is slower than window_s allows.")
     window_1hz_s: float = th(12.0, "s", "Span judged when the log has one sample per second "
                              "(nvidia-smi): too few samples in window_s to see a duty cycle.")
-    context_s: float = th(30.0, "s", "History before an all-idle stretch that decides whether it "
+    context_s: float = th(20.0, "s", "History before an all-idle stretch that decides whether it "
                           "is a pause of a healthy run (checkpoint, validation, epoch end).")
-    pause_max_s: float = th(90.0, "s", "An all-idle stretch longer than this is no longer a "
-                            "pause of a running job: the job is idle.")
+    pause_max_s: float = th(60.0, "s", "A pause longer than this (validation passes run up to "
+                            "~45 s with start-up) is no longer a pause of a running job.")
     max_sample_gap_s: float = th(2.5, "s", "A hole between two samples of one GPU longer than "
                                  "this is missing data, not a gap in the work.")
     # --- segmentation ------------------------------------------------------------------------

@@ -1,0 +1,346 @@
+"""Evaluation of the starvation detector on simulated runs with ground truth (`make bench-detect`).
+
+Every simulator scenario (negative ones included: checkpoint, validation, epoch_end), physical
+parameters drawn at random from the simulator's documented ranges (step times 50 ms - 2 s),
+1/2/4/8 GPUs. Each run is a 40 s lead-in of another scenario (busy; idle before `busy`)
+followed by the scenario, so every run has one change of scenario. Scored through:
+
+  (a) StreamingDetector on gpumon's own samples (6 driver samples per second, host counters);
+  (b) `gpumon analyze` of the same run rendered as an `nvidia-smi --query-gpu` CSV at 1 s;
+  (c) the NVML path over the fake library (skipped when build/fakenvml or gpumon.nvml is
+      missing).
+
+Scored per second on the scenario's part only (>= 60 s), leaving out the first 5 s after the
+change. Prints a confusion matrix, per-verdict precision and recall, the straggler
+identification rate, and the time to a correct verdict after the change; writes
+bench/results/detect.md. Tuning uses TUNING_SEEDS (`--tuning`), the table SCORING_SEEDS.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import os
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from multiprocessing import Pool
+from typing import Optional
+
+import numpy as np
+
+from bench.seeds import SCORING_SEEDS, TUNING_SEEDS
+from gpumon.diagnosis import VERDICTS
+from gpumon.sim import SCENARIOS, draw_params, simulate
+from gpumon.sim.params import HARDWARE
+
+GPU_COUNTS = (1, 2, 4, 8)
+LEAD_S = 40.0
+RUN_S = 120.0          # scenario part of a run (longer for negative scenarios: see run_length)
+SKIP_S = 5.0           # left out after the change of scenario
+TARGET_A = 0.95
+TARGET_B = 0.90
+NEGATIVE = ("busy", "idle", "checkpoint", "validation", "epoch_end")
+RESULTS = os.path.join(os.path.dirname(__file__), "results", "detect.md")
+NVSMI_FIELDS = ("timestamp", "index", "utilization.gpu [%]", "utilization.memory [%]",
+                "memory.used [MiB]", "memory.total [MiB]", "power.draw [W]",
+                "power.limit [W]", "clocks.sm [MHz]", "clocks.max.sm [MHz]",
+                "temperature.gpu", "clocks_throttle_reasons.active")
+
+
+def run_length(name: str, p: dict) -> float:
+    """Long enough that a negative scenario's pause happens at least once."""
+    spec = SCENARIOS[name]
+    every = {"checkpoint": p.get("ckpt_every_s", 60) + p.get("ckpt_s", 8),
+             "validation": p.get("val_every_s", 60) + p.get("val_s", 15),
+             "epoch_end": p.get("epoch_s", 60) + p.get("worker_startup_s", 6)}.get(spec.events)
+    if every is None:
+        return RUN_S
+    return float(min(660.0, max(RUN_S, 1.3 * every + 20)))
+
+
+def plan(seeds) -> list[tuple]:
+    runs = []
+    names = [n for n, s in SCENARIOS.items() if not s.phases]
+    for seed in seeds:
+        for i, name in enumerate(names):
+            for n in GPU_COUNTS:
+                if n < SCENARIOS[name].min_gpus:
+                    continue
+                runs.append((name, n, int(seed) * 1000 + i * 10 + n))
+    return runs
+
+
+def simulate_run(name: str, n: int, seed: int):
+    """Ticks of one run (lead-in + scenario), the change time and the drawn parameters."""
+    rng = np.random.default_rng(seed)
+    p = draw_params(name, rng)
+    lead = "idle" if name == "busy" else "busy"
+    lp = draw_params(lead, rng)
+    lp.update({k: p[k] for k in HARDWARE if k in p})
+    lp["step_s"] = p["step_s"]
+    t0 = 1_700_000_000.0
+    ticks = list(simulate(lead, gpus=n, seconds=LEAD_S, seed=seed, params=lp, start_time=t0))
+    change = t0 + LEAD_S
+    ticks += list(simulate(name, gpus=n, seconds=run_length(name, p), seed=seed + 1,
+                           params=p, start_time=change))
+    return ticks, change, p
+
+
+def _pick(diags, truth_gpus):
+    for d in diags:
+        if set(truth_gpus) & set(d.gpus):
+            return d
+    return diags[0] if diags else None
+
+
+def run_stream(ticks) -> tuple[list, float]:
+    from gpumon.detect import StreamingDetector
+    det = StreamingDetector()
+    out = []
+    cpu = 0.0
+    for tk in ticks:
+        t = time.process_time()
+        ds = det.update(tk)
+        cpu += time.process_time() - t
+        d = _pick(ds, tk.truth.gpus if tk.truth else ())
+        out.append((d.verdict, d.straggler_gpu) if d else ("insufficient_data", None))
+    return out, cpu
+
+
+def render_nvsmi(ticks, mode: str) -> str:
+    """The run as `nvidia-smi --query-gpu=... --format=csv -l 1` would have logged it."""
+    lines = [", ".join(NVSMI_FIELDS)]
+    for tk in ticks:
+        per: dict[int, list] = defaultdict(list)
+        for s in tk.gpus:
+            per[s.gpu].append(s)
+        stamp = dt.datetime.fromtimestamp(tk.time, dt.timezone.utc).strftime(
+            "%Y/%m/%d %H:%M:%S.%f")[:-3]
+        for g in sorted(per):
+            ss = per[g]
+            last = ss[-1]
+            if mode == "mean":      # products whose utilization period is 1 s
+                vals = [s.util_gpu_pct for s in ss if s.util_gpu_pct is not None]
+                util = sum(vals) / len(vals) if vals else None
+            else:                   # products with a 1/6 s period: the last one
+                util = last.util_gpu_pct
+
+            def f(v, unit, fmt="{:.0f}"):
+                return "[N/A]" if v is None else fmt.format(v) + unit
+            ev = "[N/A]" if last.clock_events is None else f"0x{int(last.clock_events):016x}"
+            lines.append(", ".join([
+                stamp, str(g), f(util, " %"), f(last.util_mem_pct, " %"),
+                f(last.mem_used_mib, " MiB"), f(last.mem_total_mib, " MiB"),
+                f(last.power_w, " W", "{:.2f}"), f(last.power_limit_w, " W", "{:.2f}"),
+                f(last.sm_clock_mhz, " MHz"), f(last.sm_clock_max_mhz, " MHz"),
+                f(last.temp_c, ""), ev]))
+    return "\n".join(lines) + "\n"
+
+
+def run_analyze(ticks, mode: str) -> list:
+    from gpumon.analyze import analyze_file
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as fh:
+        fh.write(render_nvsmi(ticks, mode))
+        path = fh.name
+    try:
+        _, tl = analyze_file(path)
+    finally:
+        os.unlink(path)
+    out = []
+    segs = tl.segments
+    for tk in ticks:
+        # The verdict in force when the tick's second ended.
+        d = None
+        for s in segs:
+            if s.start <= tk.time - 0.5 < s.end + 1e-6 and (
+                    not tk.truth or set(s.gpus) & set(tk.truth.gpus) or d is None):
+                d = s
+        out.append((d.verdict, d.straggler_gpu) if d else ("insufficient_data", None))
+    return out
+
+
+def evaluate(job) -> dict:
+    name, n, seed, paths = job
+    ticks, change, p = simulate_run(name, n, seed)
+    res = {"name": name, "n": n, "seed": seed, "step_s": p["step_s"],
+           "backend": p.get("backend"), "truth": [], "t": [], "change": change}
+    for tk in ticks:
+        tr = tk.truth
+        res["truth"].append((tr.verdict, tr.straggler_gpu, tr.pause) if tr else None)
+        res["t"].append(tk.time)
+    if "a" in paths:
+        res["a"], res["a_cpu_s"] = run_stream(ticks)
+        res["ticks"] = len(ticks)
+        res["gpu_samples"] = sum(len(tk.gpus) for tk in ticks)
+    if "b" in paths:
+        mode = "last" if seed % 2 else "mean"
+        res["b"] = run_analyze(ticks, mode)
+        res["b_mode"] = mode
+    return res
+
+
+class Score:
+    def __init__(self):
+        self.cm: Counter = Counter()
+        self.strag_ok = 0
+        self.strag_n = 0
+        self.spurious = 0
+        self.latency: list[float] = []
+        self.late: list[tuple] = []
+        self.neg_bad: Counter = Counter()
+        self.per_run_err: list[tuple] = []
+
+    def add(self, res: dict, key: str) -> None:
+        pred = res[key]
+        change = res["change"]
+        first_ok = None
+        errs = 0
+        for (truth, (pv, ps), t) in zip(res["truth"], pred, res["t"]):
+            if truth is None or t <= change:
+                continue
+            tv, tstrag, _ = truth
+            if first_ok is None and pv == tv:
+                first_ok = t - change
+            if t < change + SKIP_S + 1e-9:
+                continue
+            self.cm[(tv, pv)] += 1
+            if pv != tv:
+                errs += 1
+            if res["name"] in NEGATIVE and pv in ("data_starvation", "sync_stall"):
+                self.neg_bad[res["name"]] += 1
+            if tstrag is not None and pv == tv:
+                self.strag_n += 1
+                self.strag_ok += int(ps == tstrag)
+            elif tstrag is None and pv == tv and ps is not None:
+                self.spurious += 1
+        lat = first_ok if first_ok is not None else math.inf
+        self.latency.append(lat)
+        if lat > SKIP_S:
+            self.late.append((res["name"], res["n"], res["seed"], round(res["step_s"], 3), lat))
+        if errs:
+            self.per_run_err.append((errs, res["name"], res["n"], res["seed"],
+                                     round(res["step_s"], 3), res.get("backend")))
+
+    def precision_recall(self) -> dict:
+        out = {}
+        for v in VERDICTS:
+            tp = self.cm[(v, v)]
+            fp = sum(c for (t, p), c in self.cm.items() if p == v and t != v)
+            fn = sum(c for (t, p), c in self.cm.items() if t == v and p != v)
+            if tp + fp + fn == 0:
+                continue
+            out[v] = (tp / (tp + fp) if tp + fp else math.nan,
+                      tp / (tp + fn) if tp + fn else math.nan, tp + fn)
+        return out
+
+
+def table(score: Score, title: str, target: float) -> list[str]:
+    used = [v for v in VERDICTS if any(v in k for k in score.cm)]
+    lines = [f"### {title}", "", "Confusion matrix (rows: truth, columns: verdict; seconds):", "",
+             "| truth \\ verdict | " + " | ".join(used) + " |",
+             "|---|" + "---:|" * len(used)]
+    for t in used:
+        lines.append(f"| {t} | " + " | ".join(str(score.cm[(t, p)]) for p in used) + " |")
+    lines += ["", f"| verdict | precision | recall | seconds | target {target:.2f} |",
+              "|---|---:|---:|---:|---|"]
+    ok_all = True
+    for v, (p, r, n) in score.precision_recall().items():
+        ok = (math.isnan(p) or p >= target) and (math.isnan(r) or r >= target)
+        ok_all &= ok
+        lines.append(f"| {v} | {p:.3f} | {r:.3f} | {n} | {'met' if ok else 'MISSED'} |")
+    rate = score.strag_ok / score.strag_n if score.strag_n else math.nan
+    lines += ["", f"- straggler named correctly: {score.strag_ok}/{score.strag_n} = {rate:.3f} "
+              f"(target 0.95); a straggler named where there is none: {score.spurious} s",
+              f"- starvation/stall verdicts on busy, idle and negative scenarios: "
+              f"{sum(score.neg_bad.values())} s {dict(score.neg_bad) or ''}"]
+    lat = np.array(score.latency)
+    fin = lat[np.isfinite(lat)]
+    if len(lat):
+        lines.append(f"- time to a correct verdict after the change: median "
+                     f"{np.median(fin) if len(fin) else math.nan:.1f} s, 90th percentile "
+                     f"{np.percentile(fin, 90) if len(fin) else math.nan:.1f} s, within 5 s in "
+                     f"{(lat <= SKIP_S).mean():.1%} of runs, never in {(~np.isfinite(lat)).sum()}")
+    lines.append("")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.detect", description=__doc__.split("\n")[0])
+    ap.add_argument("--tuning", action="store_true", help="use the tuning seeds (no table)")
+    ap.add_argument("--paths", default="ab", help="which paths to run: a, b (default ab)")
+    ap.add_argument("--only", default=None, help="comma-separated scenarios")
+    ap.add_argument("--gpus", default=None, help="comma-separated GPU counts")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument("--verbose", "-v", action="store_true", help="list runs with errors")
+    args = ap.parse_args(argv)
+    seeds = TUNING_SEEDS if args.tuning else SCORING_SEEDS
+    runs = plan(seeds)
+    if args.only:
+        keep = set(args.only.split(","))
+        runs = [r for r in runs if r[0] in keep]
+    if args.gpus:
+        keep_n = {int(x) for x in args.gpus.split(",")}
+        runs = [r for r in runs if r[1] in keep_n]
+    t0 = time.time()
+    jobs = [(name, n, seed, args.paths) for name, n, seed in runs]
+    if args.jobs > 1:
+        with Pool(args.jobs) as pool:
+            results = pool.map(evaluate, jobs, chunksize=1)
+    else:
+        results = [evaluate(j) for j in jobs]
+    wall = time.time() - t0
+    out = [f"# Detector benchmark ({'tuning' if args.tuning else 'scoring'} seeds "
+           f"{', '.join(map(str, seeds))})", "",
+           f"{len(results)} runs: {len({r['name'] for r in results})} scenarios x 1/2/4/8 GPUs "
+           f"(multi-GPU scenarios from 2), parameters drawn from the simulator's ranges, step "
+           f"times {min(r['step_s'] for r in results):.3f}-{max(r['step_s'] for r in results):.2f}"
+           f" s; {sum(len(r['t']) for r in results)} s of simulated time; scored after the "
+           f"first {SKIP_S:.0f} s of each scenario. Wall time {wall:.0f} s.", ""]
+    all_ok = True
+    for key, title, target in (("a", "(a) StreamingDetector on gpumon's samples", TARGET_A),
+                               ("b", "(b) gpumon analyze of nvidia-smi --query-gpu CSV at 1 s",
+                                TARGET_B)):
+        if key not in args.paths:
+            continue
+        sc = Score()
+        for r in results:
+            sc.add(r, key)
+        out += table(sc, title, target)
+        pr = sc.precision_recall()
+        all_ok &= all((math.isnan(p) or p >= target) and (math.isnan(r) or r >= target)
+                      for p, r, _ in pr.values())
+        if key == "a":
+            ticks = sum(r["ticks"] for r in results)
+            cpu = sum(r["a_cpu_s"] for r in results)
+            out.append(f"- StreamingDetector cost: {1e3 * cpu / ticks:.3f} ms per tick "
+                       f"(1 s of data, {np.mean([r['n'] for r in results]):.1f} GPUs on average)"
+                       "")
+            out.append("")
+        if args.verbose:
+            for e in sorted(sc.per_run_err, reverse=True)[:25]:
+                out.append(f"    errors {e}")
+            for e in sc.late[:25]:
+                out.append(f"    late {e}")
+    out += ["### (c) NVML path over the fake library", "",
+            "skipped: " + nvml_skip_reason(), ""]
+    text = "\n".join(out)
+    print(text)
+    if not args.tuning and not args.only and not args.gpus:
+        os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+        with open(RESULTS, "w") as fh:
+            fh.write(text + "\n")
+    return 0 if all_ok else 1
+
+
+def nvml_skip_reason() -> str:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    lib = os.path.join(here, "build", "fakenvml", "libnvidia-ml.so.1")
+    if not os.path.exists(lib):
+        return "build/fakenvml/libnvidia-ml.so.1 not built (make fakenvml)"
+    return "the fake library replays traces in real time; not run within this benchmark's budget"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
