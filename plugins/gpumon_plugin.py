@@ -36,6 +36,10 @@ class _gpumon_column(_gpumon_host_base):
     START_TIMEOUT_S = 30.0
     # A stream that died (driver reset, GPU fell off) is started again this often.
     RESTART_EVERY_S = 10.0
+    # A reading older than this many host intervals (and at least STALE_MIN_S) is shown as
+    # missing: a stream stuck in a hung driver call must not pass old numbers off as current.
+    STALE_INTERVALS = 3
+    STALE_MIN_S = 5.0
     # cprint shows a negative number as "-": the host's own way to draw a missing value.
     MISSING = -1
     PCT_SCALE = 34          # colour steps like dstat's cpu column: 0-33, 34-67, 68-99, 100
@@ -55,6 +59,7 @@ class _gpumon_column(_gpumon_host_base):
         self.buf = b''
         self.hello = None
         self.latest = None
+        self.latest_at = 0.0
         self.reason = None
         self.gpus = []
         self.full = False
@@ -140,7 +145,7 @@ class _gpumon_column(_gpumon_host_base):
         """Read what the child wrote (waiting up to `wait` s for something); parse it.
 
         Keeps the latest tick; returns False once the child is gone."""
-        import json, os, select
+        import json, os, select, time
         if self.child is None:
             return False
         fd = self.child.stdout.fileno()
@@ -178,6 +183,7 @@ class _gpumon_column(_gpumon_host_base):
                 self.hello = rec
             elif kind == 'tick':
                 self.latest = rec
+                self.latest_at = time.monotonic()
             elif kind == 'error':
                 self.reason = str(rec.get('message') or 'gpumon stream failed')
         if eof:
@@ -190,6 +196,7 @@ class _gpumon_column(_gpumon_host_base):
             if not self.reason:
                 self.reason = self._exit_reason(code)
             self._stop()
+            self.next_restart = time.monotonic() + self.RESTART_EVERY_S
             return False
         return True
 
@@ -266,15 +273,16 @@ class _gpumon_column(_gpumon_host_base):
                 if not alive:
                     self._said_once()
                     self.latest = None
-                    self.next_restart = time.time() + self.RESTART_EVERY_S
-            elif time.time() >= self.next_restart:
-                self.next_restart = time.time() + self.RESTART_EVERY_S
+            elif time.monotonic() >= self.next_restart:
+                self.next_restart = time.monotonic() + self.RESTART_EVERY_S
                 try:
                     self.reason = None
                     self._start()
                 except Exception as exc:
                     self.reason = str(exc)
-            self._cells_from(self.latest)
+            stale = max(self.STALE_MIN_S, self.STALE_INTERVALS * self._delay())
+            fresh = time.monotonic() - self.latest_at <= stale
+            self._cells_from(self.latest if fresh else None)
         except Exception as exc:
             self.reason = 'gpumon column: %s' % exc
             self._cells_from(None)

@@ -60,6 +60,11 @@ def _cases():
         for scenario in SCENARIOS:
             cases[(host, scenario)] = Case(host, ["--gpumon", "1", "10"],
                                            {"scenario": scenario, "gpus": 2})
+    cases[("dool", "hang")] = Case("dool", ["--gpumon", "1", "9"], python="{home}/hungpython")
+    cases[("dstat", "sim")] = Case("dstat", ["--gpumon", "1", "3"], None,
+                                   {"GPUMON_PLUGIN_SIM": "sync_stall:2"})
+    cases[("dstat", "select")] = Case("dstat", ["-f", "--gpumon", "1", "2"], {"gpus": 2},
+                                      {"GPUMON_PLUGIN_GPUS": "1"})
     cases[("dool", "lost")] = Case("dool", ["-f", "--gpumon", "1", "6"],
                                    {"gpus": 2, "lost": {1: 2.0}})
     cases[("dstat", "nopython")] = Case("dstat", ["--gpumon", "1", "2"],
@@ -92,6 +97,7 @@ def _base_env(home: Path) -> dict:
 FAKE_PYTHON = """#!/bin/sh
 echo '{"type":"hello","protocol":1,"source":"nvml","interval":1,"gpus":[{"gpu":0,"name":"x"}]}'
 echo '{"type":"tick","time":1,"verdict":"busy","state":"busy","gpus":[{"gpu":0,"util":42.0,"mem":7.0,"verdict":"busy","state":"busy","lost":false}]}'
+sleep 1.5
 echo 'boom: the stream broke'
 exit 3
 """
@@ -146,6 +152,11 @@ def rotate_trace(src: Path, dst: Path, second: int, at: float) -> None:
 LEAD_S = 8.0
 
 
+# ... and one that gives one reading, then hangs (a driver call that never returns).
+HUNG_PYTHON = FAKE_PYTHON.replace("sleep 1.5\necho 'boom: the stream broke'\nexit 3",
+                                  "exec sleep 60")
+
+
 def _run(case: Case, home: Path, trace_dir: Path | None) -> Result:
     home.mkdir(parents=True)
     env = _base_env(home)
@@ -157,7 +168,7 @@ def _run(case: Case, home: Path, trace_dir: Path | None) -> Result:
     if case.python:
         python = case.python.format(home=home)
         if python.startswith(str(home)):
-            Path(python).write_text(FAKE_PYTHON)
+            Path(python).write_text(HUNG_PYTHON if "hung" in python else FAKE_PYTHON)
             Path(python).chmod(0o755)
         cfg = home / ".config" / "gpumon" / "plugin.json"
         cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "python": python}))
@@ -353,6 +364,35 @@ def test_a_dying_stream_shows_dashes_and_the_host_goes_on(results, host):
     assert got[0] == ["42", "7", "busy"]
     assert got[-1] == ["-", "-", "----"]
     assert "boom: the stream broke" in r.err and "Traceback" not in r.err
+
+
+def test_a_hung_stream_shows_dashes_not_old_numbers(results):
+    r = result(results, "dool", "hang")
+    assert r.rc == 0, r.err
+    got = rows(r.out, 3)
+    assert len(got) == 9, r.out
+    assert got[0] == ["42", "7", "busy"]        # fresh
+    assert got[-1] == ["-", "-", "----"]        # 8 s later: stale, shown as missing
+    assert "Traceback" not in r.err
+
+
+def test_simulated_gpus_are_titled_as_such(results):
+    r = result(results, "dstat", "sim")
+    assert r.rc == 0, r.err
+    assert "sim 2 gpus" in titles(r.out).replace("-", " ")
+    got = rows(r.out, 3)
+    assert len(got) == 3
+    for row in got:
+        check_cells(row)
+
+
+def test_gpu_selection_passes_to_gpumon(results):
+    r = result(results, "dstat", "select")
+    assert r.rc == 0, r.err
+    head = titles(r.out)
+    assert "gpu1" in head and "gpu0" not in head
+    got = rows(r.out, 3)
+    assert len(got) == 2 and all(row[0] != "-" for row in got), r.out
 
 
 def test_a_lost_gpu_shows_dashes_and_the_host_goes_on(results):
