@@ -178,11 +178,12 @@ class Loop:
                         if fd is not None and fd in ready and self._quit_key(fd):
                             self.stopped_by = "key"
                             break
-                    draw()
             finally:
                 self.monitor.stop()
-                thread.join(timeout=5.0)
+                thread.join(timeout=5.0)      # the reading in progress is finished and kept
                 self.waker.close()
+            if self.monitor.error is None:
+                draw()                        # the last frame shows every reading taken
         if self.monitor.error is not None:
             raise self.monitor.error
 
