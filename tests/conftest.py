@@ -23,3 +23,20 @@ def clean_env():
     env["PYTHONPATH"] = str(ROOT)
     env["NO_COLOR"] = "1"
     return env
+
+
+@pytest.fixture(scope="session")
+def fakenvml_lib():
+    """The fake libnvidia-ml.so.1 (built on demand); skips with the reason when unusable."""
+    import fakenvml_env
+    reason = fakenvml_env.skip_reason()
+    if reason:
+        pytest.skip("fake NVML library: " + reason)
+    return fakenvml_env.LIB
+
+
+@pytest.fixture
+def fake_nvml_env(fakenvml_lib, clean_env):
+    """fake_nvml_env(gpus=2, pids={0: [pid]}, unsupported="power", lost={1: 1.5}, scenario=...)"""
+    import fakenvml_env
+    return lambda **kw: fakenvml_env.env(base=clean_env, **kw)

@@ -38,7 +38,7 @@ def test_job_tree_workers_and_busy_worker(tree):
     host = HostSource()
     first = host.read({0: (tree.pid,), 1: None})
     assert first.cpu_pct is None            # no rate before a second reading
-    time.sleep(1.0)
+    time.sleep(2.0)
     s = host.read({0: (tree.pid,), 1: None})
     job = s.job_on(0)
     assert job.main_pid == tree.pid
