@@ -112,6 +112,10 @@ def test_missing_values_are_dashes_not_zero():
     row = next(line for line in text.splitlines() if line.startswith(" 0 H100"))
     assert "-/700" in row
     assert "temp -C" not in text and "temp -" in text and "pids -" in text
+    assert "processes unknown" not in text              # the host still names the job
+    bare = Tick(time=gone.time + 1, gpus=gone.gpus, host=replace(gone.host, jobs=(), procs=()))
+    d.update(bare, [])
+    assert "job   processes unknown" in render_text(d.view(), 80, 30)
 
 
 def test_replay_label_lost_gpu_and_compact_rows():
@@ -147,7 +151,8 @@ def test_colour_and_no_colour():
     coloured = render_text(v, 100, 30, color=True)
     assert "\x1b[" in coloured
     buf = io.StringIO()
-    Console(file=buf, width=100, height=30, force_terminal=True, no_color=True).print(Screen(lambda: v))
+    Console(file=buf, width=100, height=30, force_terminal=True,
+            no_color=True).print(Screen(lambda: v))
     plain = buf.getvalue()
     assert "\x1b[3" not in plain and "\x1b[4" not in plain     # no colours, bold/reverse stay
     assert "SYNC STALL" in plain and "COLD" in plain          # said in words, not colour

@@ -1,6 +1,5 @@
 """`gpumon watch`: piped lines, signals, --log, replay, and the live screen inside tmux."""
 import csv
-import os
 import re
 import shlex
 import shutil

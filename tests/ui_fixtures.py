@@ -1,7 +1,6 @@
 """Deterministic dashboards for the UI tests: fixed Ticks, no source, no clock."""
-from dataclasses import replace
 
-from gpumon.diagnosis import BUSY, INSUFFICIENT_DATA, SYNC_STALL, Diagnosis
+from gpumon.diagnosis import BUSY, SYNC_STALL, Diagnosis
 from gpumon.samples import (CLOCK_EVENT_SW_THERMAL, GpuInfo, GpuSample, HostSample, JobProcs,
                             ProcSample, Tick)
 from gpumon.ui.model import Dashboard

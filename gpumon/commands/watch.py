@@ -1,7 +1,6 @@
 """`gpumon` / `gpumon watch`: the live dashboard (plain lines when not on a terminal)."""
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Callable, Optional

@@ -268,8 +268,9 @@ def host_lines(v: View, width: int, rows: int) -> list[Line]:
             if getattr(j, c) is not None)
         entries.append(text)
     if not entries:
-        why = ("processes unknown" if all(j.main_pid is None for j in h.jobs) and h.jobs
-               and not any(j for j in h.jobs) else "no job processes on the GPUs")
+        unknown = v.gpus and all(g.sample is None or g.sample.pids is None for g in v.gpus)
+        why = ("processes unknown (not reported for these GPUs)" if unknown
+               else "no job processes on the GPUs")
         out.append(Line().add("job  ", st.HEADER).add(" " + why, st.DIM))
     else:
         line = Line().add("job  ", st.HEADER)
@@ -295,7 +296,8 @@ def banner_lines(v: View, width: int, ascii: bool) -> list[Line]:
     d: Optional[Diagnosis] = v.diagnosis
     if d is None:
         verdict = INSUFFICIENT_DATA
-        head = [("NO VERDICT" if not v.detector else "INSUFFICIENT DATA", st.VERDICT_STYLE[verdict])]
+        head = [("NO VERDICT" if not v.detector else "INSUFFICIENT DATA",
+                 st.VERDICT_STYLE[verdict])]
         body1 = ("the detector is not available in this build: no verdicts" if not v.detector
                  else f"waiting for enough samples ({v.elapsed:.0f} s so far)")
         body2 = ""
