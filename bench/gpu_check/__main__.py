@@ -227,9 +227,14 @@ def run_scenario(c: Check, scn: str, seconds: float, gpus: int) -> None:
             side.kill()
         try:
             with open(side_out, encoding="utf-8") as fh:
-                c.add_rows(json.load(fh)["rows"])
+                side_rows = json.load(fh)["rows"]
         except (OSError, ValueError, KeyError) as exc:
-            c.add(f"{scn}: side checks", "ERROR", f"no result ({type(exc).__name__})")
+            side_rows = [{"step": f"{scn}: side checks", "result": "ERROR",
+                          "detail": f"no result ({type(exc).__name__})"}]
+        if scn == "spin" and _truth_steps(truth) == 0:  # the readings were not of the spin
+            side_rows = [dict(r, result="SKIP", detail="the spin workload did not run")
+                         for r in side_rows]
+        c.add_rows(side_rows)
     tail = last_line(log)
     if rc is None:
         c.add(step, "ERROR", f"timed out; last line: {tail}")
