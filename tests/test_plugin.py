@@ -228,3 +228,14 @@ def test_cli_plugin_commands(tmp_path):
     r = run()
     assert r.returncode == 2 and "install | path | uninstall" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_stream_is_a_hidden_sub_command():
+    parser = argparse.ArgumentParser(prog="gpumon")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    plugin.register(sub)
+    stream.register(sub)
+    args = parser.parse_args(["stream", "--interval", "2", "--stop-on-eof"])
+    assert args.func is stream.run and args.interval == 2.0 and args.stop_on_eof
+    listing = parser.format_help()
+    assert "plugin" in listing and "stream" not in listing and "SUPPRESS" not in listing

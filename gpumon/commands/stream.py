@@ -49,7 +49,9 @@ _SIM_HINT = "; use --sim"
 
 
 def register(sub) -> None:
-    p = sub.add_parser("stream", help=argparse.SUPPRESS,
+    # No help= : argparse then leaves it out of `gpumon --help` (help=SUPPRESS would print
+    # "==SUPPRESS==" there on Python 3.11).
+    p = sub.add_parser("stream",
                        description="Internal: one JSON line per tick (readings and verdicts) "
                        "for the dstat/dool column.")
     add_options(p)
