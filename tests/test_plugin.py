@@ -239,3 +239,14 @@ def test_stream_is_a_hidden_sub_command():
     assert args.func is stream.run and args.interval == 2.0 and args.stop_on_eof
     listing = parser.format_help()
     assert "plugin" in listing and "stream" not in listing and "SUPPRESS" not in listing
+
+
+def test_stream_without_nvidia_ml_py_says_so(monkeypatch):
+    import gpumon.nvml
+    monkeypatch.setattr(gpumon.nvml, "N", None)          # as if pynvml were not installed
+    parser = argparse.ArgumentParser()
+    stream.add_options(parser)
+    out = io.StringIO()
+    assert stream.run(parser.parse_args([]), out=out) == 2
+    (rec,) = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert rec["message"] == "no NVIDIA driver: nvidia-ml-py (module pynvml) is not installed"
