@@ -58,6 +58,8 @@ def test_screen_shows_every_part():
     assert "COLD" in text and "THR" in text and "throttle sw_thermal" in text
     assert "hot cores 99 98 96 94%" in text and "iowait 0.4%" in text
     assert "4100 python (GPU 0): main 97%" in text and "wrk 4" in text
+    assert "sat 1 (60 50 40 30%)" in text                 # the busiest loader workers
+    assert lines[13].startswith("      +3 more: 4101 main 96%, 4102 main 95%, 4103 main 94%")
     assert "pids 4103" in text
     strip = next(line for line in lines if line.startswith("verdicts"))
     assert "bbbbbbbsssssssssssssssss" in strip.replace(" ", "")   # past verdicts, oldest first

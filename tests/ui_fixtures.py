@@ -45,6 +45,9 @@ def ticks(n, seconds=30, straggler=1):
                               loader_cpu_pct=180.0 + g, loader_busy=1) for g in range(n))
         procs = tuple(ProcSample(pid=4100 + g, ppid=4000, name="python", role="main",
                                  cpu_pct=97.0 - g, gpus=(g,)) for g in range(n))
+        procs += tuple(ProcSample(pid=5000 + 10 * g + w, ppid=4100 + g, name="pt_data_worker",
+                                  role="worker", cpu_pct=30.0 + 10 * w + g)
+                       for g in range(n) for w in range(4))
         host = HostSample(time=t, cpu_pct=23.5, cpu_max_core_pct=99.0, iowait_pct=0.4,
                           disk_read_mbps=12.5, disk_write_mbps=0.0, cpu_count=64,
                           cpu_cores_pct=tuple(float((7 * i) % 100) for i in range(64)),

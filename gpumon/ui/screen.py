@@ -33,6 +33,7 @@ MARK_W = 8                  # "COLD THR"
 PIDS_W = 14
 MIN_SPARK = 8
 EVIDENCE_ITEMS = 8
+WORKERS_SHOWN = 4           # busiest loader workers listed with their CPU % per main process
 MIN_HEIGHT = 12             # rows the layout assumes at the least (below, rich crops)
 
 _styles: dict[str, Style] = {}
@@ -65,6 +66,17 @@ class Line:
     def pad(self, to: int, style: Optional[str] = None) -> "Line":
         if self.n < to:
             self.add(" " * (to - self.n), style)
+        return self
+
+    def crop(self, n: int) -> "Line":
+        """Keep the first ``n`` cells."""
+        parts, left = [], n
+        for text, style in self.parts:
+            if left <= 0:
+                break
+            parts.append((text[:left], style))
+            left -= len(parts[-1][0])
+        self.parts, self.n = parts, min(self.n, n)
         return self
 
     def text(self) -> str:
@@ -251,6 +263,10 @@ def host_lines(v: View, width: int, rows: int) -> list[Line]:
                  f"{col.with_unit('disk_write_mbps', h.disk_write_mbps)}", st.DIM)
     out = [line]
     names = {p.pid: p.name for p in h.procs if p.role == "main"}
+    workers: dict[int, list[float]] = {}
+    for p in h.procs:
+        if p.role == "worker" and p.cpu_pct is not None:
+            workers.setdefault(p.ppid, []).append(p.cpu_pct)
     seen: dict[int, list[int]] = {}
     for j in h.jobs:
         if j.main_pid is not None:
@@ -266,29 +282,50 @@ def host_lines(v: View, width: int, rows: int) -> list[Line]:
         text += f" (GPU {gpus}): " + " ".join(
             f"{col.title(c)} {col.with_unit(c, getattr(j, c))}" for c in col.JOB_CELLS
             if getattr(j, c) is not None)
-        entries.append(text)
+        busiest = sorted(workers.get(j.main_pid, ()), reverse=True)[:WORKERS_SHOWN]
+        if busiest:
+            text += " (" + " ".join(f"{c:.0f}" for c in busiest) + "%)"
+        short = (f"{j.main_pid} {col.title('main_cpu_pct')} "
+                 f"{col.with_unit('main_cpu_pct', j.main_cpu_pct)}")
+        entries.append((text, short))
     if not entries:
         unknown = v.gpus and all(g.sample is None or g.sample.pids is None for g in v.gpus)
         why = ("processes unknown (not reported for these GPUs)" if unknown
                else "no job processes on the GPUs")
         out.append(Line().add("job  ", st.HEADER).add(" " + why, st.DIM))
     else:
-        line = Line().add("job  ", st.HEADER)
-        for i, e in enumerate(entries):
-            sep = "  " if line.n > 5 else " "
-            if line.n + len(sep) + len(e) > width and line.n > 5:
-                if len(out) >= rows:
-                    line.add(f"  +{len(entries) - i} more", st.DIM)
-                    break
-                out.append(line)
-                line = Line().add("     ")
-                sep = " "
-            line.add(sep + e)
-        out.append(line)
+        out.extend(_pack(entries, width, rows))
     if h.unmapped_pids and len(out) < rows + 1:
         out.append(Line().add(f"      {len(h.unmapped_pids)} GPU process(es) not visible on "
                               "this host (a container?)", st.DIM))
     return out
+
+
+def _pack(entries: list[tuple[str, str]], width: int, rows: int) -> list[Line]:
+    """Job entries (full, short) on at most ``rows`` lines; on the last line, the ones that
+    do not fit in full are listed short ("+3 more: 4101 main 96%, ...")."""
+    lines: list[Line] = []
+    cur = Line().add("job  ", st.HEADER)
+    indent = cur.n
+    i = 0
+    while i < len(entries):
+        full = entries[i][0]
+        sep = " " if cur.n <= indent else "  "
+        last_row = len(lines) + 1 >= rows
+        left = len(entries) - i - 1
+        reserve = len(f"  +{left} more") if last_row and left else 0
+        if cur.n + len(sep) + len(full) + reserve <= width or (cur.n <= indent and not last_row):
+            cur.add(sep + full)
+            i += 1
+            continue
+        if last_row:
+            rest = entries[i:]
+            cur.add(f"{sep}+{len(rest)} more: ", st.DIM).add(", ".join(s for _, s in rest))
+            break
+        lines.append(cur)
+        cur = Line().add(" " * indent)
+    lines.append(cur)
+    return lines
 
 
 def banner_lines(v: View, width: int, ascii: bool) -> list[Line]:
