@@ -106,8 +106,11 @@ def print_summary(text: str, out=None) -> None:
         import shutil
         import textwrap
         text = textwrap.fill(text, width=min(100, shutil.get_terminal_size().columns))
-    out.write(text + "\n")
-    out.flush()
+    try:
+        out.write(text + "\n")
+        out.flush()
+    except OSError:          # the terminal went away (SIGHUP): nobody is left to read it
+        pass
 
 
 def is_plain(args, out=None) -> bool:
