@@ -151,10 +151,12 @@ def title_line(v: View, width: int) -> Line:
     return line
 
 
-def _marks(g: GpuView) -> str:
+def _marks(g: GpuView) -> list[tuple[str, str]]:
+    """The row's marks in words (each with its colour): lost, busy-but-cold, throttled."""
     if g.lost:
-        return "LOST"
-    return " ".join(m for m, on in (("COLD", g.cold), ("THR", bool(g.throttle))) if on)
+        return [("LOST", st.MARK_LOST)]
+    return [(m, style) for m, style, on in (("COLD", st.MARK_COLD, g.cold),
+                                            ("THR", st.MARK_THROTTLE, bool(g.throttle))) if on]
 
 
 class _Geometry:
@@ -215,9 +217,11 @@ def gpu_lines(g: GpuView, geo: _Geometry, ascii: bool, detail: bool) -> list[Lin
     line.add((g.spark_ascii if ascii else g.spark)[-geo.spark_w:].rjust(geo.spark_w), st.SPARK)
     for names, w in geo.main + geo.detail:
         line.add(" ").add(col.cell_value(names, s).rjust(w))
-    marks = _marks(g)
-    mark_style = st.MARK_LOST if g.lost else st.MARK_THROTTLE if g.throttle else st.MARK_COLD
-    line.add(" ").add(marks.ljust(MARK_W), mark_style if marks else None)
+    line.add(" ")
+    start = line.n
+    for k, (mark, style) in enumerate(_marks(g)):
+        line.add(" " if k else "").add(mark, style)
+    line.pad(start + MARK_W)
     if geo.wide:
         line.add(" ").add(_pids(g)[:PIDS_W], st.DIM)
         if g.throttle:
