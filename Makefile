@@ -35,7 +35,8 @@ bench: $(STAMP) fakenvml
 bench-detect: $(STAMP)
 	$(VPY) -m bench.detect
 
-gpu-check: $(STAMP)
+# For a machine with an NVIDIA GPU (no network needed: the script picks a Python with torch).
+gpu-check:
 	sh bench/gpu_check.sh
 
 clean:
