@@ -214,3 +214,24 @@ def test_q_key_quits_and_no_color(tmux, clean_env):
     after = tmux.wait_for(lambda s: "EXIT=" in s, timeout=10)
     assert "EXIT=0" in after and "gpumon watched 1 SIMULATED GPU" in after, after
     assert "q" not in after.splitlines()[0]                # the key was not echoed
+
+
+def test_nvml_path_on_the_fake_library(gpumon_cmd, clean_env):
+    """The real NVML code path (ctypes into the fake library): a metric the GPU does not
+    support shows as missing, a GPU lost mid-run says so, and watching goes on."""
+    import fakenvml_env
+    why = fakenvml_env.skip_reason()
+    if why:
+        pytest.skip(why)
+    env = fakenvml_env.env(clean_env, gpus=2, unsupported={1: ["power"]}, lost={1: 1.5})
+    r = subprocess.run(gpumon_cmd + ["watch", "--duration", "3"], capture_output=True, text=True,
+                       env=env, timeout=30)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "2 GPUs" in lines[0] and "SIMULATED" not in lines[0]
+    data = [x.split("|") for x in lines if LINE.match(x)]
+    assert len(data) >= 3
+    assert data[0][2].split()[1] == "-"                  # GPU 1 has no power reading: "-", not 0
+    assert re.fullmatch(r"\s*\d+W", data[0][1].split("%")[1])
+    assert data[-1][2].strip() == "lost" and data[-1][1].strip() != "lost"
+    assert lines[-1].startswith("gpumon watched 2 GPUs (0,1) for 0:00:0")
