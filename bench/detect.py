@@ -79,7 +79,12 @@ def simulate_run(name: str, n: int, seed: int):
     lead = "idle" if name == "busy" else "busy"
     lp = draw_params(lead, rng)
     lp.update({k: p[k] for k in HARDWARE if k in p})
-    lp["step_s"] = p["step_s"]
+    # The same job before the change: same step time and DataLoader (a new DataLoader is a
+    # validation pass or an epoch restart to the detector).
+    for k in ("step_s", "backend", "prefetch", "batch_mb"):
+        lp[k] = p[k]
+    if p.get("workers"):
+        lp["workers"] = p["workers"]
     t0 = 1_700_000_000.0
     ticks = list(simulate(lead, gpus=n, seconds=LEAD_S, seed=seed, params=lp, start_time=t0))
     change = t0 + LEAD_S

@@ -17,7 +17,7 @@ from gpumon.detect.bins import Store
 from gpumon.detect.engine import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
 from gpumon.detect.engine import bin_duty
 from gpumon.detect.features import window_features
-from gpumon.detect.pauses import pause_flags
+from gpumon.detect.pauses import host_bins, pause_flags
 from gpumon.detect.rules import judge
 from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
@@ -56,7 +56,8 @@ def build_store(log: Log, th: Thresholds) -> Store:
 
 
 def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, th: Thresholds,
-                  ends: np.ndarray, keep_features: bool = False):
+                  ends: np.ndarray, keep_features: bool = False,
+                  excl: Optional[np.ndarray] = None):
     """Rule output (and optionally features) at ``ends`` (sorted), chunk by chunk."""
     W = int(math.ceil(max(th.window_s, th.window_max_s, th.context_s) / th.bin_s)) + 1
     outs, feats = [], []
@@ -67,7 +68,8 @@ def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, t
         hi_end = int(ends[j - 1])
         lo = max(0, lo_end - W + 1)
         g, h = st.view(rows, hi_end + 1, lo)
-        f = window_features(g, h, ends[i:j] - lo, pause[lo:hi_end + 1], th)
+        f = window_features(g, h, ends[i:j] - lo, pause[lo:hi_end + 1], th,
+                            excluded=None if excl is None else excl[lo:hi_end + 1])
         outs.append(judge(f, shared, th))
         if keep_features:
             feats.append(f)
@@ -105,13 +107,13 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
     ends = np.arange(nb)
     for gpus, shared in jobs:
         rows = [st.rows[x] for x in gpus]
-        g, _ = st.view(rows)
+        g, hb = st.view(rows)
         duty, n, u = bin_duty(g)
-        pause = pause_flags(duty, n, u, th)
+        pause, excl = pause_flags(duty, n, u, th, host_bins(g, hb, th))
         del g, duty
-        outs, _ = _judge_chunks(st, rows, shared, pause, th, ends)
+        outs, _ = _judge_chunks(st, rows, shared, pause, th, ends, excl=excl)
         r = _cat(outs)
-        hy = Hysteresis(th.hold_s)
+        hy = Hysteresis(th.hold_s, th.bin_s)
         held = np.empty(nb, dtype=object)
         v, c, s = r["verdict"], r["cause"], r["straggler"]
         for e in range(nb):
@@ -125,7 +127,8 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
             k = min(EVIDENCE_POINTS, b - a)
             picks.append(np.unique(np.linspace(a, b - 1, k).round().astype(int)))
         pts = np.unique(np.concatenate(picks))
-        outs2, feats = _judge_chunks(st, rows, shared, pause, th, pts, keep_features=True)
+        outs2, feats = _judge_chunks(st, rows, shared, pause, th, pts, keep_features=True,
+                                     excl=excl)
         f_all, r_all = _cat(feats), _cat(outs2)
         where = {int(p): i for i, p in enumerate(pts)}
         for (a, b), pk in zip(spans, picks):

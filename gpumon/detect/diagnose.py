@@ -11,7 +11,7 @@ from gpumon.samples import Tick
 from gpumon.detect.bins import Store
 from gpumon.detect.engine import (EVIDENCE_KEYS, bin_duty, idle_diagnosis, judge_job,
                                   make_diagnosis, store_jobs, tick_columns)
-from gpumon.detect.pauses import pause_flags
+from gpumon.detect.pauses import host_bins, pause_flags
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 
@@ -35,7 +35,7 @@ def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis
     for gpus, shared in found:
         g, h = store.view([store.rows[x] for x in gpus])
         duty, n, u = bin_duty(g)
-        pause = pause_flags(duty, n, u, th)
-        f, r = judge_job(g, h, pause, np.array([nb - 1]), shared, th, w=nb)
+        pause, excl = pause_flags(duty, n, u, th, host_bins(g, h, th))
+        f, r = judge_job(g, h, pause, np.array([nb - 1]), shared, th, w=nb, excluded=excl)
         out.append(make_diagnosis(f, r, 0, gpus, start, end, th))
     return out

@@ -37,7 +37,8 @@ def wsum(a: np.ndarray, w: int, ends: np.ndarray) -> np.ndarray:
 
 def window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.ndarray,
                     th: Thresholds = DEFAULT, w: int = 0,
-                    keep: Optional[np.ndarray] = None) -> dict:
+                    keep: Optional[np.ndarray] = None,
+                    excluded: Optional[np.ndarray] = None) -> dict:
     """Features of one job's GPUs (rows of ``g``) over the windows ending at ``ends``.
 
     Pause bins (and bins where ``keep`` is False) are left out of every sum. The window is
@@ -45,7 +46,8 @@ def window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.nd
     burst and gap (as seen over ``context_s``) up to ``window_max_s``, so a job with 2 s steps
     is judged on several of them.
     """
-    keep = ~pause if keep is None else (~pause & keep)
+    out = pause if excluded is None else excluded
+    keep = ~out if keep is None else (~out & keep)
     gk = g * keep
     ctx = max(1, int(round(th.context_s / th.bin_s)))
     Sc = wsum(gk[_CTX_FIELDS], ctx, ends)           # (6, G, E)

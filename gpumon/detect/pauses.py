@@ -12,7 +12,9 @@ mark the same seconds.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
+from typing import Optional
 
 import numpy as np
 
@@ -34,11 +36,25 @@ class PauseTracker:
         self.in_pause = False
         self.length = 0
         self.resumed = False
+        self.i = -1                  # bins fed so far - 1
+        self.start = 0               # first bin of the current pause
+        self.unmark: range = range(0)   # bins of a "pause" just found to be starvation
+        self.workers: Optional[float] = None   # loader workers during steady work
 
-    def step(self, duties: np.ndarray, n: float, u: float) -> bool:
-        """Feed one bin: per-GPU duty (NaN without data), job sample count and busy sum.
-        Returns True when this bin is part of a pause."""
+    def step(self, duties: np.ndarray, n: float, u: float,
+             host: Optional[tuple] = None) -> bool:
+        """Feed one bin: per-GPU duty (NaN without data), job sample count and busy sum, and
+        the host's view of it (see ``host_bins``). True when this bin is part of a pause."""
         th = self.th
+        self.i += 1
+        workers, starving, writing = host if host is not None else (math.nan, False, False)
+        known = not math.isnan(workers)
+        # What the host says: new loader workers (a validation DataLoader) or checkpoint-size
+        # disk writes explain a stop. (Saturated loaders do not veto a pause: new workers
+        # starting at an epoch boundary look saturated too.)
+        changed = known and self.workers is not None and abs(workers - self.workers) >= 0.5
+        explained = known and (changed or writing)
+        self.unmark = range(0)
         have = ~np.isnan(duties)
         G = int(have.sum())
         if G == 0 or n <= 0:
@@ -54,8 +70,11 @@ class PauseTracker:
         self.recent.append(duty)
         if self.in_pause:
             self.length += 1
-            if self.length >= self.pmax or (all_idle and self.resumed):
+            hungry = all_idle and self.resumed and not explained
+            if self.length >= self.pmax or hungry:
                 self.in_pause = False           # too long, or starving: judge it normally
+                if hungry:
+                    self.unmark = range(self.start, self.i)
             elif (len(self.recent) == RESUME_BINS
                   and sum(self.recent) / RESUME_BINS >= th.duty_starved):
                 self.in_pause = False           # back to steady work
@@ -68,10 +87,13 @@ class PauseTracker:
                 return True
         elif stop and self._healthy_context():
             self.in_pause, self.length, self.resumed = True, 1, False
+            self.start = self.i
             self.recent.clear()
             self.hist.append((0.0, 0.0, True))
             return True
         self.hist.append((n, u, stop))
+        if known and duty >= th.duty_starved:
+            self.workers = workers              # the loader of steady work
         return False
 
     def _healthy_context(self) -> bool:
@@ -87,12 +109,48 @@ class PauseTracker:
         return sn > 0 and su / sn >= self.th.duty_starved
 
 
+def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
+    """Per bin (workers, starving, writing) for the pause tracker, from a job's bins: the most
+    loader workers of any rank, whether any rank's host shows starvation, and whether the
+    disk is written at checkpoint rates. NaN workers when the host is unknown."""
+    from gpumon.detect.bins import GI, HI
+
+    def r(a, b):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
+    wk = r(g[GI["wk"]], g[GI["wkn"]])
+    ld = r(g[GI["ld"]], g[GI["ldn"]])
+    lb = r(g[GI["lb"]], g[GI["lbn"]])
+    main = np.fmax(r(g[GI["mc"]], g[GI["mcn"]]), r(g[GI["mt"]], g[GI["mtn"]]))
+    io, rd, wr = r(h[HI["io"]], h[HI["ion"]]), r(h[HI["rd"]], h[HI["rdn"]]), r(h[HI["wr"]],
+                                                                                h[HI["wrn"]])
+    with np.errstate(invalid="ignore"):
+        per = np.maximum(wk, 1)
+        starving_g = (((wk >= 0.5) & ((ld / (100 * per) >= th.loader_busy_share)
+                                      | (lb / per >= th.loader_busy_share)))
+                      | ((wk < 0.5) & (main >= th.core_busy_pct)))
+        starving = starving_g.any(axis=0) | ((io >= th.iowait_pct) & (rd >= th.disk_read_mbps))
+        writing = wr >= th.ckpt_write_mbps
+        workers = np.where(np.isnan(wk).all(axis=0), np.nan,
+                           np.nanmax(np.where(np.isnan(wk), -1, wk), axis=0))
+    return list(zip(workers.tolist(), starving.tolist(), writing.tolist()))
+
+
 def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
-                th: Thresholds = DEFAULT) -> np.ndarray:
-    """Pause flags of every bin of a job: per-GPU duty (G, T), job n and u sums (T,)."""
+                th: Thresholds = DEFAULT, host: Optional[list] = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(pause, excluded) per bin of a job from per-GPU duty (G, T) and job n, u sums (T,).
+
+    ``pause`` is what was known at each bin (the verdict there is busy); ``excluded`` drops
+    the bins of pauses later found to be starvation, so windows after that see the gaps.
+    """
     tr = PauseTracker(th)
     out = np.zeros(len(n), dtype=bool)
+    excl = np.zeros(len(n), dtype=bool)
     cols = duty.T
     for i in range(len(n)):
-        out[i] = tr.step(cols[i], float(n[i]), float(u[i]))
-    return out
+        out[i] = excl[i] = tr.step(cols[i], float(n[i]), float(u[i]),
+                                   host[i] if host is not None else None)
+        if tr.unmark:
+            excl[tr.unmark.start:tr.unmark.stop] = False
+    return out, excl

@@ -56,6 +56,17 @@ class Host:
                               np.full(self.io.shape, np.nan))
                           for k in ("workers", "loader", "lbusy", "main", "thread")}
 
+    def starving_any(self) -> np.ndarray:
+        """(E,): any rank's host shows starvation (loaders saturated, main at a core, storage)."""
+        th = self.th
+        with np.errstate(invalid="ignore"):
+            per = np.maximum(self.workers, 1)
+            g = (((self.workers >= 0.5) & ((self.loader / (100 * per) >= th.loader_busy_share)
+                                           | (self.lbusy / per >= th.loader_busy_share)))
+                 | ((self.workers < 0.5) & (np.fmax(self.main, self.thread) >= th.core_busy_pct)))
+            io = (self.io >= th.iowait_pct) & (self.rd >= th.disk_read_mbps)
+        return (g.any(axis=0) if g.shape[0] else np.zeros(io.shape, bool)) | io
+
     def cause(self, col: np.ndarray) -> np.ndarray:
         """Cause of starvation per window, from the rank at row ``col`` (the straggler), or
         with col -1 from the job as a whole (the busiest reading of any of its GPUs)."""
@@ -152,7 +163,8 @@ def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> di
     # No kernels in the window: idle when the context was idle too; after recent work it is
     # a long gap of a starving job (a paused job's gap is a pause, handled above).
     quiet = dmax < th.idle_duty
-    decide(quiet & ~(f["ctx_duty"] >= th.idle_duty), IDLE,
+    feeding = host.starving_any()
+    decide(quiet & ~(f["ctx_duty"] >= th.idle_duty) & ~feeding, IDLE,
            cf=np.clip(0.7 + 0.3 * (th.idle_duty - dmax) / th.idle_duty, 0.5, 0.99))
     decide(quiet, DATA_STARVATION, c=host.cause(np.full(E, -1)), cf=0.6)
 

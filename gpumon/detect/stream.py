@@ -20,7 +20,7 @@ from gpumon.detect.advice import advice
 from gpumon.detect.bins import Store
 from gpumon.detect.engine import (active_since, bin_duty, idle_diagnosis, judge_job,
                                   make_diagnosis, store_jobs, tick_columns)
-from gpumon.detect.pauses import PauseTracker
+from gpumon.detect.pauses import PauseTracker, host_bins
 from gpumon.detect.rules import CAUSE_NAMES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
@@ -28,13 +28,15 @@ _INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
 
 
 class Hysteresis:
-    """Keeps the current (verdict, cause, straggler) until another wins for ``hold_s``.
+    """Keeps the current (verdict, cause, straggler) until another wins ``hold_s`` of data in a
+    row (verdicts come once per ``step_s``: hold 2 s = two verdicts in a row).
 
     insufficient_data never displaces a verdict; the first verdict is taken at once.
     """
 
-    def __init__(self, hold_s: float):
+    def __init__(self, hold_s: float, step_s: float = 1.0):
         self.hold_s = hold_s
+        self.step_s = step_s                     # time between two verdicts fed in
         self.current: Optional[tuple] = None
         self.since: Optional[float] = None       # when ``current`` was adopted
         self._cand: Optional[tuple] = None
@@ -53,7 +55,7 @@ class Hysteresis:
             return False
         if key != self._cand:
             self._cand, self._cand_since = key, t
-        if t - self._cand_since >= self.hold_s - 1e-9:
+        if t - self._cand_since >= self.hold_s - self.step_s - 1e-9:
             self.current, self.since, self._cand = key, t, None
             return True
         return False
@@ -64,10 +66,11 @@ class _Job:
 
     def __init__(self, th: Thresholds, since: int):
         self.pauses = PauseTracker(th)
-        self.flags: dict[int, bool] = {}    # absolute bin -> pause
+        self.flags: dict[int, bool] = {}    # absolute bin -> pause (as known then)
+        self.excl: dict[int, bool] = {}     # absolute bin -> left out of the features
         self.since = since                  # absolute bin the job was first seen in use
         self.next = since                   # next absolute bin to feed the pause tracker
-        self.hyst = Hysteresis(th.hold_s)
+        self.hyst = Hysteresis(th.hold_s, th.bin_s)
         self.conf: Optional[float] = None   # confidence when the held verdict last won
 
 
@@ -134,19 +137,28 @@ class StreamingDetector:
             job = self._jobs.get(key)
             if job is None:
                 job = self._jobs[key] = _Job(self.th, st.b0 + lo + active_since(g, self.th))
-            for b in range(max(job.next, st.b0 + lo), last + 1):
+            b_first = max(job.next, st.b0 + lo)
+            if b_first <= last:
+                i0 = b_first - st.b0 - lo
+                hb = host_bins(g[:, :, i0:], h[:, i0:], self.th)
+            for b in range(b_first, last + 1):
                 i = b - st.b0 - lo
-                job.flags[b] = job.pauses.step(duty[:, i], float(n[i]), float(u[i]))
+                job.flags[b] = job.excl[b] = job.pauses.step(duty[:, i], float(n[i]),
+                                                             float(u[i]), hb[i - i0])
+                for k in job.pauses.unmark:       # that "pause" was starvation after all
+                    job.excl[b - job.pauses.i + k] = False
             job.next = last + 1
             for b in [b for b in job.flags if b < st.b0 + lo]:
                 del job.flags[b]
+                job.excl.pop(b, None)
             absb = np.arange(st.b0 + lo, st.b0 + stop)
             pause = np.array([job.flags.get(int(b), False) for b in absb], dtype=bool)
+            excl = np.array([job.excl.get(int(b), False) for b in absb], dtype=bool)
             keep = absb >= job.since
             ends = np.arange(max(first, job.since, st.b0 + lo), last + 1) - st.b0 - lo
             if len(ends) == 0:
                 ends = np.array([stop - lo - 1])
-            f, r = judge_job(g, h, pause, ends, shared, self.th, keep=keep)
+            f, r = judge_job(g, h, pause, ends, shared, self.th, keep=keep, excluded=excl)
             hy = job.hyst
             for e in range(len(ends)):
                 t = st.bin_time(lo + int(ends[e]) + 1)

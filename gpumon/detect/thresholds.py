@@ -86,6 +86,8 @@ class Thresholds:
     iowait_pct: float = th(5.0, "%", "Host iowait above this (with disk reads) points at "
                            "storage; SageMaker's IO rule uses 50% of one busy host, a many-core "
                            "host dilutes it, so gpumon asks less.")
+    ckpt_write_mbps: float = th(50.0, "MB/s", "Disk writes at this rate while the GPUs stop "
+                                "are a checkpoint being saved (models are 100s of MB to GBs).")
     disk_read_mbps: float = th(1.0, "MB/s", "Disk reads needed beside iowait to blame storage.")
     # --- streaming ---------------------------------------------------------------------------
     hold_s: float = th(2.0, "s", "A new verdict must win this long before a live verdict "
