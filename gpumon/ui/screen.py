@@ -114,6 +114,11 @@ def gpu_range(gpus: tuple[int, ...]) -> str:
     return ",".join(map(str, g))
 
 
+def gpus_text(gpus: tuple[int, ...]) -> str:
+    """"GPU 2", "GPUs 0-3"."""
+    return f"GPU{'s' if len(gpus) != 1 else ''} {gpu_range(gpus)}"
+
+
 def fmt_evidence(evidence: dict, limit: int = EVIDENCE_ITEMS) -> str:
     """Evidence numbers as ``name value`` pairs, floats at two decimals (or whole numbers)."""
     out = []
@@ -345,7 +350,7 @@ def banner_lines(v: View, width: int, ascii: bool) -> list[Line]:
     else:
         verdict = d.verdict
         head = [(d.verdict.upper().replace("_", " "), st.VERDICT_STYLE.get(d.verdict))]
-        head.append((f"GPUs {gpu_range(d.gpus)}", None))
+        head.append((gpus_text(d.gpus), None))
         if d.cause:
             head.append((f"cause {d.cause}", None))
         if d.straggler_gpu is not None:

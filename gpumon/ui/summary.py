@@ -5,7 +5,7 @@ from typing import Optional
 
 from gpumon.diagnosis import BUSY, IDLE, INSUFFICIENT_DATA, Diagnosis
 from gpumon.ui.model import Dashboard
-from gpumon.ui.screen import fmt_evidence, gpu_range, hms
+from gpumon.ui.screen import fmt_evidence, gpu_range, gpus_text, hms
 
 # A problem verdict becomes the main finding once it holds this share of the verdict time, 1:
 # below it, a few intervals at a phase change or a checkpoint would headline a healthy run.
@@ -62,7 +62,7 @@ def summary_text(d: Dashboard, *, elapsed: Optional[float] = None, command: str 
         extra = [x for x in (main.cause, f"straggler GPU {main.straggler_gpu}"
                              if main.straggler_gpu is not None else None) if x]
         text += f" Main finding: {what}" + (f" ({', '.join(extra)})" if extra else "")
-        text += f" on GPUs {gpu_range(main.gpus)}"
+        text += f" on {gpus_text(main.gpus)}"
         if main.evidence:
             text += f"; evidence: {fmt_evidence(main.evidence).replace('  ', ', ')}"
         text += "."
