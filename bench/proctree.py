@@ -24,8 +24,9 @@ WORK_LOOPS = 2000
 START_TIMEOUT_S = 20.0
 
 _MAIN = r"""
-import os, sys, time
+import os, signal, sys, time
 workers, wake, loops = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # a worker that ends is reaped, as by DataLoader
 
 def idle_loop():
     while True:

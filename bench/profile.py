@@ -6,7 +6,9 @@ sampling, detector, CSV, dashboard) and per function (inclusive and self).
 """
 from __future__ import annotations
 
+import linecache
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +65,20 @@ def parse_collapsed(text: str) -> list[tuple[list[str], int]]:
     return stacks
 
 
+# A leaf frame on one of these calls is a thread blocked in a wait that py-spy caught as it woke
+# (or, sampling without pausing, mis-read as active): not CPU time, so left out.
+_WAIT_CALL = re.compile(r"\b(select|poll|epoll|wait|sleep|acquire|accept|recv|read_events)\(")
+
+
+def waiting(frame: str) -> bool:
+    """Whether a leaf frame 'name (path:line)' sits on a blocking call, by its source line."""
+    where = frame.rpartition(" (")[2].rstrip(")")
+    path, _, line = where.rpartition(":")
+    if not line.isdigit():
+        return False
+    return bool(_WAIT_CALL.search(linecache.getline(path, int(line))))
+
+
 def _func(frame: str) -> str:
     """'name (path/to/file.py:123)' -> 'name (file.py)' with the package dir kept short."""
     name, _, where = frame.partition(" (")
@@ -77,12 +93,15 @@ def _func(frame: str) -> str:
 @dataclass
 class Summary:
     samples: int
+    waiting: int                          # samples left out: blocked in a wait
     parts: list[tuple[str, float]]        # (part, share of samples)
     inclusive: list[tuple[str, float]]    # (function, share of samples it is on the stack)
     self_: list[tuple[str, float]]        # (function, share of samples it is the leaf)
 
 
 def summarize(stacks: list[tuple[list[str], int]], top: int = 15) -> Summary:
+    waits = sum(c for frames, c in stacks if frames and waiting(frames[-1]))
+    stacks = [(f, c) for f, c in stacks if not (f and waiting(f[-1]))]
     total = sum(c for _, c in stacks) or 1
     parts: Counter = Counter()
     incl: Counter = Counter()
@@ -97,7 +116,7 @@ def summarize(stacks: list[tuple[list[str], int]], top: int = 15) -> Summary:
         if frames:
             leaf[_func(frames[-1])] += count
     share = lambda c: [(k, v / total) for k, v in c.most_common(top)]  # noqa: E731
-    return Summary(total, share(parts), share(incl), share(leaf))
+    return Summary(total, waits, share(parts), share(incl), share(leaf))
 
 
 def markdown(s: Summary, cpu_pct: Optional[float] = None) -> list[str]:
@@ -105,7 +124,7 @@ def markdown(s: Summary, cpu_pct: Optional[float] = None) -> list[str]:
     def cell(f: float) -> str:
         return f"{100 * f:.0f}%" + (f" ({cpu_pct * f:.2f})" if cpu_pct is not None else "")
     unit = " (% of one core)" if cpu_pct is not None else ""
-    out = [f"{s.samples} samples.", "", f"| part | share{unit} |", "|---|---|"]
+    out = [f"{s.samples} samples ({s.waiting} more in blocking waits left out).", "", f"| part | share{unit} |", "|---|---|"]
     out += [f"| {k} | {cell(v)} |" for k, v in s.parts]
     out += ["", f"| function (on the stack) | share{unit} |", "|---|---|"]
     out += [f"| `{k}` | {cell(v)} |" for k, v in s.inclusive]

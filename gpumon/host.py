@@ -14,9 +14,13 @@ import psutil
 
 from gpumon.samples import HostSample, JobProcs, ProcSample
 
-# Finding a process's children means scanning every process on the machine: refresh that
-# tree at most this often (DataLoader workers live for an epoch, not for a tick).
-CHILDREN_REFRESH_S = 2.0
+# Finding a process's children means scanning every process on the machine (~2 ms for 200
+# processes): refresh that tree at most this often, s (DataLoader workers live for an epoch,
+# not for a tick), and at once when a new main appears or a known worker has gone.
+CHILDREN_REFRESH_S = 5.0
+# Per-process CPU is read at most this often, s: the kernel counts CPU time in 10 ms ticks, so
+# a rate over 0.1 s moves in steps of 10% of a core; between readings the last rate stands.
+PROC_CPU_EVERY_S = 1.0
 # A loader worker at or above this share of one core is saturated (it is the bottleneck).
 WORKER_BUSY_PCT = 90.0
 # Per-thread CPU is read only when the main process uses at least this much of one core: a
@@ -26,12 +30,14 @@ THREAD_SCAN_MIN_PCT = 85.0
 
 class _Proc:
     """A psutil.Process and its previous CPU times, for rates."""
-    __slots__ = ("proc", "prev", "threads_prev", "name", "ppid")
+    __slots__ = ("proc", "prev", "last", "threads_prev", "threads_last", "name", "ppid")
 
     def __init__(self, proc: psutil.Process):
         self.proc = proc
         self.prev: Optional[tuple[float, float]] = None   # (monotonic, cpu seconds)
-        self.threads_prev: dict[int, float] = {}
+        self.last: Optional[float] = None                 # the last rate, % of one core
+        self.threads_prev: Optional[tuple[float, dict[int, float]]] = None
+        self.threads_last: Optional[float] = None
         try:
             self.name = proc.name()
             self.ppid = proc.ppid()
@@ -39,20 +45,53 @@ class _Proc:
             self.name, self.ppid = "?", 0
 
     def cpu_pct(self, mono: float) -> Optional[float]:
+        """% of one core since the previous reading (read at most every PROC_CPU_EVERY_S)."""
+        prev = self.prev
+        if prev is not None and mono - prev[0] < PROC_CPU_EVERY_S:
+            return self.last
         t = self.proc.cpu_times()
         cpu = t.user + t.system
-        prev, self.prev = self.prev, (mono, cpu)
+        self.prev = (mono, cpu)
         if prev is None or mono <= prev[0]:
-            return None
-        return max(0.0, 100.0 * (cpu - prev[1]) / (mono - prev[0]))
+            self.last = None
+        else:
+            self.last = max(0.0, 100.0 * (cpu - prev[1]) / (mono - prev[0]))
+        return self.last
 
-    def max_thread_pct(self, mono: float, dt: float) -> Optional[float]:
+    def max_thread_pct(self, mono: float) -> Optional[float]:
+        """The busiest thread's % of one core since the previous reading (as cpu_pct)."""
+        prev = self.threads_prev
+        if prev is not None and mono - prev[0] < PROC_CPU_EVERY_S:
+            return self.threads_last
         now = {th.id: th.user_time + th.system_time for th in self.proc.threads()}
-        prev, self.threads_prev = self.threads_prev, now
-        if not prev or dt <= 0:
-            return None
-        return max((100.0 * (c - prev[i]) / dt for i, c in now.items() if i in prev),
-                   default=None)
+        self.threads_prev = (mono, now)
+        if prev is None or mono <= prev[0]:
+            self.threads_last = None
+        else:
+            dt = mono - prev[0]
+            self.threads_last = max((100.0 * (c - prev[1][i]) / dt for i, c in now.items()
+                                     if i in prev[1]), default=None)
+        return self.threads_last
+
+
+def _children_by_parent() -> Optional[dict[int, list[int]]]:
+    """Every process's children, from one pass over /proc; None where there is no /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    kids: dict[int, list[int]] = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+            ppid = int(data[data.rindex(b")") + 2:].split(None, 2)[1])
+        except (OSError, ValueError, IndexError):
+            continue   # gone while scanning
+        kids.setdefault(ppid, []).append(int(name))
+    return kids
 
 
 class HostSource:
@@ -65,7 +104,7 @@ class HostSource:
         self._procs: dict[int, _Proc] = {}
         self._children: dict[int, tuple[int, ...]] = {}
         self._children_at = -1e9
-        self._prev_mono: Optional[float] = None
+        self._children_gone = False     # a known worker has exited: rescan at the next read
         self.unmapped: tuple[int, ...] = ()
 
     # -- machine-wide ---------------------------------------------------------------------
@@ -114,25 +153,33 @@ class HostSource:
         return p
 
     def _refresh_children(self, mains: Sequence[int], mono: float) -> None:
-        if mono - self._children_at < CHILDREN_REFRESH_S and all(m in self._children
-                                                                 for m in mains):
+        if (mono - self._children_at < CHILDREN_REFRESH_S and not self._children_gone
+                and all(m in self._children for m in mains)):
             return
         self._children_at = mono
+        self._children_gone = False
+        by_parent = _children_by_parent() if mains else {}
         kids: dict[int, tuple[int, ...]] = {}
         for m in mains:
-            p = self._proc(m)
-            try:
-                kids[m] = tuple(c.pid for c in p.proc.children(recursive=True)) if p else ()
-            except psutil.Error:
-                kids[m] = ()
+            if by_parent is None:   # no /proc: psutil's way, one scan per main
+                p = self._proc(m)
+                try:
+                    kids[m] = tuple(c.pid for c in p.proc.children(recursive=True)) if p else ()
+                except psutil.Error:
+                    kids[m] = ()
+                continue
+            found, todo = [], list(by_parent.get(m, ()))
+            while todo:
+                pid = todo.pop(0)
+                found.append(pid)
+                todo.extend(by_parent.get(pid, ()))
+            kids[m] = tuple(found)
         self._children = kids
 
     def read(self, pids_by_gpu: Mapping[int, Optional[Sequence[int]]],
              now: Optional[float] = None) -> HostSample:
         now = time.time() if now is None else now
         mono = time.monotonic()
-        dt = mono - self._prev_mono if self._prev_mono is not None else 0.0
-        self._prev_mono = mono
         cpu, core_max, iowait, cores = self._cpu()
         read_mbps, write_mbps = self._disk(mono)
 
@@ -154,11 +201,13 @@ class HostSource:
                                                if c not in gpu_pids]:
                 p = self._proc(pid)
                 if p is None:
+                    self._children_gone |= role == "worker"
                     continue
                 try:
                     cpu_of[pid] = p.cpu_pct(mono)
                 except psutil.Error:
                     self._procs.pop(pid, None)
+                    self._children_gone |= role == "worker"
                     continue
                 procs.append(ProcSample(pid=pid, ppid=p.ppid, name=p.name, role=role,
                                         cpu_pct=cpu_of[pid], gpus=gpus_of.get(pid, ())))
@@ -175,7 +224,7 @@ class HostSource:
             thread_max = None
             if main_cpu is not None and main_cpu >= THREAD_SCAN_MIN_PCT:
                 try:
-                    thread_max = self._procs[job_main].max_thread_pct(mono, dt)
+                    thread_max = self._procs[job_main].max_thread_pct(mono)
                 except psutil.Error:
                     thread_max = None
             jobs.append(JobProcs(

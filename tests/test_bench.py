@@ -1,0 +1,155 @@
+"""Smoke tests of the benchmark harness (bench/): the /proc readers, the stand-in job, the
+measurement loop, the profile summary and the generated nvidia-smi log. Not the benchmark."""
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench import analysis, overhead, procfs, profile
+from bench.proctree import ProcTree
+
+BURN = r"""
+import os, sys, time
+burn = float(sys.argv[1])
+if len(sys.argv) > 2:                      # also a child that burns as much
+    if os.fork() == 0:
+        t = time.process_time()
+        while time.process_time() - t < burn: pass
+        time.sleep(60); os._exit(0)
+t = time.process_time()
+while time.process_time() - t < burn: pass
+block = bytearray(48 * 1024 * 1024)        # touched: resident
+for i in range(0, len(block), 4096): block[i] = 1
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _start(*args):
+    p = subprocess.Popen([sys.executable, "-c", BURN, *args], stdout=subprocess.PIPE,
+                         start_new_session=True)
+    assert p.stdout.readline().strip() == b"ready"
+    return p
+
+
+def _end(p):
+    os.killpg(p.pid, 9)
+    p.wait()
+    p.stdout.close()
+
+
+def test_tree_cpu_counts_the_process_and_its_children():
+    p = _start("0.3", "child")
+    try:
+        time.sleep(0.4)                     # the child finishes its burn too
+        whole = procfs.tree_cpu(p.pid)
+        alone = procfs.tree_cpu(p.pid, tree=False)
+        assert whole.pids == 2 and alone.pids == 1
+        assert 0.3 <= alone.exact_s < 0.9
+        assert whole.exact_s >= alone.exact_s + 0.29
+        # The tick figure agrees with the nanosecond one within a few ticks.
+        assert abs(whole.ticks_s - whole.exact_s) <= 4 / procfs.CLK_TCK
+        assert procfs.peak_rss_mib(p.pid) >= 48
+        assert procfs.alive(p.pid)
+    finally:
+        _end(p)
+    assert not procfs.alive(p.pid)
+    with pytest.raises(ProcessLookupError):
+        procfs.tree_cpu(p.pid)
+
+
+def test_proctree_mains_workers_and_cleanup():
+    with ProcTree(mains=2, workers=3) as tree:
+        assert len(tree.mains) == 2 and len(tree.all_pids) == 8
+        kids = procfs.children_map()
+        for m in tree.mains:
+            assert sorted(kids.get(m, [])) == sorted(tree.workers[m])
+            assert all(procfs.alive(w) for w in tree.workers[m])
+        assert tree.fake_pids() == f"0:{tree.mains[0]};1:{tree.mains[1]}"
+        assert tree.fake_pids(1) == f"0:{tree.mains[0]}"
+        pids = tree.all_pids
+    time.sleep(0.2)
+    assert not any(procfs.alive(p) for p in pids)
+
+
+def _marks(*pairs):
+    return [(t, procfs.CpuTimes(ticks_s=tk, exact_s=ex, pids=1)) for t, tk, ex in pairs]
+
+
+def test_rates_use_nanoseconds_unless_a_thread_ended():
+    rates, used_ticks = overhead._rates(_marks((0, 1.00, 1.000), (10, 1.01, 1.012),
+                                               (20, 1.03, 1.031)))
+    assert not used_ticks
+    assert rates == pytest.approx([0.12, 0.19])
+    # The nanosecond sum fell back (a thread that had run 0.5 s ended): ticks are used.
+    rates, used_ticks = overhead._rates(_marks((0, 1.0, 1.0), (10, 1.1, 0.6)))
+    assert used_ticks and rates == pytest.approx([1.0])
+
+
+@pytest.mark.parametrize("tmux", [False, True])
+def test_measure_a_program_of_known_cost(monkeypatch, tmp_path, tmux):
+    if tmux and not shutil.which("tmux"):
+        pytest.skip("tmux is not installed")
+    monkeypatch.setattr(overhead, "WARMUP_MIN_S", 0.3)
+    script = tmp_path / "duty.py"
+    # 20 ms of CPU every 100 ms: 20% of one core.
+    script.write_text("import time\nwhile True:\n    t = time.process_time()\n"
+                      "    while time.process_time() - t < 0.02: pass\n    time.sleep(0.08)\n")
+    s = overhead.Subject("duty", "20%", 0, (sys.executable, str(script)), tmux=tmux)
+    m = overhead.measure(s, dict(os.environ), str(tmp_path), window_s=1.0, repeats=2)
+    assert m.error is None
+    assert len(m.cpu_pct) == 2
+    assert 8 < m.mean < 25          # below 20 when the machine is busy, never above
+    assert m.rss_mib and m.rss_mib > 1
+    assert (m.term_mean is not None) == tmux
+
+
+def test_measure_reports_a_program_that_dies(monkeypatch):
+    monkeypatch.setattr(overhead, "WARMUP_MIN_S", 0.2)
+    s = overhead.Subject("dies", "", 0, (sys.executable, "-c",
+                                         "import sys; sys.exit('bad option')"))
+    m = overhead.measure(s, dict(os.environ), ".", window_s=0.2, repeats=1)
+    assert m.error and "bad option" in m.error and m.mean is None
+
+
+def test_profile_summary_charges_parts_and_functions(tmp_path):
+    src = tmp_path / "loop.py"
+    src.write_text("def run():\n    stop.wait(1.0)\n")
+    x = "/nonexistent/"
+    text = (f"run ({x}gpumon/monitor.py:70);step ({x}gpumon/monitor.py:53);"
+            f"read ({x}gpumon/host.py:130);children ({x}psutil/__init__.py:951) 6\n"
+            f"run ({x}gpumon/monitor.py:70);step ({x}gpumon/monitor.py:54);"
+            f"update ({x}gpumon/detect/stream.py:80) 3\n"
+            f"<module> ({x}site.py:1) 1\n"
+            f"run ({src}:2) 5\n")                      # blocked in a wait: left out
+    s = profile.summarize(profile.parse_collapsed(text))
+    assert s.samples == 10 and s.waiting == 5
+    parts = dict(s.parts)
+    assert parts["host sampling (gpumon/host.py, psutil)"] == pytest.approx(0.6)
+    assert parts["detector (gpumon/detect)"] == pytest.approx(0.3)
+    incl = dict(s.inclusive)
+    assert incl["step (/nonexistent/gpumon/monitor.py)"] == pytest.approx(0.9)
+    assert dict(s.self_)["children (/nonexistent/psutil/__init__.py)"] == pytest.approx(0.6)
+    md = "\n".join(profile.markdown(s, cpu_pct=2.0))
+    assert "| host sampling (gpumon/host.py, psutil) | 60% (1.20) |" in md
+
+
+def test_day_log_is_nvidia_smi_csv(tmp_path):
+    path = str(tmp_path / "day.csv")
+    assert analysis.write_day(path, seconds=3 * 3600, gpus=8) == 3 * 3600 * 8
+    with open(path) as f:
+        rows = list(csv.reader(f, skipinitialspace=True))
+    assert rows[0][:5] == ["timestamp", "index", "name", "pci.bus_id", "utilization.gpu [%]"]
+    assert len(rows) == 1 + 3 * 3600 * 8
+    assert rows[1][0] == "2024/05/01 00:00:00.000" and rows[8][1] == "7"
+    assert rows[9][0] == "2024/05/01 00:00:01.000"
+    util = [int(r[4].split()[0]) for r in rows[1:]]
+    assert min(util) == 0 and max(util) == 100
+    assert all(r[8].endswith(" W") and r[13].startswith("0x") for r in rows[1:100])
+    # Every phase of the synthetic day occurs in a day.
+    phases = set(analysis.phase_of_second(analysis.DAY_S).tolist())
+    assert phases == set(range(len(analysis.PHASES)))
