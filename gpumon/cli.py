@@ -10,7 +10,7 @@ from gpumon import __version__
 from gpumon.errors import UserError
 
 # Sub-commands, each a module of gpumon.commands with register(subparsers) and run(args).
-COMMANDS = ("watch", "log", "run", "analyze", "list", "export", "plugin", "sim")
+COMMANDS = ("watch", "log", "run", "analyze", "list", "export", "plugin", "sim", "stream")
 DEFAULT_COMMAND = "watch"
 
 
