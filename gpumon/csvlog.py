@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import errno
 import io
+import operator
 import os
 from typing import IO, Iterable, Iterator, Optional, Sequence
 
@@ -41,6 +42,13 @@ def _formatter(f):
 
 
 _GPU_FMT = [(f.name, _formatter(f)) for f in _GPU_FIELDS]
+# A source gives a GPU's samples of one tick the same readings but for these (NVML: one
+# driver utilization sample each); the other cells are formatted once per GPU and reused.
+_PER_SAMPLE = ("time", "util_gpu_pct")
+_GPU_PER = [(i, name, fmt) for i, (name, fmt) in enumerate(_GPU_FMT) if name in _PER_SAMPLE]
+_GPU_SHARED = [(i, fmt) for i, (name, fmt) in enumerate(_GPU_FMT) if name not in _PER_SAMPLE]
+_gpu_shared_values = operator.attrgetter(*(name for name, _ in _GPU_FMT
+                                           if name not in _PER_SAMPLE))
 _JOB_FMT = [(f.name, _formatter(f)) for f in _JOB_FIELDS]
 _HOST_FMT = [(f.name, _formatter(f)) for f in _HOST_FIELDS]
 
@@ -94,17 +102,28 @@ class CsvSink:
         host = tick.host
         host_cells = ([fmt(getattr(host, name)) for name, fmt in _HOST_FMT] if host
                       else [""] * len(_HOST_FMT))
-        job_cells: dict[int, list[str]] = {}
+        tails: dict[int, list[str]] = {}    # per GPU: its job, host and verdict cells
+        shared: dict[int, tuple[tuple, list[str]]] = {}
         rows = []
         for s in tick.gpus:
-            jc = job_cells.get(s.gpu)
-            if jc is None:
+            tail = tails.get(s.gpu)
+            if tail is None:
                 job = host.job_on(s.gpu) if host else None
-                jc = ([fmt(getattr(job, name)) for name, fmt in _JOB_FMT] if job
-                      else [""] * len(_JOB_FMT))
-                job_cells[s.gpu] = jc
-            rows.append([fmt(getattr(s, name)) for name, fmt in _GPU_FMT] + jc + host_cells
-                        + _verdict_cells(by_gpu.get(s.gpu)))
+                tail = tails[s.gpu] = (
+                    ([fmt(getattr(job, name)) for name, fmt in _JOB_FMT] if job
+                     else [""] * len(_JOB_FMT))
+                    + host_cells + _verdict_cells(by_gpu.get(s.gpu)))
+            values = _gpu_shared_values(s)
+            done = shared.get(s.gpu)
+            if done is None or done[0] != values:
+                cells = [""] * len(_GPU_FMT)
+                for (i, fmt), v in zip(_GPU_SHARED, values):
+                    cells[i] = fmt(v)
+                done = shared[s.gpu] = (values, cells)
+            cells = done[1].copy()
+            for i, name, fmt in _GPU_PER:
+                cells[i] = fmt(getattr(s, name))
+            rows.append(cells + tail)
         self._guard(lambda: (self._w.writerows(rows), self._f.flush()))
         self.rows += len(rows)
 
