@@ -31,6 +31,7 @@ class PauseTracker:
         self.th = th
         self.ctx = max(2, int(round(th.context_s / th.bin_s)))
         self.pmax = int(round(th.pause_max_s / th.bin_s))
+        self.startup = int(round(th.loader_startup_s / th.bin_s))
         self.hist: deque = deque(maxlen=self.ctx)   # (n, u, stop) of bins outside pauses
         self.recent: deque = deque(maxlen=RESUME_BINS)
         self.in_pause = False
@@ -51,8 +52,8 @@ class PauseTracker:
         known = not math.isnan(workers)
         # What the host says: new loader workers (a validation DataLoader) or checkpoint-size
         # disk writes explain a stop. (Saturated loaders do not veto a pause: new workers
-        # starting at an epoch boundary look saturated too.)
-        changed = known and self.workers is not None and abs(workers - self.workers) >= 0.5
+        # starting at an epoch boundary look saturated too, for up to loader_startup_s.)
+        changed = known and self.workers is not None and workers - self.workers >= 0.5
         explained = known and (changed or writing)
         self.unmark = range(0)
         have = ~np.isnan(duties)
@@ -70,7 +71,8 @@ class PauseTracker:
         self.recent.append(duty)
         if self.in_pause:
             self.length += 1
-            hungry = all_idle and self.resumed and not explained
+            hungry = not explained and all_idle and (self.resumed or (
+                starving and self.length > self.startup))
             if self.length >= self.pmax or hungry:
                 self.in_pause = False           # too long, or starving: judge it normally
                 if hungry:
@@ -106,7 +108,7 @@ class PauseTracker:
                 return False
             sn += n
             su += u
-        return sn > 0 and su / sn >= self.th.duty_starved
+        return sn > 0 and su / sn >= self.th.pause_context_duty
 
 
 def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:

@@ -28,8 +28,14 @@ class Thresholds:
                              "(nvidia-smi): too few samples in window_s to see a duty cycle.")
     context_s: float = th(20.0, "s", "History before an all-idle stretch that decides whether it "
                           "is a pause of a healthy run (checkpoint, validation, epoch end).")
+    pause_context_duty: float = th(0.7, "share", "Duty cycle of the context_s before a stop that "
+                                   "makes it a pause of steady work (fast steps with large "
+                                   "uploads run at ~75-90%).")
     pause_max_s: float = th(60.0, "s", "A pause longer than this (validation passes run up to "
                             "~45 s with start-up) is no longer a pause of a running job.")
+    loader_startup_s: float = th(20.0, "s", "New DataLoader workers (an epoch boundary) may "
+                                 "take this long to start, CPU-bound, while the GPUs wait; "
+                                 "saturated loaders for longer during a stop are starvation.")
     max_sample_gap_s: float = th(2.5, "s", "A hole between two samples of one GPU longer than "
                                  "this is missing data, not a gap in the work.")
     # --- segmentation ------------------------------------------------------------------------
