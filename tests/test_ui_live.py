@@ -16,7 +16,7 @@ class FastSource:
     kind = "sim"
 
     def __init__(self, n=2):
-        self._ticks = iter(ticks(n, 10_000))
+        self._ticks = iter(ticks(n, 1000))
         self.n = n
         self.reads = 0
 
@@ -60,10 +60,24 @@ def test_signal_stops_or_is_handed_to_on_signal():
 
     monitor = Monitor(FastSource(), interval=0.05)
     loop = Loop(monitor, refresh=0.1, on_signal=on_signal)
-    for delay in (0.3, 0.6):
-        threading.Timer(delay, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    running = threading.Event()
+
+    def send_two():
+        for _ in range(2):
+            time.sleep(0.2)
+            if running.is_set():                 # never at pytest itself once the loop is over
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    def draw():
+        if not running.is_set():                 # first frame: the loop's handlers are in place
+            running.set()
+            threading.Thread(target=send_two, daemon=True).start()
+
     t0 = time.monotonic()
-    loop.run(lambda: None)
+    try:
+        loop.run(draw)
+    finally:
+        running.clear()
     assert seen == [signal.SIGTERM, signal.SIGTERM] and loop.stopped_by == "signal"
     assert time.monotonic() - t0 < 3
     assert signal.getsignal(signal.SIGTERM) == before       # handlers given back
