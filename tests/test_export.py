@@ -410,27 +410,6 @@ def test_cli_without_prometheus_client_says_how_to_install(gpumon_cmd, clean_env
     assert len(lines) == 1 and "pip install 'gpumon[export]'" in lines[0], r.stderr
 
 
-def test_scrape_is_cheap():
-    """A scrape of 8 GPUs with a verdict costs about a millisecond of CPU (see the README)."""
-    n = 8
-    latest = {s.gpu: s for s in tick(100.0, gpus=n).gpus}
-    s = snap(latest=latest, host_jobs=tick(100.0, gpus=n).host.jobs,
-             diagnoses=(diagnosis(gpus=tuple(range(n))),),
-             errors={"power:NVMLError_Unknown": 1})
-    inf = infos(n)
-    Metric = prometheus_client.core.Metric
-    for _ in range(20):
-        render(families(s, inf, "n", Metric))
-    k = 300
-    t0 = time.process_time()
-    for _ in range(k):
-        render(families(s, inf, "n", Metric))
-    per = (time.process_time() - t0) / k
-    print(f"scrape of {n} GPUs: {per * 1e3:.3f} ms CPU")
-    assert per < 0.005          # 5x headroom over the ~1 ms target on a loaded CI machine
-    assert not math.isnan(per)
-
-
 # -- contrib/ speaks the exporter's names ------------------------------------------------------
 CONTRIB = Path(__file__).resolve().parent.parent / "contrib"
 NAME = re.compile(r"\b((?:DCGM_FI_|gpumon_)[A-Za-z0-9_]+)")

