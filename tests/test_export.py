@@ -1,7 +1,6 @@
 """The Prometheus exporter without a server: families from hand-made data, the text format,
 the collector over a Monitor, and the command line (bind address, errors)."""
 import json
-import math
 import re
 import socket
 import subprocess
