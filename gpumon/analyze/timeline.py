@@ -115,9 +115,9 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
         r = _cat(outs)
         hy = Hysteresis(th.hold_s, th.bin_s)
         held = np.empty(nb, dtype=object)
-        v, c, s = r["verdict"], r["cause"], r["straggler"]
+        v, c, s, sticky = r["verdict"], r["cause"], r["straggler"], r["host_starving"]
         for e in range(nb):
-            hy.step(st.bin_time(e + 1), (int(v[e]), int(c[e]), int(s[e])))
+            hy.step(st.bin_time(e + 1), (int(v[e]), int(c[e]), int(s[e])), bool(sticky[e]))
             held[e] = hy.current
         # Segments: runs of one held verdict.
         bounds = [0] + [e for e in range(1, nb) if held[e] != held[e - 1]] + [nb]

@@ -22,6 +22,8 @@ from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 # A bin in which the job's duty reaches this counts as work resumed inside a pause.
 ACTIVE_DUTY = 0.5
+# After a "pause" turned out to be starvation, no pause starts for this many context spans.
+STARVING_COOLDOWN = 3
 # Bins of steady work that end a pause (the mean duty over them >= duty_starved).
 RESUME_BINS = 4
 
@@ -41,6 +43,7 @@ class PauseTracker:
         self.start = 0               # first bin of the current pause
         self.unmark: range = range(0)   # bins of a "pause" just found to be starvation
         self.workers: Optional[float] = None   # loader workers during steady work
+        self.cooldown = 0
 
     def step(self, duties: np.ndarray, n: float, u: float,
              host: Optional[tuple] = None) -> bool:
@@ -77,6 +80,8 @@ class PauseTracker:
                 self.in_pause = False           # too long, or starving: judge it normally
                 if hungry:
                     self.unmark = range(self.start, self.i)
+                    # A job found starving gets no new pause for a while: its long gaps recur.
+                    self.cooldown = STARVING_COOLDOWN * self.ctx
             elif (len(self.recent) == RESUME_BINS
                   and sum(self.recent) / RESUME_BINS >= th.duty_starved):
                 self.in_pause = False           # back to steady work
@@ -87,7 +92,7 @@ class PauseTracker:
                 # starves, it does not checkpoint.
                 self.hist.append((0.0, 0.0, True))
                 return True
-        elif stop and self._healthy_context():
+        elif stop and self.cooldown <= 0 and self._healthy_context():
             self.in_pause, self.length, self.resumed = True, 1, False
             self.start = self.i
             self.recent.clear()

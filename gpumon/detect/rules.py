@@ -240,4 +240,4 @@ def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> di
     decide(np.ones(E, bool), BUSY,
            cf=np.clip(0.6 + 2.0 * (jduty - th.duty_starved), 0.5, 0.95))
     return {"verdict": verdict, "cause": cause, "straggler": strag, "confidence": conf,
-            "duty": jduty, "spread": spread, "slope": slope}
+            "duty": jduty, "spread": spread, "slope": slope, "host_starving": feeding}

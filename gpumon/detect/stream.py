@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from gpumon.diagnosis import Diagnosis, INSUFFICIENT_DATA, VERDICTS
+from gpumon.diagnosis import BUSY, DATA_STARVATION, INSUFFICIENT_DATA, VERDICTS, Diagnosis
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
 from gpumon.detect.bins import Store
@@ -25,6 +25,10 @@ from gpumon.detect.rules import CAUSE_NAMES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 _INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
+_BUSY = VERDICTS.index(BUSY)
+# Starvation seen for this long (s) persists while its host cause does (see Hysteresis.step).
+STICKY_AFTER_S = 10.0
+_STARVED = VERDICTS.index(DATA_STARVATION)
 
 
 class Hysteresis:
@@ -37,14 +41,26 @@ class Hysteresis:
     def __init__(self, hold_s: float, step_s: float = 1.0):
         self.hold_s = hold_s
         self.step_s = step_s                     # time between two verdicts fed in
+        # A starvation verdict held this long is established enough to be sticky.
+        self.sticky_s = STICKY_AFTER_S
         self.current: Optional[tuple] = None
         self.since: Optional[float] = None       # when ``current`` was adopted
         self._cand: Optional[tuple] = None
         self._cand_since = 0.0
 
-    def step(self, t: float, key: tuple) -> bool:
-        """Feed the raw verdict key at time ``t``; True when ``current`` changed."""
+    def step(self, t: float, key: tuple, sticky: bool = False) -> bool:
+        """Feed the raw verdict key at time ``t``; True when ``current`` changed.
+
+        ``sticky``: the host still shows the cause of starvation (saturated loaders, a main
+        process at a full core, storage reads with iowait). A starving job whose GPUs run
+        flat out for a while is eating its prefetched batches; it will starve again, so
+        data_starvation is not given up for busy while its cause persists.
+        """
         if key[0] == _INSUFFICIENT and self.current is not None:
+            return False
+        if sticky and key[0] == _BUSY and self.current is not None \
+                and self.current[0] == _STARVED and t - self.since >= self.sticky_s:
+            self._cand = None
             return False
         if self.current is None or (self.current[0] == _INSUFFICIENT and key[0] != _INSUFFICIENT):
             changed = self.current != key
@@ -163,7 +179,7 @@ class StreamingDetector:
             for e in range(len(ends)):
                 t = st.bin_time(lo + int(ends[e]) + 1)
                 raw = (int(r["verdict"][e]), int(r["cause"][e]), int(r["straggler"][e]))
-                hy.step(t, raw)
+                hy.step(t, raw, bool(r["host_starving"][e]))
                 if raw == hy.current:
                     job.conf = float(r["confidence"][e])
             e = len(ends) - 1

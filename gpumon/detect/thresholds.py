@@ -86,7 +86,7 @@ class Thresholds:
     # --- host attribution --------------------------------------------------------------------
     core_busy_pct: float = th(85.0, "% of a core", "A process or thread at this CPU is using a "
                               "whole core: a GIL-bound main process or a saturated worker.")
-    loader_busy_share: float = th(0.75, "share", "Share of the loader workers' capacity in use "
+    loader_busy_share: float = th(0.88, "share", "Share of the loader workers' capacity in use "
                                   "above which the workers are the bottleneck (SageMaker's CPU "
                                   "bottleneck rule uses CPU > 90% while GPU < 10%).")
     iowait_pct: float = th(5.0, "%", "Host iowait above this (with disk reads) points at "
