@@ -273,8 +273,9 @@ def readme_block(ms, frames, ours_an, pandas_an, meta) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
-    ap.add_argument("--window", type=float, default=6.0,
-                    help="seconds per measured window (default 6; a multiple of every interval)")
+    ap.add_argument("--window", type=float, default=4.0,
+                    help="seconds per measured window (default 4: a multiple of every interval "
+                         "measured, nvitop's 2 s included)")
     ap.add_argument("--repeats", type=int, default=3, help="windows per program (default 3)")
     ap.add_argument("--only", default=None, help="measure only programs whose name contains this")
     ap.add_argument("--gpus", type=int, nargs="+", default=[1, 8],
@@ -282,6 +283,8 @@ def main(argv=None) -> int:
     ap.add_argument("--peer-gpus", type=int, nargs="*", default=[8],
                     help="GPU counts for the peers (default 8)")
     ap.add_argument("--no-analysis", action="store_true")
+    ap.add_argument("--analysis-repeats", type=int, default=2,
+                    help="runs of `gpumon analyze` and of pandas.read_csv (default 2)")
     ap.add_argument("--no-profile", action="store_true", help="no py-spy profile of misses")
     ap.add_argument("--frames", type=int, default=200)
     ap.add_argument("--out", default=os.path.join(RESULTS, "latest.md"))
@@ -302,11 +305,13 @@ def main(argv=None) -> int:
     profiles: list[str] = []
     with ProcTree(mains=8, workers=7) as tree:
         for i, s in enumerate(todo):
+            t0 = time.monotonic()
             m = overhead.measure(s, env_for(s.gpus, tree), ROOT, window_s=args.window,
                                  repeats=args.repeats, tag=str(i))
             ms.append(m)
             print(f"  {s.name:24} {s.setting:18} {s.gpus} GPU  cpu {report.cpu_cell(m):24} "
-                  f"rss {report.mib(m.rss_mib):>4} MiB  {m.error or m.note}", flush=True)
+                  f"rss {report.mib(m.rss_mib):>4} MiB  ({time.monotonic() - t0:.0f} s) "
+                  f"{m.error or m.note}", flush=True)
 
         frames, frame_err = frame_bench(py, args.frames)
         print(f"  frames: {frame_err or [(f['gpus'], round(f['median_ms'], 2)) for f in frames]}",
@@ -317,7 +322,8 @@ def main(argv=None) -> int:
         if not args.no_analysis:
             path, day_rows, gen_s = analysis.ensure_day(BUILD_DIR)
             ours_an, pandas_an = analysis.bench_analysis(path, python=py, cwd=ROOT,
-                                                         env=env_for(8, tree))
+                                                         env=env_for(8, tree),
+                                                         repeats=args.analysis_repeats)
             print(f"  analyze: {ours_an.error or ours_an.seconds}  pandas: "
                   f"{pandas_an.error or pandas_an.seconds}", flush=True)
 
