@@ -109,7 +109,12 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
         rows = [st.rows[x] for x in gpus]
         g, hb = st.view(rows)
         duty, n, u = bin_duty(g)
-        pause, excl = pause_flags(duty, n, u, th, host_bins(g, hb, th))
+        hostb = host_bins(g, hb, th)
+        pause, excl = pause_flags(duty, n, u, th, hostb)
+        # Seconds in which the job did not hold its GPUs (before it started, after it ended)
+        # are left out of its windows, as the live detector only judges a job once it exists.
+        absent = ~np.array([x[3] for x in hostb], dtype=bool)
+        excl = excl | absent
         del g, duty
         outs, _ = _judge_chunks(st, rows, shared, pause, th, ends, excl=excl)
         r = _cat(outs)

@@ -117,6 +117,8 @@ def window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.nd
     f["disk_write"] = _div(H[HI["wr"]], H[HI["wrn"]])
     f["host_cpu"] = _div(H[HI["cpu"]], H[HI["cpun"]])
     f["pause"] = pause[ends]
+    # Memory held in the last bin of each window (NaN where unknown).
+    f["mem_last"] = _div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])
     f["ctx_duty"] = ctx_duty
     f["window"] = W
     return f

@@ -51,7 +51,8 @@ class PauseTracker:
         the host's view of it (see ``host_bins``). True when this bin is part of a pause."""
         th = self.th
         self.i += 1
-        workers, starving, writing = host if host is not None else (math.nan, False, False)
+        workers, starving, writing, present = host if host is not None else (
+            math.nan, False, False, True)
         known = not math.isnan(workers)
         # What the host says: new loader workers (a validation DataLoader) or checkpoint-size
         # disk writes explain a stop. (Saturated loaders do not veto a pause: new workers
@@ -76,7 +77,7 @@ class PauseTracker:
             self.length += 1
             hungry = not explained and all_idle and (self.resumed or (
                 starving and self.length > self.startup))
-            if self.length >= self.pmax or hungry:
+            if self.length >= self.pmax or hungry or not present:
                 self.in_pause = False           # too long, or starving: judge it normally
                 if hungry:
                     self.unmark = range(self.start, self.i)
@@ -92,7 +93,7 @@ class PauseTracker:
                 # starves, it does not checkpoint.
                 self.hist.append((0.0, 0.0, True))
                 return True
-        elif stop and self.cooldown <= 0 and self._healthy_context():
+        elif stop and present and self.cooldown <= 0 and self._healthy_context():
             self.in_pause, self.length, self.resumed = True, 1, False
             self.start = self.i
             self.recent.clear()
@@ -117,9 +118,10 @@ class PauseTracker:
 
 
 def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
-    """Per bin (workers, starving, writing) for the pause tracker, from a job's bins: the most
-    loader workers of any rank, whether any rank's host shows starvation, and whether the
-    disk is written at checkpoint rates. NaN workers when the host is unknown."""
+    """Per bin (workers, starving, writing, present) for the pause tracker, from a job's
+    bins: the most loader workers of any rank, whether any rank's host shows starvation,
+    whether the disk is written at checkpoint rates, and whether the job still holds its
+    GPUs (memory, processes). NaN workers when the host is unknown."""
     from gpumon.detect.bins import GI, HI
 
     def r(a, b):
@@ -138,9 +140,15 @@ def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
                       | ((wk < 0.5) & (main >= th.core_busy_pct)))
         starving = starving_g.any(axis=0) | ((io >= th.iowait_pct) & (rd >= th.disk_read_mbps))
         writing = wr >= th.ckpt_write_mbps
+        # The job still holds its GPUs: memory in use (or a process) wherever that is known.
+        mem = r(g[GI["mem"]], g[GI["memn"]])
+        pid = r(g[GI["pid"]], g[GI["pidn"]])
+        gone = np.where(~np.isnan(pid), pid <= 0, False) | np.where(
+            ~np.isnan(mem), mem < th.mem_active_mib, False)
+        present = ~gone.any(axis=0)
         workers = np.where(np.isnan(wk).all(axis=0), np.nan,
                            np.nanmax(np.where(np.isnan(wk), -1, wk), axis=0))
-    return list(zip(workers.tolist(), starving.tolist(), writing.tolist()))
+    return list(zip(workers.tolist(), starving.tolist(), writing.tolist(), present.tolist()))
 
 
 def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,

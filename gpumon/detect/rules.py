@@ -164,6 +164,10 @@ def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> di
     # a long gap of a starving job (a paused job's gap is a pause, handled above).
     quiet = dmax < th.idle_duty
     feeding = host.starving_any()
+    # The job has let go of its GPUs (no memory held where memory is known): idle.
+    with np.errstate(invalid="ignore"):
+        gone = (f["mem_last"] < th.mem_active_mib).all(axis=0) if G else np.zeros(E, bool)
+    decide(gone, IDLE, cf=0.9)
     decide(quiet & ~(f["ctx_duty"] >= th.idle_duty) & ~feeding, IDLE,
            cf=np.clip(0.7 + 0.3 * (th.idle_duty - dmax) / th.idle_duty, 0.5, 0.99))
     decide(quiet, DATA_STARVATION, c=host.cause(np.full(E, -1)), cf=0.6)
