@@ -21,6 +21,13 @@ CHILDREN_REFRESH_S = 5.0
 # Per-process CPU is read at most this often, s: the kernel counts CPU time in 10 ms ticks, so
 # a rate over 0.1 s moves in steps of 10% of a core; between readings the last rate stands.
 PROC_CPU_EVERY_S = 1.0
+# Disk counters are read at most this often, s: psutil reads /proc/diskstats and looks up every
+# disk in /sys on each call (~0.2 ms, a sixth of gpumon's cost at --interval 0.1); between
+# readings the last rates stand.
+DISK_EVERY_S = 1.0
+# A process's parent does not change while both live: the /proc scan for children reads the
+# parent of new PIDs only, and every PID afresh this often, s (a PID reused meanwhile).
+PPID_FULL_SCAN_S = 60.0
 # A loader worker at or above this share of one core is saturated (it is the bottleneck).
 WORKER_BUSY_PCT = 90.0
 # Per-thread CPU is read only when the main process uses at least this much of one core: a
@@ -74,24 +81,40 @@ class _Proc:
         return self.threads_last
 
 
-def _children_by_parent() -> Optional[dict[int, list[int]]]:
-    """Every process's children, from one pass over /proc; None where there is no /proc."""
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return None
-    kids: dict[int, list[int]] = {}
-    for name in names:
-        if not name.isdigit():
-            continue
+class _ParentMap:
+    """Every process's children, from a pass over /proc that reads only new PIDs' parents."""
+
+    def __init__(self) -> None:
+        self.ppid: dict[int, int] = {}
+        self.full_at = -1e9
+
+    def children(self, mono: float) -> Optional[dict[int, list[int]]]:
+        """{parent: [children]}; None where there is no /proc."""
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-            ppid = int(data[data.rindex(b")") + 2:].split(None, 2)[1])
-        except (OSError, ValueError, IndexError):
-            continue   # gone while scanning
-        kids.setdefault(ppid, []).append(int(name))
-    return kids
+            names = os.listdir("/proc")
+        except OSError:
+            return None
+        if mono - self.full_at >= PPID_FULL_SCAN_S:
+            self.ppid, self.full_at = {}, mono
+        known, ppid = self.ppid, {}
+        for name in names:
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            parent = known.get(pid)
+            if parent is None:
+                try:
+                    with open(f"/proc/{name}/stat", "rb") as f:
+                        data = f.read()
+                    parent = int(data[data.rindex(b")") + 2:].split(None, 2)[1])
+                except (OSError, ValueError, IndexError):
+                    continue   # gone while scanning
+            ppid[pid] = parent
+        self.ppid = ppid
+        kids: dict[int, list[int]] = {}
+        for pid, parent in ppid.items():
+            kids.setdefault(parent, []).append(pid)
+        return kids
 
 
 class HostSource:
@@ -105,6 +128,8 @@ class HostSource:
         self._children: dict[int, tuple[int, ...]] = {}
         self._children_at = -1e9
         self._children_gone = False     # a known worker has exited: rescan at the next read
+        self._parents = _ParentMap()
+        self._disk_last: tuple[Optional[float], Optional[float]] = (None, None)
         self.unmapped: tuple[int, ...] = ()
 
     # -- machine-wide ---------------------------------------------------------------------
@@ -129,17 +154,24 @@ class HostSource:
                 tuple(round(c, 1) for c in cores))
 
     def _disk(self, mono: float):
+        prev = self._disk_prev
+        if prev is not None and mono - prev[0] < DISK_EVERY_S:
+            return self._disk_last
         try:
             d = psutil.disk_io_counters()
         except Exception:
             d = None
         if d is None:
-            return None, None
-        prev, self._disk_prev = self._disk_prev, (mono, d.read_bytes, d.write_bytes)
+            self._disk_last = (None, None)
+            return self._disk_last
+        self._disk_prev = (mono, d.read_bytes, d.write_bytes)
         if prev is None or mono <= prev[0]:
-            return None, None
-        dt = mono - prev[0]
-        return (max(0, d.read_bytes - prev[1]) / dt / 1e6, max(0, d.write_bytes - prev[2]) / dt / 1e6)
+            self._disk_last = (None, None)
+        else:
+            dt = mono - prev[0]
+            self._disk_last = (max(0, d.read_bytes - prev[1]) / dt / 1e6,
+                               max(0, d.write_bytes - prev[2]) / dt / 1e6)
+        return self._disk_last
 
     # -- the job's processes --------------------------------------------------------------
     def _proc(self, pid: int) -> Optional[_Proc]:
@@ -158,7 +190,7 @@ class HostSource:
             return
         self._children_at = mono
         self._children_gone = False
-        by_parent = _children_by_parent() if mains else {}
+        by_parent = self._parents.children(mono) if mains else {}
         kids: dict[int, tuple[int, ...]] = {}
         for m in mains:
             if by_parent is None:   # no /proc: psutil's way, one scan per main

@@ -13,8 +13,9 @@ from bench.proctree import ProcTree
 
 def test_one_scan_finds_the_workers_of_every_main(monkeypatch):
     scans = []
-    real = H._children_by_parent
-    monkeypatch.setattr(H, "_children_by_parent", lambda: scans.append(1) or real())
+    real = H._ParentMap.children
+    monkeypatch.setattr(H._ParentMap, "children",
+                        lambda self, mono: scans.append(1) or real(self, mono))
     with ProcTree(mains=3, workers=2) as tree:
         hs = H.HostSource()
         s = hs.read({g: (m,) for g, m in enumerate(tree.mains)})
@@ -53,6 +54,40 @@ def test_process_cpu_is_read_at_most_every_period():
     assert p.cpu_pct(100.0 + H.PROC_CPU_EVERY_S / 2) is None and fake.reads == 1
     assert p.cpu_pct(101.0) == pytest.approx(50.0)  # 0.5 s of CPU in 1 s
     assert p.cpu_pct(101.5) == pytest.approx(50.0) and fake.reads == 2   # held, not read
+
+
+def test_parent_map_reads_only_new_pids(monkeypatch):
+    opened = []
+    real_open = open
+
+    def counting_open(path, *a, **k):
+        if str(path).startswith("/proc/") and str(path).endswith("/stat"):
+            opened.append(path)
+        return real_open(path, *a, **k)
+    pm = H._ParentMap()
+    with ProcTree(mains=1, workers=2) as tree:
+        main = tree.mains[0]
+        assert sorted(pm.children(0.0)[main]) == sorted(tree.workers[main])
+        monkeypatch.setattr("builtins.open", counting_open)
+        kids = pm.children(1.0)
+        assert sorted(kids[main]) == sorted(tree.workers[main])
+        assert len(opened) < 10                       # only PIDs born since the first scan
+        opened.clear()
+        pm.children(1.0 + H.PPID_FULL_SCAN_S)         # and all of them now and then
+        assert len(opened) >= len(tree.all_pids)
+
+
+def test_disk_is_read_at_most_every_period(monkeypatch):
+    calls = []
+    real = H.psutil.disk_io_counters
+    monkeypatch.setattr(H.psutil, "disk_io_counters", lambda: calls.append(1) or real())
+    hs = H.HostSource()
+    assert hs._disk(10.0) == (None, None)
+    assert hs._disk(10.0 + H.DISK_EVERY_S / 2) == (None, None) and len(calls) == 1
+    r = hs._disk(11.0)
+    assert len(calls) == 2
+    assert r[0] is None or r[0] >= 0
+    assert hs._disk(11.5) == r and len(calls) == 2
 
 
 def test_a_worker_that_ends_makes_the_next_read_rescan(monkeypatch):
