@@ -44,8 +44,10 @@ ANALYZE_MAX_RSS_MIB = 1024.0    # peak RSS of `gpumon analyze` on the day-long l
 ISSUE_PEERS = {("bare nvidia-ml-py loop", "1 s"): 0.03, ("bare nvidia-ml-py loop", "0.1 s"): 0.30,
                ("gpustat", "-i 1"): 0.40, ("gpustat", "-i 0.1"): 0.53,
                ("nvitop screen", "default (2 s)"): 0.67, ("nvitop screen", "--interval 0.25"): 1.77}
-# How long a py-spy profile of a missed target records (s).
+# How long a py-spy profile of a missed target records (s): at 0.1 s and at the default
+# interval (a tenth of the CPU, so longer for as many samples).
 PROFILE_S = 20
+PROFILE_SLOW_S = 30
 
 
 def subjects(py: str, gpus_list: Sequence[int], peers_gpus: Sequence[int]) -> list[Subject]:
@@ -329,7 +331,7 @@ def main(argv=None) -> int:
 
         tgs = targets(ms, frames, ours_an, pandas_an)
         if not args.no_profile:
-            for tg, (name, setting) in zip(tgs[:3], (("gpumon log", "--interval 0.1"),
+            for tg, (name, setting) in zip(tgs[:3], (("gpumon log", "default (1 s)"),
                                                      ("gpumon log", "--interval 0.1"),
                                                      ("gpumon watch", "default (1 s)"))):
                 if tg.ok is False and not any(name in p and setting in p for p in profiles):
@@ -337,9 +339,10 @@ def main(argv=None) -> int:
                               and x.gpus == 8), None)
                     if s is None:
                         continue
-                    print(f"  profiling {name} {setting} (8 GPUs) for {PROFILE_S} s", flush=True)
+                    secs = PROFILE_S if "0.1" in setting else PROFILE_SLOW_S
+                    print(f"  profiling {name} {setting} (8 GPUs) for {secs} s", flush=True)
                     try:
-                        stacks, cpu = overhead.run_profiled(s, env_for(8, tree), ROOT, PROFILE_S)
+                        stacks, cpu = overhead.run_profiled(s, env_for(8, tree), ROOT, secs)
                         summ = profile.summarize(stacks)
                         profiles.append(f"### `{name}` {setting}, 8 GPUs ({cpu:.2f}% of one core "
                                         f"while recorded)\n\n" + "\n".join(
