@@ -150,7 +150,11 @@ def missing_signals(f: dict, e: int) -> tuple[str, ...]:
     bins = float(f["bins"][e]) or 1.0
     if len(n) and float(n.mean()) / bins < 2.0:
         out.append("subsecond_util")
-    for key, name in (("power_frac", "power"), ("clock_frac", "clocks"),
+    if np.isnan(f["power_w"][:, e]).all():
+        out.append("power")
+    elif np.isnan(f["power_frac"][:, e]).all():
+        out.append("power_limit")
+    for key, name in (("clock_frac", "clocks"),
                       ("therm_share", "clock_events"), ("pid_share", "processes"),
                       ("mem_mib", "memory")):
         if np.isnan(f[key][:, e]).all():

@@ -10,6 +10,8 @@ Per job (shape (E,)): synchrony of gaps, iowait and disk rates, seconds of data.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from typing import Optional
@@ -35,7 +37,7 @@ def wsum(a: np.ndarray, w: int, ends: np.ndarray) -> np.ndarray:
     return c[..., ends + 1] - c[..., lo]
 
 
-def window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.ndarray,
+def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.ndarray,
                     th: Thresholds = DEFAULT, w: int = 0,
                     keep: Optional[np.ndarray] = None,
                     excluded: Optional[np.ndarray] = None) -> dict:
@@ -59,7 +61,10 @@ def window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.nd
     else:
         w0 = max(1, int(round(th.window_s / th.bin_s)))
         wmax = max(w0, int(round(th.window_max_s / th.bin_s)))
-        want = np.ceil(np.nan_to_num(cycle) * th.cycles_per_window / th.bin_s)
+        # Stretch only for a job whose context already looks starved: a busy job's rare
+        # short dips would otherwise stretch its window and slow the answer at an onset.
+        slow = np.nan_to_num(ctx_duty, nan=1.0) < th.duty_starved
+        want = np.where(slow, np.ceil(np.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
         W = np.clip(want, w0, wmax).astype(int)
     S = wsum(gk, W, ends)                          # (F, G, E)
     f = {}
@@ -68,7 +73,8 @@ def window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.nd
     f["duty"] = _div(S[GI["u"]], n)
     f["busy_share"] = _div(S[GI["busy"]], n)
     f["idle_share"] = _div(S[GI["idle"]], n)
-    f["power_frac"] = _div(_div(S[GI["pw"]], S[GI["pn"]]), _div(S[GI["pl"]], S[GI["pln"]]))
+    f["power_w"] = _div(S[GI["pw"]], S[GI["pn"]])
+    f["power_frac"] = _div(f["power_w"], _div(S[GI["pl"]], S[GI["pln"]]))
     f["clock_frac"] = _div(_div(S[GI["clk"]], S[GI["cn"]]), _div(S[GI["cmax"]], S[GI["cmaxn"]]))
     en = S[GI["en"]]
     f["therm_share"] = _div(S[GI["therm"]], en)
@@ -122,3 +128,10 @@ def window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.nd
     f["ctx_duty"] = ctx_duty
     f["window"] = W
     return f
+
+
+def window_features(*args, **kwargs) -> dict:
+    """See _window_features; all-NaN windows (no power, no host) are normal, not warnings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _window_features(*args, **kwargs)

@@ -36,6 +36,7 @@ class PauseTracker:
         self.startup = int(round(th.loader_startup_s / th.bin_s))
         self.hist: deque = deque(maxlen=self.ctx)   # (n, u, stop) of bins outside pauses
         self.recent: deque = deque(maxlen=RESUME_BINS)
+        self.after: deque = deque(maxlen=RESUME_BINS)   # duty since work resumed in a pause
         self.in_pause = False
         self.length = 0
         self.resumed = False
@@ -75,8 +76,14 @@ class PauseTracker:
         self.recent.append(duty)
         if self.in_pause:
             self.length += 1
-            hungry = not explained and all_idle and (self.resumed or (
-                starving and self.length > self.startup))
+            if self.resumed:
+                self.after.append(duty)
+            # Work came back at a starved rhythm with nothing to explain it (host known):
+            # this was the onset of starvation, not a pause.
+            slow = (known and len(self.after) == RESUME_BINS
+                    and sum(self.after) / RESUME_BINS < th.duty_starved)
+            hungry = not explained and (slow or (all_idle and (self.resumed or (
+                starving and self.length > self.startup))))
             if self.length >= self.pmax or hungry or not present:
                 self.in_pause = False           # too long, or starving: judge it normally
                 if hungry:
@@ -87,14 +94,16 @@ class PauseTracker:
                   and sum(self.recent) / RESUME_BINS >= th.duty_starved):
                 self.in_pause = False           # back to steady work
             else:
-                if duty >= ACTIVE_DUTY:
+                if duty >= ACTIVE_DUTY and not self.resumed:
                     self.resumed = True
+                    self.after.append(duty)
                 # A pause blocks the next one for context_s: a job stopping every few seconds
                 # starves, it does not checkpoint.
                 self.hist.append((0.0, 0.0, True))
                 return True
         elif stop and present and self.cooldown <= 0 and self._healthy_context():
             self.in_pause, self.length, self.resumed = True, 1, False
+            self.after.clear()
             self.start = self.i
             self.recent.clear()
             self.hist.append((0.0, 0.0, True))

@@ -20,6 +20,8 @@ run the same code. Order of the rules, and why:
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from gpumon.diagnosis import (BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, SYNC_STALL,
@@ -126,7 +128,7 @@ def host_straggler(f: dict, th: Thresholds = DEFAULT) -> np.ndarray:
     return np.where(known & one, np.argmax(np.nan_to_num(hs), axis=0), -1)
 
 
-def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> dict:
+def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> dict:
     """Verdict codes (index into VERDICTS), cause codes (index into CAUSE_NAMES or -1),
     straggler rows (or -1) and confidence per window."""
     duty = f["duty"]
@@ -230,7 +232,9 @@ def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> di
         pfb = f["power_frac_busy"]
         rel = f["rel_power"]
         with np.errstate(invalid="ignore", all="ignore"):
-            hot = np.argmax(_nan(pfb), axis=0)
+            # The hottest GPU; without a power limit, by its power relative to the others.
+            hot = np.where(np.isnan(pfb).all(axis=0), np.argmax(_nan(rel), axis=0),
+                           np.argmax(_nan(pfb), axis=0))
             top = pfb[hot, ar]
             known = ~np.isnan(pfb)
             # Mean power of the other GPUs (a median costs 20x more for the same answer).
@@ -238,10 +242,21 @@ def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> di
                 known.sum(axis=0) - 1, 1)
             med = np.where(known.sum(axis=0) > 1, med, np.nan)
             rel_min = np.where(np.isnan(rel), np.inf, rel).min(axis=0)
-        cold = (rel_min <= th.cold_power_ratio) & (top - med >= th.power_spread)
+        # Without a power limit (dmon logs) the ratio to the hottest GPU decides alone.
+        gap = top - med
+        cold = (rel_min <= th.cold_power_ratio) & ((gap >= th.power_spread) | np.isnan(gap))
         decide(cold, SYNC_STALL, c=C["dataparallel"] if shared_process else C["imbalance"],
-               s=hot, cf=np.clip(0.55 + (top - med), 0.55, 0.95))
+               s=hot, cf=np.clip(0.55 + np.nan_to_num(gap, nan=0.05), 0.55, 0.95))
     decide(np.ones(E, bool), BUSY,
            cf=np.clip(0.6 + 2.0 * (jduty - th.duty_starved), 0.5, 0.95))
     return {"verdict": verdict, "cause": cause, "straggler": strag, "confidence": conf,
             "duty": jduty, "spread": spread, "slope": slope, "host_starving": feeding}
+
+
+def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> dict:
+    """Verdict codes (index into VERDICTS), cause codes (index into CAUSE_NAMES or -1),
+    straggler rows (or -1), confidence and whether the host shows starvation, per window.
+    (Windows without power or host counters make all-NaN slices: expected, not warnings.)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _judge(f, shared_process, th)

@@ -1,0 +1,333 @@
+"""The detector: features on hand-built windows, every verdict from simulated runs, job
+grouping, degradation to 1 s utilization, hysteresis, pauses, live == offline."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gpumon.detect import EVIDENCE_KEYS, Hysteresis, StreamingDetector, diagnose
+from gpumon.detect.jobs import group
+from gpumon.detect.thresholds import DEFAULT, describe
+from gpumon.diagnosis import VERDICTS
+from gpumon.samples import (CLOCK_EVENT_SW_THERMAL, GpuSample, HostSample, JobProcs,
+                            ProcSample, Tick)
+
+T0 = 1_700_000_000.0
+P = 1.0 / 6.0
+
+
+def window(seconds, gpus, util, power=None, limit=400.0, pids=None, mem=30000.0,
+           clock=None, events=None, rate=6, jobs=None, host=None):
+    """Ticks of hand-built samples: util(g, t) / power(g, t) / clock(g, t) give the values."""
+    ticks = []
+    period = 1.0 / rate
+    for s in range(seconds):
+        samples = []
+        for g in range(gpus):
+            for k in range(1, rate + 1):
+                t = s + k * period
+                samples.append(GpuSample(
+                    time=T0 + t, gpu=g, source="sim", util_gpu_pct=util(g, t),
+                    mem_used_mib=mem if not callable(mem) else mem(g),
+                    power_w=None if power is None else power(g, t),
+                    power_limit_w=None if power is None else limit,
+                    sm_clock_mhz=None if clock is None else clock(g, t),
+                    sm_clock_max_mhz=None if clock is None else 1410.0,
+                    clock_events=None if events is None else events(g, t),
+                    pids=None if pids is None else pids(g)))
+        hs = None
+        if jobs is not None or host is not None:
+            hs = HostSample(time=T0 + s + 1, jobs=tuple(jobs(g) for g in range(gpus)) if jobs
+                            else (), **(host or {}))
+        ticks.append(Tick(time=T0 + s + 1, gpus=tuple(samples), host=hs))
+    return ticks
+
+
+def burst_gap(burst, gap):
+    return lambda g, t: 100.0 if (t % (burst + gap)) < burst - 1e-9 else 0.0
+
+
+# -- thresholds ---------------------------------------------------------------------------------
+def test_every_threshold_has_unit_and_reason():
+    rows = describe()
+    assert len(rows) >= 20
+    for name, value, unit, why in rows:
+        assert unit and len(why) > 20, name
+        assert isinstance(value, float), name
+
+
+# -- features on hand-built windows -------------------------------------------------------------
+def test_burst_gap_features_and_starvation():
+    ticks = window(20, 2, burst_gap(0.5, 0.5), power=lambda g, t: 200.0)
+    [d] = diagnose(ticks)
+    ev = d.evidence
+    assert set(ev) == set(EVIDENCE_KEYS)
+    assert ev["duty_cycle"] == pytest.approx(0.5, abs=0.05)
+    assert ev["burst_s"] == pytest.approx(0.5, abs=0.1)
+    assert ev["gap_s"] == pytest.approx(0.5, abs=0.1)
+    assert ev["gap_sync"] == pytest.approx(1.0, abs=0.05)
+    assert ev["samples_per_s"] == pytest.approx(6.0, abs=0.3)
+    assert d.verdict == "data_starvation"
+    assert d.cause == "input_pipeline"            # no host counters: cause unknown
+    assert d.straggler_gpu is None
+    assert "job_processes" in d.missing and "host" in d.missing
+
+
+def test_busy_when_hot_and_full():
+    ticks = window(15, 2, lambda g, t: 100.0, power=lambda g, t: 340.0)
+    [d] = diagnose(ticks)
+    assert d.verdict == "busy"
+    assert d.evidence["duty_cycle"] == pytest.approx(1.0)
+    assert d.evidence["power_frac_busy"] == pytest.approx(0.85, abs=0.01)
+    assert d.advice
+
+
+def test_busy_but_cold_is_a_sync_stall_naming_the_hot_gpu():
+    # Every GPU reads 100%; GPU 2 computes at 85% of its limit, the others spin at 25%.
+    ticks = window(15, 4, lambda g, t: 100.0, power=lambda g, t: 340.0 if g == 2 else 100.0)
+    [d] = diagnose(ticks)
+    assert d.verdict == "sync_stall"
+    assert d.straggler_gpu == 2
+    assert d.cause == "imbalance"
+    assert d.evidence["rel_power_min"] == pytest.approx(100 / 340, abs=0.02)
+    assert d.evidence["busy_cold_share"] == pytest.approx(0.75)
+
+
+def test_flat_plateau_is_starvation_at_a_finer_scale():
+    ticks = window(20, 4, lambda g, t: 40.0, power=lambda g, t: 180.0)
+    [d] = diagnose(ticks)
+    assert d.verdict == "data_starvation"
+    assert d.evidence["duty_cycle"] == pytest.approx(0.4)
+
+
+def test_one_idle_gpu_beside_spinning_ones_is_that_rank_starving():
+    # GPU 1 idles half the time; the others read 100% at low power (NCCL spin).
+    def util(g, t):
+        return burst_gap(0.5, 0.5)(g, t) if g == 1 else 100.0
+    ticks = window(20, 4, util, power=lambda g, t: 130.0)
+    [d] = diagnose(ticks)
+    assert d.verdict == "data_starvation"
+    assert d.straggler_gpu == 1
+
+
+def test_one_busy_hot_gpu_beside_idling_ones_is_a_sync_stall():
+    # gloo-style: GPU 0 computes all the time at high power, the others idle waiting.
+    def util(g, t):
+        return 100.0 if g == 0 else burst_gap(0.4, 0.6)(g, t)
+
+    def power(g, t):
+        return 340.0 if g == 0 else 150.0
+    ticks = window(20, 3, util, power=power)
+    [d] = diagnose(ticks)
+    assert d.verdict == "sync_stall"
+    assert d.straggler_gpu == 0
+
+
+def test_throttled_gpu_named():
+    def events(g, t):
+        return CLOCK_EVENT_SW_THERMAL if g == 1 else 0
+
+    def clock(g, t):
+        return 800.0 if g == 1 else 1380.0
+    ticks = window(15, 2, lambda g, t: 100.0, power=lambda g, t: 300.0, clock=clock,
+                   events=events)
+    [d] = diagnose(ticks)
+    assert d.verdict == "throttled"
+    assert d.cause == "thermal"
+    assert d.straggler_gpu == 1
+    assert d.evidence["throttle_share"] == pytest.approx(1.0)
+    assert d.evidence["clock_frac"] == pytest.approx(800 / 1410, abs=0.01)
+
+
+def test_host_attribution_of_starvation():
+    util = burst_gap(0.5, 0.5)
+    saturated = window(15, 1, util, jobs=lambda g: JobProcs(
+        gpu=g, main_pid=100, main_cpu_pct=20.0, main_thread_max_pct=15.0, loader_workers=4,
+        loader_cpu_pct=392.0, loader_busy=4), host={"iowait_pct": 0.0, "disk_read_mbps": 0.0})
+    assert diagnose(saturated)[0].cause == "cpu_preprocessing"
+    main = window(15, 1, util, jobs=lambda g: JobProcs(
+        gpu=g, main_pid=100, main_cpu_pct=101.0, main_thread_max_pct=99.0, loader_workers=0,
+        loader_cpu_pct=0.0, loader_busy=0), host={"iowait_pct": 0.0, "disk_read_mbps": 0.0})
+    d = diagnose(main)[0]
+    assert d.cause == "main_process"
+    assert "main process" in d.advice
+    io = window(15, 1, util, jobs=lambda g: JobProcs(
+        gpu=g, main_pid=100, main_cpu_pct=20.0, main_thread_max_pct=15.0, loader_workers=4,
+        loader_cpu_pct=30.0, loader_busy=0),
+        host={"iowait_pct": 18.0, "disk_read_mbps": 900.0})
+    assert diagnose(io)[0].cause == "io_fetch"
+
+
+def test_no_samples_is_insufficient_data():
+    [d] = diagnose([])
+    assert d.verdict == "insufficient_data"
+
+
+# -- job grouping -------------------------------------------------------------------------------
+def test_gpus_without_process_or_memory_are_left_out():
+    ticks = window(15, 3, lambda g, t: 100.0 if g < 2 else 0.0, power=lambda g, t: 330.0,
+                   pids=lambda g: (500 + g,) if g < 2 else (), mem=lambda g: 30000 if g < 2
+                   else 3.0)
+    [d] = diagnose(ticks)
+    assert d.gpus == (0, 1)
+    assert d.verdict == "busy"
+
+
+def test_two_jobs_under_two_launchers_get_one_verdict_each():
+    procs = (ProcSample(10, 1, "torchrun", "main", 1.0), ProcSample(11, 1, "torchrun", "main", 1.0),
+             ProcSample(100, 10, "python", "main", 50.0), ProcSample(101, 10, "python", "main", 50.),
+             ProcSample(200, 11, "python", "main", 50.0), ProcSample(201, 11, "python", "main", 50.))
+    ticks = window(15, 4, lambda g, t: 100.0 if g < 2 else burst_gap(0.5, 0.5)(g, t),
+                   power=lambda g, t: 330.0, pids=lambda g: ((100, 101, 200, 201)[g],))
+    ticks = [Tick(time=t.time, gpus=t.gpus, host=HostSample(time=t.time, procs=procs))
+             for t in ticks]
+    ds = diagnose(ticks)
+    assert [d.gpus for d in ds] == [(0, 1), (2, 3)]
+    assert [d.verdict for d in ds] == ["busy", "data_starvation"]
+
+
+def test_group_rules():
+    none = {0: None, 1: None, 2: None}
+    nan = math.nan
+    # No process info: the active GPUs (memory, else activity) form one job.
+    assert group([0, 1, 2], none, {0: 9000, 1: 9000, 2: 2}, {0: 1, 1: 1, 2: 0}) == \
+        [((0, 1), False)]
+    assert group([0, 1], none, {0: nan, 1: nan}, {0: 0.5, 1: 0.0}) == [((0,), False)]
+    # One process on every GPU (DataParallel): one job, shared.
+    assert group([0, 1], {0: (7,), 1: (7,)}, {0: 9000, 1: 9000}, {}) == [((0, 1), True)]
+    # Distinct processes and no launcher known: one job per node.
+    assert group([0, 1], {0: (7,), 1: (8,)}, {0: 9000, 1: 9000}, {}) == [((0, 1), False)]
+    # Nothing active: no job.
+    assert group([0], {0: ()}, {0: 1.0}, {0: 0.0}) == []
+
+
+# -- degradation -------------------------------------------------------------------------------
+def test_one_second_utilization_only_still_answers_with_less_confidence():
+    full = window(30, 2, lambda g, t: 40.0, power=lambda g, t: 160.0)
+    thin = window(30, 2, lambda g, t: 40.0, rate=1)
+    [a] = diagnose(full)
+    [b] = diagnose(thin)
+    assert a.verdict == b.verdict == "data_starvation"
+    assert "subsecond_util" in b.missing and "power" in b.missing
+    assert "subsecond_util" not in a.missing and "power" not in a.missing
+    assert b.confidence < a.confidence
+
+
+# -- hysteresis ---------------------------------------------------------------------------------
+def test_hysteresis_needs_two_seconds_in_a_row():
+    hy = Hysteresis(2.0, 1.0)
+    B, S = (0, -1, -1), (2, 0, -1)
+    assert hy.step(0, B) and hy.current == B
+    flapping = [S, B, S, B, S, B]
+    for i, k in enumerate(flapping, start=1):
+        hy.step(i, k)
+        assert hy.current == B
+    hy.step(10, S)
+    assert hy.current == B
+    assert hy.step(11, S) and hy.current == S
+    # insufficient_data never displaces a verdict
+    hy.step(12, (VERDICTS.index("insufficient_data"), -1, -1))
+    hy.step(13, (VERDICTS.index("insufficient_data"), -1, -1))
+    assert hy.current == S
+
+
+def test_streaming_detector_does_not_flap_on_a_noisy_boundary():
+    # Duty hovering around the starvation threshold second by second.
+    rng = np.random.default_rng(0)
+    duty = rng.uniform(0.8, 0.92, size=120)
+
+    def util(g, t):
+        s = int(t)
+        return 100.0 if (t - s) < duty[min(s, 119)] else 0.0
+    det = StreamingDetector()
+    verdicts = [det.update(tk)[0].verdict for tk in window(120, 2, util,
+                                                           power=lambda g, t: 300.0)]
+    changes = sum(1 for a, b in zip(verdicts[10:], verdicts[11:]) if a != b)
+    assert changes <= 6
+
+
+# -- every verdict from simulated runs ---------------------------------------------------------
+SIM_CASES = [
+    ("busy", 2, "busy", None, None),
+    ("idle", 2, "idle", None, None),
+    ("data_starvation", 2, "data_starvation", "cpu_preprocessing", None),
+    ("io_fetch", 2, "data_starvation", "io_fetch", None),
+    ("main_process", 1, "data_starvation", "main_process", None),
+    ("sync_stall", 4, "sync_stall", "imbalance", "truth"),
+    ("rank_data_stall", 4, "data_starvation", "cpu_preprocessing", "truth"),
+    ("throttled", 2, "throttled", "thermal", "truth"),
+    ("dataparallel", 4, "sync_stall", "dataparallel", 0),
+]
+
+
+@pytest.mark.parametrize("name,gpus,verdict,cause,straggler", SIM_CASES)
+def test_each_verdict_from_the_simulator(name, gpus, verdict, cause, straggler):
+    from gpumon.sim import simulate
+    det = StreamingDetector()
+    right = total = 0
+    truth = None
+    for tk in simulate(name, gpus=gpus, seconds=45, seed=3):
+        d = det.update(tk)[0]
+        truth = tk.truth
+        if tk.time - T0 > 15:
+            total += 1
+            right += d.verdict == verdict
+    assert truth.verdict == verdict
+    assert right / total >= 0.9, (name, right, total)
+    assert d.verdict == verdict
+    assert d.cause == cause
+    want = truth.straggler_gpu if straggler == "truth" else straggler
+    assert d.straggler_gpu == want
+    assert d.advice
+
+
+@pytest.mark.parametrize("name", ["checkpoint", "epoch_end"])
+def test_pauses_of_a_healthy_run_are_not_starvation(name):
+    from gpumon.sim import simulate
+    det = StreamingDetector()
+    paused = 0
+    for tk in simulate(name, gpus=2, seconds=100, seed=3,
+                       params={"ckpt_every_s": 35.0, "epoch_s": 40.0}):
+        d = det.update(tk)[0]
+        paused += tk.truth.pause
+        if tk.time - T0 > 10:
+            assert d.verdict == "busy", (tk.time - T0, d.verdict)
+    assert paused >= 3
+
+
+def test_starvation_is_seen_within_5_s_of_onset():
+    from gpumon.sim import simulate
+    det = StreamingDetector()
+    for tk in simulate("busy", gpus=2, seconds=30, seed=3):
+        det.update(tk)
+    assert det.current[0].verdict == "busy"
+    onset = T0 + 30
+    seen = None
+    for tk in simulate("data_starvation", gpus=2, seconds=20, seed=4, start_time=onset):
+        if det.update(tk)[0].verdict == "data_starvation" and seen is None:
+            seen = tk.time - onset
+    assert seen is not None and seen <= 5.0
+
+
+def test_live_and_offline_agree(tmp_path):
+    """A gpumon CSV analysed offline gives the verdicts the live detector gave."""
+    from gpumon.analyze import analyze_file
+    from gpumon.csvlog import CsvSink
+    from gpumon.sim import simulate
+    path = str(tmp_path / "run.csv")
+    sink = CsvSink(path)
+    det = StreamingDetector()
+    live = []
+    for tk in simulate("rank_data_stall", gpus=2, seconds=60, seed=5):
+        ds = det.update(tk)
+        sink.write(tk, ds)
+        live.append((tk.time, ds[0].verdict, ds[0].straggler_gpu))
+    sink.close()
+    _, tl = analyze_file(path)
+    agree = 0
+    for t, v, s in live[10:]:
+        seg = [d for d in tl.segments if d.start <= t - 0.5 < d.end]
+        agree += bool(seg) and seg[0].verdict == v and seg[0].straggler_gpu == s
+    assert agree / len(live[10:]) >= 0.9
