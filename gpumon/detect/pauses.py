@@ -52,6 +52,7 @@ class PauseTracker:
         the host's view of it (see ``host_bins``). True when this bin is part of a pause."""
         th = self.th
         self.i += 1
+        self.cooldown -= 1
         workers, starving, writing, present = host if host is not None else (
             math.nan, False, False, True)
         known = not math.isnan(workers)
