@@ -1,0 +1,151 @@
+"""`gpumon analyze`: every input kind (samples in tests/data/analyze/), malformed lines, empty
+and unreadable files, JSON and text output."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from gpumon.analyze import analyze_file, read_log, summary, to_json
+from gpumon.analyze.readers import detect, head_lines
+from gpumon.cli import main
+from gpumon.errors import UserError
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "analyze")
+
+
+def path(name):
+    return os.path.join(DATA, name)
+
+
+@pytest.mark.parametrize("name,kind", [
+    ("gpumon.csv", "gpumon"), ("nvsmi_starved.csv", "nvidia-smi"),
+    ("nvsmi_nounits.csv", "nvidia-smi"), ("dmon.log", "dmon"), ("dmon_dt.log", "dmon"),
+    ("plain.csv", "plain"), ("malformed.csv", "nvidia-smi")])
+def test_format_is_detected(name, kind):
+    assert detect(head_lines(path(name))) == kind
+    assert read_log(path(name)).kind == kind
+
+
+def test_unknown_format_is_one_line(tmp_path):
+    p = tmp_path / "notes.txt"
+    p.write_text("hello world\nthis is not a log\n")
+    with pytest.raises(UserError) as e:
+        read_log(str(p))
+    assert "not a log gpumon can read" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_nvidia_smi_units_any_order_and_timestamps():
+    log = read_log(path("nvsmi_starved.csv"))
+    s = log.samples
+    assert sorted(set(s.gpu.tolist())) == [0, 1]
+    assert len(s.time) == 180
+    # '2024/01/15 10:00:01.000' -> epoch seconds, one second apart per GPU
+    assert s.time.min() == pytest.approx(1_705_312_801.0)
+    assert s.time[s.gpu == 0][1] - s.time[s.gpu == 0][0] == pytest.approx(1.0)
+    assert 0 <= s.util.min() and s.util.max() <= 100          # "92 %" -> 92.0
+    assert s.power_limit[0] == pytest.approx(400.0)          # "400.00 W"
+    assert s.mem[0] == pytest.approx(61440.0)                # "61440 MiB"
+    log, tl = analyze_file(path("nvsmi_starved.csv"))
+    sm = summary(tl)
+    assert sm["verdict"] == "data_starvation"
+    main_seg = max(tl.segments, key=lambda d: d.end - d.start)
+    assert "subsecond_util" in main_seg.missing and "host" in main_seg.missing
+
+
+def test_nvidia_smi_nounits_hex_clock_events_and_na():
+    log = read_log(path("nvsmi_nounits.csv"))
+    s = log.samples
+    assert s.events is not None and set(s.events.tolist()) <= {0.0, 32.0}
+    assert all(v != v for v in s.power_limit)                 # "[N/A]" -> missing, not 0
+    _, tl = analyze_file(path("nvsmi_nounits.csv"))
+    sm = summary(tl)
+    assert sm["verdict"] == "throttled" and sm["cause"] == "thermal"
+    assert sm["straggler_gpu"] == 1
+
+
+def test_dmon_with_repeated_headers_and_no_time_column():
+    log = read_log(path("dmon.log"))
+    assert log.malformed.count == 0
+    assert sorted(set(log.samples.gpu.tolist())) == [0, 1]
+    assert log.samples.time[log.samples.gpu == 1][:3].tolist() == [0.0, 1.0, 2.0]
+    assert all(v != v for v in log.samples.mem)               # no fb column -> missing
+    _, tl = analyze_file(path("dmon.log"))
+    sm = summary(tl)
+    assert sm["verdict"] == "sync_stall" and sm["straggler_gpu"] == 1
+    half = read_log(path("dmon.log"), interval=0.5)
+    assert half.samples.time[half.samples.gpu == 0][:3].tolist() == [0.0, 0.5, 1.0]
+
+
+def test_dmon_with_date_and_time_columns():
+    log = read_log(path("dmon_dt.log"))
+    assert log.samples.time.min() == pytest.approx(1_705_312_801.0)
+    _, tl = analyze_file(path("dmon_dt.log"))
+    assert summary(tl)["verdict"] == "data_starvation"
+
+
+def test_plain_csv():
+    _, tl = analyze_file(path("plain.csv"))
+    sm = summary(tl)
+    assert sm["verdict"] == "busy" and sm["gpus"] == [0, 1]
+
+
+def test_gpumon_csv_rebuilds_the_run():
+    log, tl = analyze_file(path("gpumon.csv"))
+    assert log.pids == {0: (40000,), 1: (40001,)}
+    assert log.jobs is not None and log.host is not None
+    sm = summary(tl)
+    assert sm["verdict"] == "data_starvation" and sm["cause"] == "cpu_preprocessing"
+    assert sm["straggler_gpu"] == 1
+    seg = max(tl.segments, key=lambda d: d.end - d.start)
+    assert seg.evidence["loader_cpu_pct"] > 300          # host counters came through
+    assert seg.evidence["samples_per_s"] == pytest.approx(6.0, abs=0.2)
+
+
+def test_malformed_lines_are_counted_with_the_first_line_number(capsys):
+    log, tl = analyze_file(path("malformed.csv"))
+    assert log.malformed.count == 3
+    assert log.malformed.first_line == 5
+    assert len(log.samples.time) == 37
+    assert summary(tl)["verdict"] == "busy"
+    assert main(["analyze", path("malformed.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "3 malformed line(s) skipped, the first at line 5" in out
+
+
+def test_empty_file_is_one_clear_line_and_exit_1(capsys):
+    assert main(["analyze", path("empty.csv")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpumon: ") and "empty" in err and "\n" not in err
+
+
+def test_header_only_and_missing_file(tmp_path, capsys):
+    p = tmp_path / "h.csv"
+    p.write_text("timestamp, index, utilization.gpu [%]\n")
+    assert main(["analyze", str(p)]) == 1
+    assert "no usable samples" in capsys.readouterr().err
+    assert main(["analyze", str(tmp_path / "nope.csv")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_json_output_is_the_contract(capsys):
+    assert main(["analyze", "--format", "json", path("gpumon.csv")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {"summary", "segments"}
+    assert set(doc["summary"]) == {"verdict", "cause", "gpus", "straggler_gpu", "confidence",
+                                   "fractions"}
+    assert isinstance(doc["summary"]["straggler_gpu"], int)
+    assert sum(doc["summary"]["fractions"].values()) == pytest.approx(1.0, abs=0.01)
+    for seg in doc["segments"]:
+        assert set(seg) == {"start", "end", "verdict", "cause", "gpus", "confidence",
+                            "evidence", "advice"}
+        assert seg["end"] >= seg["start"]
+    assert to_json(analyze_file(path("plain.csv"))[1])["summary"]["straggler_gpu"] is None
+
+
+def test_text_output(capsys):
+    assert main(["analyze", path("nvsmi_starved.csv"), path("plain.csv")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("verdict:") == 2 and out.count("timeline:") == 2
+    assert "advice:" in out and "data_starvation" in out
