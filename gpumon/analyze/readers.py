@@ -18,6 +18,7 @@ import csv
 import io
 import math
 import re
+import warnings
 from typing import Callable, Optional
 
 import numpy as np
@@ -127,6 +128,7 @@ _MISSING = ("", "-", "n/a", "[n/a]", "na", "nan", "none", "[not supported]", "[u
             "[insufficient permissions]", "[gpu is lost]", "[requested functionality has "
             "been deprecated]", "not supported")
 _UNIT_RE = r"\s*(%|[a-zA-Z][a-zA-Z/]*)\s*$"
+_UNIT_CHARS = " %WMiBHzKkGCsJm/"
 
 
 def num(col) -> tuple[np.ndarray, np.ndarray]:
@@ -143,8 +145,10 @@ def num(col) -> tuple[np.ndarray, np.ndarray]:
     missing = pc.fill_null(pc.or_(pc.is_null(s), pc.is_in(low, value_set=pa.array(_MISSING))),
                            True)
     missing = pc.or_(missing, pc.starts_with(s, "["))
-    stripped = pc.replace_substring_regex(s, _UNIT_RE, "")
-    stripped = pc.if_else(missing, pa.scalar(None, pa.string()), stripped)
+    # Units trail the number ("92 %", "150.23 W", "1024 MiB", "1410 MHz"): trimming the
+    # characters they are made of is ~10x faster than a regular expression.
+    stripped = pc.utf8_rtrim(s, characters=_UNIT_CHARS)
+    stripped = pc.if_else(missing, pa.scalar(None, stripped.type), stripped)
     try:
         v = pc.cast(stripped, pa.float64()).to_numpy(zero_copy_only=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -160,7 +164,7 @@ def hex_or_num(col) -> tuple[np.ndarray, np.ndarray]:
     pa, pc, _ = _pa()
     if hasattr(col, "combine_chunks"):
         col = col.combine_chunks()
-    if not pa.types.is_string(col.type):
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
         return num(col)
     s = pc.utf8_trim_whitespace(col)
     uniq = pc.unique(s).to_pylist()
@@ -173,7 +177,7 @@ def hex_or_num(col) -> tuple[np.ndarray, np.ndarray]:
             table[u] = (float(int(u, 16)) if u.lower().startswith("0x") else float(u), False)
         except ValueError:
             table[u] = (math.nan, True)
-    idx = pc.index_in(s, value_set=pa.array(uniq, pa.string())).to_numpy(zero_copy_only=False)
+    idx = pc.index_in(s, value_set=pa.array(uniq, s.type)).to_numpy(zero_copy_only=False)
     vals = np.array([table[u][0] for u in uniq] + [math.nan])
     bad = np.array([table[u][1] for u in uniq] + [False])
     idx = np.where(np.isnan(idx.astype(float)), len(uniq), idx).astype(np.int64)
@@ -185,7 +189,7 @@ def times(col, base_interval: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     pa, pc, _ = _pa()
     if hasattr(col, "combine_chunks"):
         col = col.combine_chunks()
-    if not pa.types.is_string(col.type):
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
         return num(col)
     s = pc.utf8_trim_whitespace(col)
     try:
@@ -193,6 +197,13 @@ def times(col, base_interval: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         return v, np.isnan(v) & ~pc.is_null(s).to_numpy(zero_copy_only=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
+    # Every GPU's row of one poll carries the same stamp: parse each stamp once.
+    uniq = pc.unique(s)
+    if len(uniq) < len(s):
+        tu, bu = times(uniq)
+        idx = pc.index_in(s, value_set=uniq).to_numpy(zero_copy_only=False)
+        idx = np.nan_to_num(idx.astype(float), nan=len(uniq)).astype(np.int64)
+        return np.append(tu, np.nan)[idx], np.append(bu, False)[idx]
     s2 = pc.replace_substring(pc.replace_substring(s, "-", "/"), "T", " ")
     whole = pc.utf8_slice_codeunits(s2, 0, 19)
     frac = pc.utf8_slice_codeunits(s2, 19, 40)
@@ -237,6 +248,49 @@ def _read_csv(path: str, header: list[str], typed: Optional[dict] = None):
             raise
         raise UserError(f"{path}: cannot parse as CSV ({str(exc).splitlines()[0]})") from None
     return table, skipped[0]
+
+
+class _Cols:
+    """Columns of a CSV read as text, by name (pyarrow arrays)."""
+
+    def __init__(self, cols: dict, n: int):
+        self.cols, self.num_rows = cols, n
+        self.column_names = list(cols)
+
+    def column(self, name):
+        return self.cols[name]
+
+
+def _read_text(path: str, header: list[str]):
+    """Every column as text; rows with too many fields are skipped and counted. pandas' C
+    parser (pyarrow-backed strings) is the fastest reader here; pyarrow's is the fallback."""
+    try:
+        import pandas as pd
+    except ImportError:
+        return _read_csv(path, header)
+    pa, _, _ = _pa()
+    names = [h.strip() for h in header]
+    try:
+        # No dtype: numbers parse as numbers (asking for text costs 4x), text stays
+        # pyarrow-backed; keep_default_na=False keeps "N/A" text for num() to judge.
+        # Lines with too many fields are skipped with a warning naming each one.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            df = pd.read_csv(path, names=names, header=0, on_bad_lines="warn",
+                             keep_default_na=False, na_values=[], engine="c",
+                             skip_blank_lines=True)
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot parse as CSV ({str(exc).splitlines()[0]})") from None
+    cols = {}
+    for name in names:
+        col = df[name]
+        arr = pa.array(col.array) if col.dtype.kind not in "iufb" else pa.array(
+            col.to_numpy(dtype=float, na_value=np.nan), from_pandas=True)
+        if pa.types.is_string(arr.type):
+            arr = arr.cast(pa.large_string())
+        cols[name] = arr
+    skipped = sum(len(re.findall(r"Skipping line \d+", str(w.message))) for w in caught)
+    return _Cols(cols, len(df)), skipped
 
 
 def _first_bad_line(path: str, width: int, row_ok: Callable[[list[str]], bool],
@@ -382,7 +436,7 @@ def _gpumon_row_ok(row: list[str], names: list[str]) -> bool:
 
 
 def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -> Log:
-    table, skipped = _read_csv(path, header)
+    table, skipped = _read_text(path, header)
     names = [h.strip() for h in header]
     keys = [_key(h) for h in names]
     n = table.num_rows
@@ -396,8 +450,11 @@ def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -
     def col(target, fn=num):
         if target not in cols:
             return None
-        v, b = fn(table.column(cols[target]))
+        c = table.column(cols[target])
+        v, b = fn(c)
         bad[:] |= b
+        # nvidia-smi never writes an empty field: an empty one is a short line.
+        bad[:] |= _empty(c)
         return v
 
     util = col("util")
@@ -445,6 +502,16 @@ def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -
     return _finish(log, ~bad)
 
 
+def _empty(col) -> np.ndarray:
+    pa, pc, _ = _pa()
+    if hasattr(col, "combine_chunks"):
+        col = col.combine_chunks()
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return col.is_null().to_numpy(zero_copy_only=False)   # a missing trailing field
+    e = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(col)), 0), True)
+    return e.to_numpy(zero_copy_only=False)
+
+
 def _row_times(gpu: np.ndarray, step: float) -> np.ndarray:
     """Without a time column: the k-th row of each GPU is at k * step."""
     t = np.zeros(len(gpu))
@@ -455,7 +522,7 @@ def _row_times(gpu: np.ndarray, step: float) -> np.ndarray:
 
 
 def read_plain(path: str, header: list[str]) -> Log:
-    table, skipped = _read_csv(path, header)
+    table, skipped = _read_text(path, header)
     names = [h.strip() for h in header]
     keys = [_key(h) for h in names]
     n = table.num_rows

@@ -24,6 +24,7 @@ from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.analyze.log import Log
 
 CHUNK_BINS = 4096
+STORE_CHUNK = 1 << 17          # samples binned at once
 # Evidence of a segment: the median over at most this many evenly spaced seconds of it.
 EVIDENCE_POINTS = 9
 
@@ -47,12 +48,23 @@ def _rate(log: Log) -> float:
 def build_store(log: Log, th: Thresholds) -> Store:
     s = log.samples
     st = Store(math.floor(float(np.nanmin(s.time))), th, dtype=np.float32)
-    st.add_samples(s)
+    # In time order per GPU, in chunks: bursts and gaps carry across chunks exactly as
+    # they carry across live ticks, and no chunk's scratch arrays grow with the log.
+    order = np.lexsort((s.time, s.gpu))
+    for a in range(0, len(order), STORE_CHUNK):
+        st.add_samples(_take(s, order[a:a + STORE_CHUNK]))
     if log.jobs is not None:
         st.add_jobs(log.jobs)
     if log.host is not None:
         st.add_host(log.host)
     return st
+
+
+def _take(s, idx):
+    from gpumon.detect.bins import SampleCols
+    return SampleCols(*[None if getattr(s, n) is None else getattr(s, n)[idx] for n in (
+        "time", "gpu", "util", "power", "power_limit", "clock", "clock_max", "events", "mem",
+        "has_pid")])
 
 
 def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, th: Thresholds,
@@ -107,7 +119,7 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
     ends = np.arange(nb)
     for gpus, shared in jobs:
         rows = [st.rows[x] for x in gpus]
-        g, hb = st.view(rows)
+        g, hb = st.view(rows, raw=True)
         duty, n, u = bin_duty(g)
         hostb = host_bins(g, hb, th)
         pause, excl = pause_flags(duty, n, u, th, hostb)

@@ -188,11 +188,16 @@ class Store:
             idx, m = idx[ok], m[:, ok]
         if len(idx) == 0:
             return
+        flat = arr.reshape(arr.shape[0], -1)
+        if len(idx) > 4096:       # a log: one bincount per field beats sorting
+            size = flat.shape[1]
+            for k, f in enumerate(fidx):
+                flat[f] += np.bincount(idx, m[k], size)
+            return
         order = np.argsort(idx, kind="stable")
         idx, m = idx[order], m[:, order]
         starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
         sums = np.add.reduceat(m, starts, axis=1)
-        flat = arr.reshape(arr.shape[0], -1)
         flat[fidx[:, None], idx[starts][None, :]] += sums
 
     # -- adding data --------------------------------------------------------------------------
@@ -326,13 +331,15 @@ class Store:
 
     # -- reading ------------------------------------------------------------------------------
     def view(self, rows: Optional[list[int]] = None, stop: Optional[int] = None,
-             start: int = 0):
+             start: int = 0, raw: bool = False):
         """(g, h) for bins ``start`` to ``stop`` (exclusive; default all in use), optionally
         some rows only, as float64."""
         stop = self.nb if stop is None else stop
         g = self.g[:, :, start:stop]
-        if rows is not None:
+        if rows is not None and list(rows) != list(range(self.g.shape[1])):
             g = g[:, rows, :]
+        if raw:
+            return g, self.h[:, start:stop]
         return g.astype(np.float64, copy=False), self.h[:, start:stop].astype(np.float64,
                                                                              copy=False)
 

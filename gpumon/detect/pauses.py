@@ -50,6 +50,14 @@ class PauseTracker:
              host: Optional[tuple] = None) -> bool:
         """Feed one bin: per-GPU duty (NaN without data), job sample count and busy sum, and
         the host's view of it (see ``host_bins``). True when this bin is part of a pause."""
+        have = ~np.isnan(duties)
+        G = int(have.sum())
+        all_idle = G > 0 and bool((duties[have] < self.th.idle_duty).all())
+        return self.step_bin(G > 0 and n > 0, all_idle, n, u, host)
+
+    def step_bin(self, has_data: bool, all_idle: bool, n: float, u: float,
+                 host: Optional[tuple] = None) -> bool:
+        """step() with the bin already reduced: any data, every GPU idle, n and u sums."""
         th = self.th
         self.i += 1
         self.cooldown -= 1
@@ -62,16 +70,12 @@ class PauseTracker:
         changed = known and self.workers is not None and workers - self.workers >= 0.5
         explained = known and (changed or writing)
         self.unmark = range(0)
-        have = ~np.isnan(duties)
-        G = int(have.sum())
-        if G == 0 or n <= 0:
+        if not has_data:
             if self.in_pause:
                 self.length += 1
                 if self.length >= self.pmax:
                     self.in_pause = False
             return self.in_pause
-        idle = int((duties[have] < th.idle_duty).sum())
-        all_idle = idle == G
         stop = all_idle
         duty = u / n
         self.recent.append(duty)
@@ -172,10 +176,15 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     tr = PauseTracker(th)
     out = np.zeros(len(n), dtype=bool)
     excl = np.zeros(len(n), dtype=bool)
-    cols = duty.T
-    for i in range(len(n)):
-        out[i] = excl[i] = tr.step(cols[i], float(n[i]), float(u[i]),
-                                   host[i] if host is not None else None)
+    with np.errstate(invalid="ignore"):
+        has = ((~np.isnan(duty)).any(axis=0) & (n > 0)).tolist()
+        idle = (np.where(np.isnan(duty), 0.0, duty) < th.idle_duty) | np.isnan(duty)
+        all_idle = (idle.all(axis=0) & (~np.isnan(duty)).any(axis=0)).tolist()
+    nl, ul = n.tolist(), u.tolist()
+    step = tr.step_bin
+    for i in range(len(nl)):
+        out[i] = excl[i] = step(has[i], all_idle[i], nl[i], ul[i],
+                                host[i] if host is not None else None)
         if tr.unmark:
             excl[tr.unmark.start:tr.unmark.stop] = False
     return out, excl
