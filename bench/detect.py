@@ -279,6 +279,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", default=None, help="comma-separated GPU counts")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--verbose", "-v", action="store_true", help="list runs with errors")
+    ap.add_argument("--no-speed", dest="speed", action="store_false",
+                    help="skip timing gpumon analyze on a day-long log")
     args = ap.parse_args(argv)
     seeds = TUNING_SEEDS if args.tuning else SCORING_SEEDS
     runs = plan(seeds)
@@ -330,6 +332,8 @@ def main(argv=None) -> int:
                 out.append(f"    late {e}")
     out += ["### (c) NVML path over the fake library", "",
             "skipped: " + nvml_skip_reason(), ""]
+    if args.speed:
+        out += analyze_speed()
     text = "\n".join(out)
     print(text)
     if not args.tuning and not args.only and not args.gpus:
@@ -337,6 +341,57 @@ def main(argv=None) -> int:
         with open(RESULTS, "w") as fh:
             fh.write(text + "\n")
     return 0 if all_ok else 1
+
+
+def day_log(path: str, seconds: int = 86_400, gpus: int = 8) -> None:
+    """A day-long 1 Hz nvidia-smi --query-gpu log of `gpus` GPUs (691,200 rows for 8): hours
+    of busy, starved, sync-stalled and idle work in turn."""
+    rng = np.random.default_rng(0)
+    base = dt.datetime(2024, 1, 15, tzinfo=dt.timezone.utc)
+    with open(path, "w") as f:
+        f.write("timestamp, index, name, utilization.gpu [%], utilization.memory [%], "
+                "memory.used [MiB], memory.total [MiB], power.draw [W], power.limit [W], "
+                "temperature.gpu\n")
+        for s in range(seconds):
+            stamp = (base + dt.timedelta(seconds=s)).strftime("%Y/%m/%d %H:%M:%S") + ".123"
+            phase = (s // 3600) % 4
+            rows = []
+            for g in range(gpus):
+                util = (99, 0 if s % 3 == 0 else 100, 100, 0)[phase]
+                power = (320, 300, 110 if g != 3 else 320, 55)[phase] + rng.normal(0, 5)
+                mem = 3 if phase == 3 else 61440
+                rows.append(f"{stamp}, {g}, NVIDIA A100-SXM4-80GB, {util} %, 30 %, {mem} MiB, "
+                            f"81920 MiB, {power:.2f} W, 400.00 W, 55")
+            f.write("\n".join(rows) + "\n")
+
+
+def analyze_speed() -> list[str]:
+    """`gpumon analyze` of a day-long 8-GPU nvidia-smi log against pandas.read_csv's load."""
+    import resource
+    import subprocess
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "day.csv")
+        day_log(path)
+        code = ("import sys,time,resource\n"
+                "t=time.perf_counter()\n"
+                "if sys.argv[1]=='pandas':\n"
+                "    import pandas as pd; pd.read_csv(sys.argv[2])\n"
+                "else:\n"
+                "    from gpumon.analyze import analyze_file, to_json; to_json(analyze_file(sys.argv[2])[1])\n"
+                "print(time.perf_counter()-t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+        res = {}
+        for what in ("pandas", "analyze", "pandas", "analyze"):
+            out = subprocess.run([sys.executable, "-c", code, what, path], capture_output=True,
+                                 text=True, check=True).stdout.split()
+            t, rss = float(out[0]), int(out[1]) / 1024
+            best = res.get(what)
+            res[what] = (min(t, best[0]), max(rss, best[1])) if best else (t, rss)
+    pt, at = res["pandas"][0], res["analyze"][0]
+    return ["### gpumon analyze of a day-long 8-GPU nvidia-smi --query-gpu log (691,200 rows)", "",
+            f"- pandas.read_csv load: {pt:.2f} s; gpumon analyze (read, bins, rules, timeline, "
+            f"JSON): {at:.2f} s = {at / pt:.1f}x (target 1.5x); peak RSS "
+            f"{res['analyze'][1]:.0f} MiB (target < 1024 MiB); best of two runs each, imports "
+            "included", ""]
 
 
 def nvml_skip_reason() -> str:
