@@ -21,6 +21,20 @@ from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 
 _CTX_FIELDS = [GI[k] for k in ("n", "u", "gapn", "gaps", "burn", "burs")]
+# Per-GPU window ratios: feature name -> (numerator field, denominator field).
+_RATIO_FIELDS = {
+    "duty": ("u", "n"), "busy_share": ("busy", "n"), "idle_share": ("idle", "n"),
+    "power_w": ("pw", "pn"), "power_limit": ("pl", "pln"), "clock": ("clk", "cn"),
+    "clock_max": ("cmax", "cmaxn"), "therm_share": ("therm", "en"),
+    "pcap_share": ("pcap", "en"), "hws_share": ("hws", "en"), "gap_s": ("gaps", "gapn"),
+    "burst_s": ("burs", "burn"), "mem_mib": ("mem", "memn"), "pid_share": ("pid", "pidn"),
+    "loader_cpu": ("ld", "ldn"), "main_cpu": ("mc", "mcn"), "main_thread": ("mt", "mtn"),
+    "workers": ("wk", "wkn"), "loader_busy": ("lb", "lbn")}
+_RATIOS = tuple(_RATIO_FIELDS)
+_HNUM = [HI[k] for k in ("io", "rd", "wr", "cpu")]
+_HDEN = [HI[k] for k in ("ion", "rdn", "wrn", "cpun")]
+_NUM = [GI[a] for a, _ in _RATIO_FIELDS.values()]
+_DEN = [GI[b] for _, b in _RATIO_FIELDS.values()]
 
 
 def _div(a, b):
@@ -67,29 +81,13 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
         want = np.where(slow, np.ceil(np.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
         W = np.clip(want, w0, wmax).astype(int)
     S = wsum(gk, W, ends)                          # (F, G, E)
-    f = {}
-    n = S[GI["n"]]
-    f["n"] = n
-    f["duty"] = _div(S[GI["u"]], n)
-    f["busy_share"] = _div(S[GI["busy"]], n)
-    f["idle_share"] = _div(S[GI["idle"]], n)
-    f["power_w"] = _div(S[GI["pw"]], S[GI["pn"]])
-    f["power_frac"] = _div(f["power_w"], _div(S[GI["pl"]], S[GI["pln"]]))
-    f["clock_frac"] = _div(_div(S[GI["clk"]], S[GI["cn"]]), _div(S[GI["cmax"]], S[GI["cmaxn"]]))
-    en = S[GI["en"]]
-    f["therm_share"] = _div(S[GI["therm"]], en)
-    f["pcap_share"] = _div(S[GI["pcap"]], en)
-    f["hws_share"] = _div(S[GI["hws"]], en)
-    f["gap_s"] = _div(S[GI["gaps"]], S[GI["gapn"]])
-    f["burst_s"] = _div(S[GI["burs"]], S[GI["burn"]])
-    f["gap_n"] = S[GI["gapn"]]
-    f["mem_mib"] = _div(S[GI["mem"]], S[GI["memn"]])
-    f["pid_share"] = _div(S[GI["pid"]], S[GI["pidn"]])
-    f["loader_cpu"] = _div(S[GI["ld"]], S[GI["ldn"]])
-    f["main_cpu"] = _div(S[GI["mc"]], S[GI["mcn"]])
-    f["main_thread"] = _div(S[GI["mt"]], S[GI["mtn"]])
-    f["workers"] = _div(S[GI["wk"]], S[GI["wkn"]])
-    f["loader_busy"] = _div(S[GI["lb"]], S[GI["lbn"]])
+    f = {"n": S[GI["n"]], "gap_n": S[GI["gapn"]]}
+    # Every per-GPU ratio in one division (a few numpy calls instead of twenty).
+    R = _div(S[_NUM], S[_DEN])                      # (len(_RATIOS), G, E)
+    for i, name in enumerate(_RATIOS):
+        f[name] = R[i]
+    f["power_frac"] = _div(f["power_w"], f["power_limit"])
+    f["clock_frac"] = _div(f["clock"], f["clock_max"])
 
     # Per-bin quantities compared across GPUs, then summed over the window.
     bn = g[GI["n"]]
@@ -118,10 +116,8 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     f["all_busy_bins"] = rs[1][0] if rs.shape[1] else np.zeros(len(ends))
 
     H = wsum(h * keep, W, ends)
-    f["iowait"] = _div(H[HI["io"]], H[HI["ion"]])
-    f["disk_read"] = _div(H[HI["rd"]], H[HI["rdn"]])
-    f["disk_write"] = _div(H[HI["wr"]], H[HI["wrn"]])
-    f["host_cpu"] = _div(H[HI["cpu"]], H[HI["cpun"]])
+    HR = _div(H[_HNUM], H[_HDEN])
+    f["iowait"], f["disk_read"], f["disk_write"], f["host_cpu"] = HR
     f["pause"] = pause[ends]
     # Memory held in the last bin of each window (NaN where unknown).
     f["mem_last"] = _div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])

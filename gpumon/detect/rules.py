@@ -149,7 +149,12 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     host = Host(f, th)
 
     def decide(mask, v, c=None, s=None, cf=None):
+        """Windows not decided yet where ``mask`` holds get verdict ``v``; ``c``, ``s`` and
+        ``cf`` may be callables, evaluated only when some window takes this branch."""
         m = mask & ~decided
+        if not m.any():
+            return
+        c, s, cf = (x() if callable(x) else x for x in (c, s, cf))
         verdict[m] = V[v]
         if c is not None:
             cause[m] = c[m] if isinstance(c, np.ndarray) else c
@@ -172,7 +177,16 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     decide(gone, IDLE, cf=0.9)
     decide(quiet & ~(f["ctx_duty"] >= th.idle_duty) & ~feeding, IDLE,
            cf=np.clip(0.7 + 0.3 * (th.idle_duty - dmax) / th.idle_duty, 0.5, 0.99))
-    decide(quiet, DATA_STARVATION, c=host.cause(np.full(E, -1)), cf=0.6)
+    decide(quiet, DATA_STARVATION, c=lambda: host.cause(np.full(E, -1)), cf=0.6)
+
+    spread = dmax - dmin
+    slope = np.full(E, np.nan)
+
+    def result():
+        return {"verdict": verdict, "cause": cause, "straggler": strag, "confidence": conf,
+                "duty": jduty, "spread": spread, "slope": slope, "host_starving": feeding}
+    if decided.all():               # live: one window, often settled here (pause, idle)
+        return result()
 
     # Throttled: clock event reasons with the clock really held down.
     share = np.fmax(np.fmax(np.nan_to_num(f["therm_share"]), np.nan_to_num(f["pcap_share"])),
@@ -189,10 +203,11 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
            s=np.where((G > 1) & (nthr < G), tgpu, -1),
            cf=np.clip(0.6 + 0.4 * share.max(axis=0) if G else 0.6, 0, 0.95))
 
+    if decided.all():
+        return result()
     # The rank whose own host counters show starvation while the others' do not.
     hs = host_straggler(f, th)
     # Straggler by duty cycle: who waits for whom.
-    spread = dmax - dmin
     if G > 1:
         mid = (dmax + dmin) / 2.0
         hi = duty >= mid[None, :]
@@ -219,14 +234,14 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
         others_idle = np.where(np.arange(G)[:, None] == amin[None, :], 0.0, idle).max(axis=0)
         lone_idler = np.where((others_idle < th.lone_idle_share) & np.isnan(hs_known(f)), amin, -1)
         s_asym = np.where(hs >= 0, hs, lone_idler)
-        decide(asym, DATA_STARVATION, c=host.cause(s_asym), s=s_asym, cf=sc)
-    else:
-        slope = np.full(E, np.nan)
+        decide(asym, DATA_STARVATION, c=lambda: host.cause(s_asym), s=s_asym, cf=sc)
 
     starved = jduty < th.duty_starved
-    decide(starved, DATA_STARVATION, c=host.cause(hs), s=hs,
+    decide(starved, DATA_STARVATION, c=lambda: host.cause(hs), s=hs,
            cf=np.clip(0.6 + (th.duty_starved - jduty), 0.6, 0.95))
 
+    if decided.all():
+        return result()
     # Every GPU reads ~100%: busy-but-cold ones spin while the hottest computes.
     if G > 1:
         pfb = f["power_frac_busy"]
@@ -249,8 +264,7 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
                s=hot, cf=np.clip(0.55 + np.nan_to_num(gap, nan=0.05), 0.55, 0.95))
     decide(np.ones(E, bool), BUSY,
            cf=np.clip(0.6 + 2.0 * (jduty - th.duty_starved), 0.5, 0.95))
-    return {"verdict": verdict, "cause": cause, "straggler": strag, "confidence": conf,
-            "duty": jduty, "spread": spread, "slope": slope, "host_starving": feeding}
+    return result()
 
 
 def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> dict:
