@@ -4,6 +4,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from gpumon.host import HostSource
@@ -34,17 +35,29 @@ def tree(tmp_path):
     p.wait()
 
 
+def _cpu_s(pid):
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
 def test_job_tree_workers_and_busy_worker(tree):
     host = HostSource()
+    spinner = max(psutil.Process(tree.pid).children(), key=lambda c: _cpu_s(c.pid)).pid
     first = host.read({0: (tree.pid,), 1: None})
+    c0, t0 = _cpu_s(spinner), time.monotonic()
     assert first.cpu_pct is None            # no rate before a second reading
     time.sleep(2.0)
     s = host.read({0: (tree.pid,), 1: None})
+    spin_pct = 100 * (_cpu_s(spinner) - c0) / (time.monotonic() - t0)
     job = s.job_on(0)
     assert job.main_pid == tree.pid
     assert job.loader_workers >= 3          # the spinner, two sleepers (+ mp's tracker, maybe)
-    assert job.loader_busy >= 1             # the spinner holds a core
-    assert 50 <= job.loader_cpu_pct <= 250
+    # The spinner holds a core unless the machine is overloaded: judged against its own CPU.
+    if spin_pct >= 95:
+        assert job.loader_busy == 1
+    elif spin_pct < 85:
+        assert job.loader_busy == 0
+    assert abs(job.loader_cpu_pct - spin_pct) <= 15
     assert s.job_on(1).main_pid is None     # a GPU with no process has no job
     roles = {p.role for p in s.procs}
     assert roles == {"main", "worker"}

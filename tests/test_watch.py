@@ -92,9 +92,10 @@ def test_replay_plays_a_log_through_the_same_path(gpumon_cmd, clean_env, tmp_pat
     lines = r.stdout.splitlines()
     assert "2 REPLAYED GPUs (small.csv x20)" in lines[0]
     data = [x for x in lines if LINE.match(x)]
-    # The log's own clock (fixture times start at 22:13:21 UTC), one line per logged second.
+    # The log's own clock (fixture times start at 22:13:21 UTC), a line per logged second; a
+    # loaded machine may fall behind x20, and then one line covers the seconds that were due.
     assert data[0].startswith("22:13:21|") and data[-1].startswith("22:13:28|")
-    assert len(data) == 8
+    assert 5 <= len(data) <= 8
     assert lines[-1].startswith("gpumon watched 2 replayed GPUs (0,1, small.csv x20)")
 
 
