@@ -100,3 +100,19 @@ def test_a_worker_that_ends_makes_the_next_read_rescan(monkeypatch):
         time.sleep(0.3)                              # reaped by the main (SIGCHLD ignored)
         hs.read({0: (main,)})                        # reading the gone worker fails
         assert hs.read({0: (main,)}).job_on(0).loader_workers == 2
+
+
+def test_job_processes_are_read_once_per_period_at_fast_polls(monkeypatch):
+    reads = []
+    real = H.HostSource._jobs
+    monkeypatch.setattr(H.HostSource, "_jobs",
+                        lambda self, p, mono: reads.append(mono) or real(self, p, mono))
+    with ProcTree(mains=2, workers=2) as tree:
+        pids = {g: (m,) for g, m in enumerate(tree.mains)}
+        hs = H.HostSource()
+        first = hs.read(pids)
+        again = hs.read(dict(pids))                  # same PIDs, within the period: reused
+        assert len(reads) == 1 and again.jobs == first.jobs and again.procs == first.procs
+        assert again.job_on(1).loader_workers == 2
+        hs.read({0: pids[0]})                        # the GPUs' PIDs changed: read now
+        assert len(reads) == 2
