@@ -132,7 +132,7 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
         r = _cat(outs)
         hy = Hysteresis(th.hold_s, th.bin_s)
         held = np.empty(nb, dtype=object)
-        v, c, s, sticky = r["verdict"], r["cause"], r["straggler"], r["host_starving"]
+        v, c, s, sticky = r["verdict"], r["cause"], r["straggler"], r["sticky"]
         for e in range(nb):
             hy.step(st.bin_time(e + 1), (int(v[e]), int(c[e]), int(s[e])), bool(sticky[e]))
             held[e] = hy.current

@@ -184,7 +184,10 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
 
     def result():
         return {"verdict": verdict, "cause": cause, "straggler": strag, "confidence": conf,
-                "duty": jduty, "spread": spread, "slope": slope, "host_starving": feeding}
+                "duty": jduty, "spread": spread, "slope": slope, "host_starving": feeding,
+                # Keep a starvation verdict through a flat-out stretch only while the host
+                # still starves it and the recent context starved too.
+                "sticky": feeding & (np.nan_to_num(f["ctx_duty"], nan=1.0) < th.duty_starved)}
     if decided.all():               # live: one window, often settled here (pause, idle)
         return result()
 

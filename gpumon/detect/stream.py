@@ -179,7 +179,7 @@ class StreamingDetector:
             for e in range(len(ends)):
                 t = st.bin_time(lo + int(ends[e]) + 1)
                 raw = (int(r["verdict"][e]), int(r["cause"][e]), int(r["straggler"][e]))
-                hy.step(t, raw, bool(r["host_starving"][e]))
+                hy.step(t, raw, bool(r["sticky"][e]))
                 if raw == hy.current:
                     job.conf = float(r["confidence"][e])
             e = len(ends) - 1

@@ -67,7 +67,7 @@ class Thresholds:
                           "pytorch #36285).")
     busy_bin_duty: float = th(0.9, "share", "A second with at least this duty is 'busy' for the "
                               "power-while-busy measure (power is a 1 s average on Ampere+).")
-    cold_power_ratio: float = th(0.8, "ratio", "A busy GPU drawing less than this fraction of "
+    cold_power_ratio: float = th(0.9, "ratio", "A busy GPU drawing less than this fraction of "
                                  "the hottest busy GPU's power is 'busy but cold': spinning in a "
                                  "collective (reported at 18-45% of the limit vs 60-100% "
                                  "computing).")
