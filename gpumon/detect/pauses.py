@@ -106,7 +106,9 @@ class PauseTracker:
                 # starves, it does not checkpoint.
                 self.hist.append((0.0, 0.0, True))
                 return True
-        elif stop and present and self.cooldown <= 0 and self._healthy_context():
+        elif (stop or changed) and present and self.cooldown <= 0 and self._healthy_context():
+            # (A new DataLoader's workers appearing after steady work is a validation pass
+            # starting, even before the GPUs stop.)
             self.in_pause, self.length, self.resumed = True, 1, False
             self.after.clear()
             self.start = self.i
