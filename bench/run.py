@@ -353,8 +353,9 @@ def main(argv=None) -> int:
     detect_md = None
     dpath = os.path.join(RESULTS, "detect.md")
     if os.path.exists(dpath):
-        with open(dpath) as f:
-            detect_md = f.read().strip()
+        with open(dpath) as f:   # its headings one level below "## Detector"
+            detect_md = "\n".join("##" + ln if ln.startswith("#") else ln
+                                   for ln in f.read().strip().splitlines())
     elapsed = time.monotonic() - started
 
     lines = ["# gpumon benchmark", "",
