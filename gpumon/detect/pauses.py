@@ -24,6 +24,9 @@ from gpumon.detect.thresholds import DEFAULT, Thresholds
 ACTIVE_DUTY = 0.5
 # After a "pause" turned out to be starvation, no pause starts for this many context spans.
 STARVING_COOLDOWN = 3
+# Every GPU at this duty or more: all ranks are back at work after a stop (ranks restart
+# one after another after an epoch boundary; their staggered return is not starvation).
+ALL_ON_DUTY = 0.3
 # Bins of steady work that end a pause (the mean duty over them >= duty_starved).
 RESUME_BINS = 4
 
@@ -53,11 +56,13 @@ class PauseTracker:
         have = ~np.isnan(duties)
         G = int(have.sum())
         all_idle = G > 0 and bool((duties[have] < self.th.idle_duty).all())
-        return self.step_bin(G > 0 and n > 0, all_idle, n, u, host)
+        all_on = G > 0 and bool((duties[have] >= ALL_ON_DUTY).all())
+        return self.step_bin(G > 0 and n > 0, all_idle, n, u, host, all_on)
 
     def step_bin(self, has_data: bool, all_idle: bool, n: float, u: float,
-                 host: Optional[tuple] = None) -> bool:
-        """step() with the bin already reduced: any data, every GPU idle, n and u sums."""
+                 host: Optional[tuple] = None, all_on: bool = True) -> bool:
+        """step() with the bin already reduced: any data, every GPU idle, n and u sums,
+        every GPU working at least ALL_ON_DUTY."""
         th = self.th
         self.i += 1
         self.cooldown -= 1
@@ -81,8 +86,8 @@ class PauseTracker:
         self.recent.append(duty)
         if self.in_pause:
             self.length += 1
-            if self.resumed:
-                self.after.append(duty)
+            if self.resumed and (all_on or self.after):
+                self.after.append(duty)     # counted from when every rank is back
             # Work came back at a starved rhythm with nothing to explain it (host known):
             # this was the onset of starvation, not a pause.
             slow = (known and len(self.after) == RESUME_BINS
@@ -101,7 +106,8 @@ class PauseTracker:
             else:
                 if duty >= ACTIVE_DUTY and not self.resumed:
                     self.resumed = True
-                    self.after.append(duty)
+                    if all_on:
+                        self.after.append(duty)
                 # A pause blocks the next one for context_s: a job stopping every few seconds
                 # starves, it does not checkpoint.
                 self.hist.append((0.0, 0.0, True))
@@ -182,11 +188,12 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
         has = ((~np.isnan(duty)).any(axis=0) & (n > 0)).tolist()
         idle = (np.where(np.isnan(duty), 0.0, duty) < th.idle_duty) | np.isnan(duty)
         all_idle = (idle.all(axis=0) & (~np.isnan(duty)).any(axis=0)).tolist()
+        all_on = ((np.where(np.isnan(duty), 1.0, duty) >= ALL_ON_DUTY).all(axis=0)).tolist()
     nl, ul = n.tolist(), u.tolist()
     step = tr.step_bin
     for i in range(len(nl)):
         out[i] = excl[i] = step(has[i], all_idle[i], nl[i], ul[i],
-                                host[i] if host is not None else None)
+                                host[i] if host is not None else None, all_on[i])
         if tr.unmark:
             excl[tr.unmark.start:tr.unmark.stop] = False
     return out, excl
