@@ -192,3 +192,38 @@ def test_job_processes_attributed_from_nvml_pids(clean_env, tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def test_mig_gpu_is_listed_and_logged_with_what_it_has(clean_env, tmp_path):
+    import json
+    env = fake_env(clean_env, gpus=2, mig=1)
+    r = gpumon(["list", "--json"], env)
+    assert r.returncode == 0, r.stderr
+    g0, g1 = json.loads(r.stdout)["gpus"]
+    assert g0["mig"] is True and g0["supported"]["util"] is False and g1["mig"] is False
+    r = gpumon(["list", "--no-color"], env)
+    assert "[MIG]" in r.stdout
+    out = tmp_path / "run.csv"
+    r = gpumon(["log", "--interval", "0.5", "--duration", "2", "-o", str(out)], env)
+    assert r.returncode == 0, r.stderr
+    by = rows_by_gpu(out)
+    assert by[0] and all(x["util_gpu_pct"] == "" and x["mem_used_mib"] != "" for x in by[0])
+    assert all(x["util_gpu_pct"] != "" for x in by[1])
+
+
+def test_per_process_utilization_where_processes_share_a_gpu(clean_env):
+    a = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    b = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        code = ("import time\nfrom gpumon.nvml import NvmlSource\n"
+                "s = NvmlSource().open()\ntime.sleep(0.5)\nx = s.read()\ntime.sleep(1.1)\n"
+                "x = s.read()\nprint(sorted(dict(x[-1].proc_util)), x[-1].pids)\n")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=fake_env(clean_env, pids=f"0:{a.pid},{b.pid}"), timeout=30)
+        assert r.returncode == 0, r.stderr
+        want = sorted([a.pid, b.pid])
+        assert r.stdout.strip() == f"{want} {tuple(want)}"
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
