@@ -227,3 +227,12 @@ def test_per_process_utilization_where_processes_share_a_gpu(clean_env):
         for p in (a, b):
             p.kill()
             p.wait()
+
+
+def test_pids_not_on_this_host_are_said_once(clean_env, tmp_path):
+    out = tmp_path / "run.csv"
+    r = gpumon(["log", "--interval", "0.5", "--duration", "2", "-o", str(out)],
+               fake_env(clean_env, pids="0:4194000"))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("not visible on this host") == 1
+    assert rows_by_gpu(out)[0][-1]["main_pid"] == ""

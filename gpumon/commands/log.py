@@ -23,20 +23,30 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-class _LostNotice:
-    """Says once, on stderr, when a GPU is lost; logging goes on for the others."""
+class _Notices:
+    """Says once, on stderr, when a GPU is lost (logging goes on for the others) and when the
+    GPUs' processes are not visible here (NVML reports host PIDs; in a container they need
+    the host PID namespace)."""
 
     def __init__(self, quiet: bool):
         self.seen: set[int] = set()
+        self.unmapped_said = False
         self.quiet = quiet
 
     def __call__(self, tick, diagnoses) -> None:
+        if self.quiet:
+            return
         for gpu in tick.lost:
             if gpu not in self.seen:
                 self.seen.add(gpu)
-                if not self.quiet:
-                    print(f"gpumon: GPU {gpu} is lost (NVML: GPU is lost); logging the others",
-                          file=sys.stderr)
+                print(f"gpumon: GPU {gpu} is lost (NVML: GPU is lost); logging the others",
+                      file=sys.stderr)
+        if tick.host is not None and tick.host.unmapped_pids and not self.unmapped_said:
+            self.unmapped_said = True
+            pids = " ".join(map(str, tick.host.unmapped_pids[:5]))
+            print(f"gpumon: GPU process(es) {pids} are not visible on this host (in a container, "
+                  "run with the host PID namespace, e.g. docker --pid=host); job CPU columns "
+                  "stay empty", file=sys.stderr)
 
 
 def run(args) -> int:
@@ -50,7 +60,7 @@ def run(args) -> int:
         raise
     monitor = Monitor(source, interval=args.interval, detector=make_detector(), sinks=[sink],
                       duration=args.duration)
-    monitor.listeners.append(_LostNotice(args.quiet))
+    monitor.listeners.append(_Notices(args.quiet))
     if not args.quiet:
         label = "SIMULATED " if source.kind == "sim" else ""
         print(f"gpumon: logging {len(infos)} {label}GPU(s) to {args.output} every "
