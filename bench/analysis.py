@@ -119,6 +119,7 @@ class Timed:
     """Repeated runs of one command: wall seconds (or the time it reports) and peak RSS."""
     label: str
     seconds: list[float] = field(default_factory=list)
+    wall: list[float] = field(default_factory=list)      # the whole command, start-up included
     rss_mib: list[float] = field(default_factory=list)
     error: Optional[str] = None
     output: str = ""
@@ -183,6 +184,7 @@ def bench_analysis(path: str, *, python: str, cwd: str, repeats: int = 3,
             ours.error = f"exit {rc}: {' '.join(out.split())[-300:]}"
             break
         ours.seconds.append(wall)
+        ours.wall.append(wall)
         ours.rss_mib.append(rss)
         ours.output = out
     pandas = Timed("pandas.read_csv")
@@ -196,5 +198,6 @@ def bench_analysis(path: str, *, python: str, cwd: str, repeats: int = 3,
             pandas.error = f"exit {rc}: {' '.join(out.split())[-300:]}"
             break
         pandas.seconds.append(float(out.strip().splitlines()[-1]))
+        pandas.wall.append(wall)
         pandas.rss_mib.append(rss)
     return ours, pandas
