@@ -49,18 +49,19 @@ def group(gpus: list[int], pids: Mapping[int, Optional[tuple]], mem: Mapping[int
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
 
+    # GPUs that share a process, or whose processes share a launcher, are one job.
     owner: dict = {}
     for g in act:
         for pid in pids.get(g) or ():
-            for key in (pid, ("parent", (ppid or {}).get(pid))):
-                if key[1] is None if isinstance(key, tuple) else False:
-                    continue
-                if isinstance(key, tuple) and key[1] <= 1:
-                    continue           # init or unknown: not a launcher
+            keys = [("pid", pid)]
+            parent_pid = (ppid or {}).get(pid)
+            if parent_pid is not None and parent_pid > 1:   # init is no launcher
+                keys.append(("parent", parent_pid))
+            for key in keys:
                 if key in owner:
                     union(owner[key], g)
                 owner[key] = g
-    if all(find(g) == g and sum(find(x) == g for x in act) == 1 for g in act):
+    if len({find(g) for g in act}) == len(act):
         # Nothing ties any GPUs together (no shared process, no common launcher): one job per
         # node is the common case, so the active GPUs form one job.
         for g in act[1:]:
