@@ -1,5 +1,6 @@
 """HostSource over a real process tree: a 'main' process with loader-worker children."""
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,11 +29,15 @@ if __name__ == "__main__":
 def tree(tmp_path):
     script = tmp_path / "tree.py"
     script.write_text(TREE)
-    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().strip() == "ready"
-    yield p
-    p.kill()
-    p.wait()
+    # Its own session, so teardown ends the whole tree (a killed parent orphans its workers).
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        yield p
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
 
 
 def _cpu_s(pid):
