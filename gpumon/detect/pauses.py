@@ -139,6 +139,12 @@ class PauseTracker:
         return sn > 0 and su / sn >= self.th.pause_context_duty
 
 
+def storage_bound(io, rd, th: Thresholds = DEFAULT):
+    """Storage feeds the job: iowait with disk reads, or heavy reads however little iowait."""
+    with np.errstate(invalid="ignore"):
+        return (rd >= th.disk_read_mbps) & ((io >= th.iowait_pct) | (rd >= th.disk_read_busy_mbps))
+
+
 def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
     """Per bin (workers, starving, writing, present) for the pause tracker, from a job's
     bins: the most loader workers of any rank, whether any rank's host shows starvation,
@@ -160,7 +166,7 @@ def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
         starving_g = (((wk >= 0.5) & ((ld / (100 * per) >= th.loader_busy_share)
                                       | (lb / per >= th.loader_busy_share)))
                       | ((wk < 0.5) & (main >= th.core_busy_pct)))
-        starving = starving_g.any(axis=0) | ((io >= th.iowait_pct) & (rd >= th.disk_read_mbps))
+        starving = starving_g.any(axis=0) | storage_bound(io, rd, th)
         writing = wr >= th.ckpt_write_mbps
         # The job still holds its GPUs: memory in use (or a process) wherever that is known.
         mem = r(g[GI["mem"]], g[GI["memn"]])

@@ -26,6 +26,7 @@ import numpy as np
 
 from gpumon.diagnosis import (BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, SYNC_STALL,
                               THROTTLED, VERDICTS)
+from gpumon.detect.pauses import storage_bound
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 V = {v: i for i, v in enumerate(VERDICTS)}
@@ -66,7 +67,7 @@ class Host:
             g = (((self.workers >= 0.5) & ((self.loader / (100 * per) >= th.loader_busy_share)
                                            | (self.lbusy / per >= th.loader_busy_share)))
                  | ((self.workers < 0.5) & (np.fmax(self.main, self.thread) >= th.core_busy_pct)))
-            io = (self.io >= th.iowait_pct) & (self.rd >= th.disk_read_mbps)
+            io = storage_bound(self.io, self.rd, th)
         return (g.any(axis=0) if g.shape[0] else np.zeros(io.shape, bool)) | io
 
     def cause(self, col: np.ndarray) -> np.ndarray:
@@ -93,7 +94,7 @@ class Host:
             no_workers = workers < 0.5
             main_bound = (np.fmax(main, thread) >= th.core_busy_pct) & no_workers
             thread_bound = thread >= th.core_busy_pct
-            storage = (self.io >= th.iowait_pct) & (self.rd >= th.disk_read_mbps)
+            storage = storage_bound(self.io, self.rd, th)
         return np.select([main_bound, storage & ~cpu, cpu, thread_bound, storage],
                          [C["main_process"], C["io_fetch"], C["cpu_preprocessing"],
                           C["main_process"], C["io_fetch"]], C["input_pipeline"])
@@ -239,7 +240,11 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
         s_asym = np.where(hs >= 0, hs, lone_idler)
         decide(asym, DATA_STARVATION, c=lambda: host.cause(s_asym), s=s_asym, cf=sc)
 
-    starved = jduty < th.duty_starved
+    # With host counters that show no cause (loaders not saturated, no main process at a
+    # core, no iowait), a mild dip is the step's own uploads and launches, not waiting.
+    known = ~np.isnan(hs_known(f))
+    limit = np.where(known & ~feeding, th.duty_starved_calm_host, th.duty_starved)
+    starved = jduty < limit
     decide(starved, DATA_STARVATION, c=lambda: host.cause(hs), s=hs,
            cf=np.clip(0.6 + (th.duty_starved - jduty), 0.6, 0.95))
 

@@ -55,6 +55,11 @@ class Thresholds:
     duty_starved: float = th(0.86, "share", "Below this duty cycle on all GPUs together the job "
                              "waits for input; TF's profiler calls >= 20% of step time on input "
                              "'highly input-bound', this is the same 14-20% seen from the GPU.")
+    duty_starved_calm_host: float = th(0.65, "share", "Below this duty cycle the job starves "
+                                       "even when its host shows no cause; above it, with calm "
+                                       "loaders, the gaps are the step's own batch uploads and "
+                                       "launches (a 200 MB batch at 10 GB/s is 20 ms of a 50 ms "
+                                       "step).")
     gap_sync_min: float = th(0.6, "ratio", "Idle time shared by every GPU of the job over the "
                              "mean idle time per GPU: starvation idles all ranks together; a "
                              "straggler idles alone.")
@@ -94,6 +99,9 @@ class Thresholds:
                            "host dilutes it, so gpumon asks less.")
     ckpt_write_mbps: float = th(50.0, "MB/s", "Disk writes at this rate while the GPUs stop "
                                 "are a checkpoint being saved (models are 100s of MB to GBs).")
+    disk_read_busy_mbps: float = th(20.0, "MB/s", "Disk reads at this rate while the GPUs "
+                                    "wait point at storage even with little iowait (a many-core "
+                                    "host dilutes iowait; a cached dataset reads nothing).")
     disk_read_mbps: float = th(1.0, "MB/s", "Disk reads needed beside iowait to blame storage.")
     # --- streaming ---------------------------------------------------------------------------
     hold_s: float = th(2.0, "s", "A new verdict must win this long before a live verdict "
