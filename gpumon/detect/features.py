@@ -31,6 +31,11 @@ _RATIO_FIELDS = {
     "loader_cpu": ("ld", "ldn"), "main_cpu": ("mc", "mcn"), "main_thread": ("mt", "mtn"),
     "workers": ("wk", "wkn"), "loader_busy": ("lb", "lbn")}
 _RATIOS = tuple(_RATIO_FIELDS)
+_RECENT = ("workers", "loader_cpu", "loader_busy", "main_cpu", "main_thread")
+_RECENT_NUM = [GI[_RATIO_FIELDS[k][0]] for k in _RECENT]
+_RECENT_DEN = [GI[_RATIO_FIELDS[k][1]] for k in _RECENT]
+# Seconds of host readings that count as "now" (see _recent features).
+RECENT_BINS = 2
 _HNUM = [HI[k] for k in ("io", "rd", "wr", "cpu")]
 _HDEN = [HI[k] for k in ("ion", "rdn", "wrn", "cpun")]
 _NUM = [GI[a] for a, _ in _RATIO_FIELDS.values()]
@@ -86,6 +91,12 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     R = _div(S[_NUM], S[_DEN])                      # (len(_RATIOS), G, E)
     for i, name in enumerate(_RATIOS):
         f[name] = R[i]
+    # The host over the last seconds only: at an onset the window's mean lags the change.
+    Sr = wsum(gk[_RECENT_NUM + _RECENT_DEN], min(RECENT_BINS, int(W.min())), ends)
+    k = len(_RECENT)
+    Rr = _div(Sr[:k], Sr[k:])
+    for i, name in enumerate(_RECENT):
+        f[name + "_recent"] = Rr[i]
     f["power_frac"] = _div(f["power_w"], f["power_limit"])
     f["clock_frac"] = _div(f["clock"], f["clock_max"])
 

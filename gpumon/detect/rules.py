@@ -53,6 +53,11 @@ class Host:
         self.workers, self.loader = f["workers"], f["loader_cpu"]
         self.lbusy, self.main, self.thread = f["loader_busy"], f["main_cpu"], f["main_thread"]
         self.io, self.rd = f["iowait"], f["disk_read"]
+        self.views = [(f["workers"], f["loader_cpu"], f["loader_busy"], f["main_cpu"],
+                       f["main_thread"])]
+        if "workers_recent" in f:
+            self.views.append(tuple(f[k + "_recent"] for k in (
+                "workers", "loader_cpu", "loader_busy", "main_cpu", "main_thread")))
         G = self.workers.shape[0]
         with np.errstate(invalid="ignore", all="ignore"):
             self.whole = {k: (np.fmax.reduce(getattr(self, k), axis=0) if G else
@@ -60,15 +65,20 @@ class Host:
                           for k in ("workers", "loader", "lbusy", "main", "thread")}
 
     def starving_any(self) -> np.ndarray:
-        """(E,): any rank's host shows starvation (loaders saturated, main at a core, storage)."""
+        """(E,): any rank's host shows starvation (loaders saturated, main at a core, storage),
+        over the window or over its last seconds."""
         th = self.th
-        with np.errstate(invalid="ignore"):
-            per = np.maximum(self.workers, 1)
-            g = (((self.workers >= 0.5) & ((self.loader / (100 * per) >= th.loader_busy_share)
-                                           | (self.lbusy / per >= th.loader_busy_share)))
-                 | ((self.workers < 0.5) & (np.fmax(self.main, self.thread) >= th.core_busy_pct)))
-            io = storage_bound(self.io, self.rd, th)
-        return (g.any(axis=0) if g.shape[0] else np.zeros(io.shape, bool)) | io
+        io = storage_bound(self.io, self.rd, th)
+        out = io.copy()
+        for wk, ld, lb, mc, mt in self.views:
+            with np.errstate(invalid="ignore"):
+                per = np.maximum(wk, 1)
+                g = (((wk >= 0.5) & ((ld / (100 * per) >= th.loader_busy_share)
+                                     | (lb / per >= th.loader_busy_share)))
+                     | ((wk < 0.5) & (np.fmax(mc, mt) >= th.core_busy_pct)))
+            if g.shape[0]:
+                out |= g.any(axis=0)
+        return out
 
     def cause(self, col: np.ndarray) -> np.ndarray:
         """Cause of starvation per window, from the rank at row ``col`` (the straggler), or
@@ -225,6 +235,11 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
             # Without power: a single busier GPU against several idler ones computes.
             lone_hi = hi.sum(axis=0) == 1
         computes = np.where(np.isnan(slope), lone_hi & (G > 2), slope >= COMPUTE_SLOPE)
+        # A straggler is one GPU the others wait for: when more GPUs run flat out than idle,
+        # the idle minority is the odd one out (its input), whatever the power says while
+        # the 1 s power averages catch up; a busy minority against idle ones is the straggler.
+        nhi = hi.sum(axis=0)
+        computes = np.where(nhi > G - nhi, False, np.where(nhi < G - nhi, True, computes))
         computes &= d_hi >= th.spin_duty
         if shared_process:
             computes = d_hi >= th.spin_duty

@@ -69,7 +69,10 @@ class Hysteresis:
         if key == self.current:
             self._cand = None
             return False
-        if key != self._cand:
+        if key[0] != self.current[0] and self._cand is not None and key[0] == self._cand[0]:
+            # Another verdict keeps winning while its cause or straggler wobble: it counts.
+            self._cand = key
+        elif key != self._cand:
             self._cand, self._cand_since = key, t
         if t - self._cand_since >= self.hold_s - self.step_s - 1e-9:
             self.current, self.since, self._cand = key, t, None
