@@ -149,3 +149,16 @@ def test_text_output(capsys):
     out = capsys.readouterr().out
     assert out.count("verdict:") == 2 and out.count("timeline:") == 2
     assert "advice:" in out and "data_starvation" in out
+
+
+def test_pyarrow_reader_without_pandas(monkeypatch):
+    """pandas is only a faster reader: pyarrow alone reads the same logs the same way."""
+    import gpumon.analyze.readers as R
+    fast = {name: analyze_file(path(name)) for name in ("nvsmi_starved.csv", "malformed.csv")}
+    monkeypatch.setattr(R, "_read_text", R._read_csv)
+    for name, (log_fast, tl_fast) in fast.items():
+        log, tl = analyze_file(path(name))
+        assert len(log.samples.time) == len(log_fast.samples.time)
+        assert (log.malformed.count, log.malformed.first_line) == \
+            (log_fast.malformed.count, log_fast.malformed.first_line)
+        assert summary(tl)["verdict"] == summary(tl_fast)["verdict"]
