@@ -76,7 +76,7 @@ class Thresholds:
                                  "the hottest busy GPU's power is 'busy but cold': spinning in a "
                                  "collective (reported at 18-45% of the limit vs 60-100% "
                                  "computing).")
-    power_spread: float = th(0.1, "share of limit", "Minimum gap in power fraction between the "
+    power_spread: float = th(0.06, "share of limit", "Minimum gap in power fraction between the "
                              "hottest GPU and the median of the others to call a sync stall "
                              "when every GPU reads ~100% utilization.")
     lone_idle_share: float = th(0.03, "share", "Without host counters, a starving rank is named "
