@@ -27,6 +27,8 @@ STARVING_COOLDOWN = 3
 # Every GPU at this duty or more: all ranks are back at work after a stop (ranks restart
 # one after another after an epoch boundary; their staggered return is not starvation).
 ALL_ON_DUTY = 0.3
+# Bins with every GPU at work, within a pause, before a new stop counts as starvation.
+BACK_BINS = 2
 # Bins of steady work that end a pause (the mean duty over them >= duty_starved).
 RESUME_BINS = 4
 
@@ -48,6 +50,7 @@ class PauseTracker:
         self.unmark: range = range(0)   # bins of a "pause" just found to be starvation
         self.workers: Optional[float] = None   # loader workers during steady work
         self.cooldown = 0
+        self.on_bins = 0          # bins with every GPU at work since the pause began
 
     def step(self, duties: np.ndarray, n: float, u: float,
              host: Optional[tuple] = None) -> bool:
@@ -92,7 +95,13 @@ class PauseTracker:
             # this was the onset of starvation, not a pause.
             slow = (known and len(self.after) == RESUME_BINS
                     and sum(self.after) / RESUME_BINS < th.duty_starved)
-            hungry = not explained and (slow or (all_idle and (self.resumed or (
+            if all_on:
+                self.on_bins += 1
+            # Stopping again after every rank worked for a while is the next starvation gap;
+            # a choppy restart (ranks and loaders coming back one by one) is not.
+            back = self.on_bins >= BACK_BINS
+            slow = slow and back
+            hungry = not explained and (slow or (all_idle and (back or (
                 starving and self.length > self.startup))))
             if self.length >= self.pmax or hungry or not present:
                 self.in_pause = False           # too long, or starving: judge it normally
@@ -117,6 +126,7 @@ class PauseTracker:
             # starting, even before the GPUs stop.)
             self.in_pause, self.length, self.resumed = True, 1, False
             self.after.clear()
+            self.on_bins = 0
             self.start = self.i
             self.recent.clear()
             self.hist.append((0.0, 0.0, True))

@@ -33,7 +33,7 @@ class Thresholds:
                                    "uploads run at ~75-90%).")
     pause_max_s: float = th(60.0, "s", "A pause longer than this (validation passes run up to "
                             "~45 s with start-up) is no longer a pause of a running job.")
-    loader_startup_s: float = th(20.0, "s", "New DataLoader workers (an epoch boundary) may "
+    loader_startup_s: float = th(30.0, "s", "New DataLoader workers (an epoch boundary) may "
                                  "take this long to start, CPU-bound, while the GPUs wait; "
                                  "saturated loaders for longer during a stop are starvation.")
     max_sample_gap_s: float = th(2.5, "s", "A hole between two samples of one GPU longer than "
