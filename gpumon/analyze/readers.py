@@ -59,6 +59,10 @@ PLAIN_MEM = ("mem_used", "memory_used", "mem_used_mib", "memory.used", "memory_u
 PLAIN_LIMIT = ("power_limit", "power_limit_w", "power.limit")
 
 
+# A decimal number, as nvidia-smi and people's own loops write them (units already stripped).
+_NUMBER_RE = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
+
+
 def _pa():
     try:
         import pyarrow as pa
@@ -152,9 +156,13 @@ def num(col) -> tuple[np.ndarray, np.ndarray]:
     try:
         v = pc.cast(stripped, pa.float64()).to_numpy(zero_copy_only=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        import pandas as pd  # the slow path, only for columns with unreadable values
-        v = pd.to_numeric(pd.Series(stripped.to_numpy(zero_copy_only=False)),
-                          errors="coerce").to_numpy(dtype=float)
+        # The slow path, only for columns with unreadable values: cells that are not a number
+        # become null (counted as malformed by the caller), the rest are cast.
+        ok = pc.match_substring_regex(stripped, _NUMBER_RE)
+        ok = pc.fill_null(ok, False)
+        stripped = pc.if_else(ok, stripped, pa.scalar(None, stripped.type))
+        v = pc.cast(pc.utf8_trim_whitespace(stripped), pa.float64()).to_numpy(
+            zero_copy_only=False)
     miss = missing.to_numpy(zero_copy_only=False)
     return v, (~miss) & np.isnan(v)
 
