@@ -1,0 +1,28 @@
+"""`gpumon analyze` on a core install (pandas is an extra): bad cells, no traceback."""
+import subprocess
+import sys
+
+RUN_WITHOUT_PANDAS = """
+import sys
+class NoPandas:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError("No module named 'pandas'", name="pandas")
+sys.meta_path.insert(0, NoPandas())
+from gpumon.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def test_unreadable_cells_without_pandas(tmp_path, clean_env):
+    log = tmp_path / "smi.csv"
+    rows = ["timestamp, index, utilization.gpu [%], power.draw [W]"]
+    for k in range(30):
+        util = "abc" if k == 7 else f"{(95 if k % 3 else 5)} %"
+        rows.append(f"2024/05/01 00:00:{k:02d}.000, 0, {util}, {300 if k % 3 else 80}.00 W")
+    log.write_text("\n".join(rows) + "\n")
+    r = subprocess.run([sys.executable, "-c", RUN_WITHOUT_PANDAS, "analyze", str(log)],
+                       capture_output=True, text=True, env=clean_env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "1 malformed line(s) skipped, the first at line 9" in r.stdout
