@@ -43,8 +43,8 @@ _DEN = [GI[b] for _, b in _RATIO_FIELDS.values()]
 
 
 def _div(a, b):
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
+    """a / b where b > 0, else NaN (callers run under np.errstate(all="ignore"))."""
+    return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
 
 
 def wsum(a: np.ndarray, w: int, ends: np.ndarray) -> np.ndarray:
@@ -119,7 +119,7 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
                W, ends)
     f["power_frac_busy"] = _div(pfb[0], pfb[1])
     all_busy = busy_bin.all(axis=0) if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
-    with np.errstate(invalid="ignore"):
+    if True:   # (under the caller's errstate)
         top = np.nanmax(np.where(busy_bin, bpw, np.nan), axis=0) if bpw.shape[0] else bpw[0]
     rel = np.where(all_busy, _div(bpw, top), 0.0)
     rs = wsum(np.stack([rel, np.broadcast_to(all_busy.astype(float), rel.shape)]), W, ends)
@@ -139,6 +139,6 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
 
 def window_features(*args, **kwargs) -> dict:
     """See _window_features; all-NaN windows (no power, no host) are normal, not warnings."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         return _window_features(*args, **kwargs)

@@ -45,6 +45,19 @@ def _nan(a):
     return np.where(np.isnan(a), -np.inf, a)
 
 
+class _Calm:
+    """A no-op context: judge() runs everything under one np.errstate(all="ignore")."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_CALM = _Calm()
+
+
 class Host:
     """Host counters of a job's windows, read once per judge() call."""
 
@@ -59,7 +72,7 @@ class Host:
             self.views.append(tuple(f[k + "_recent"] for k in (
                 "workers", "loader_cpu", "loader_busy", "main_cpu", "main_thread")))
         G = self.workers.shape[0]
-        with np.errstate(invalid="ignore", all="ignore"):
+        with _CALM:
             self.whole = {k: (np.fmax.reduce(getattr(self, k), axis=0) if G else
                               np.full(self.io.shape, np.nan))
                           for k in ("workers", "loader", "lbusy", "main", "thread")}
@@ -71,7 +84,7 @@ class Host:
         io = storage_bound(self.io, self.rd, th)
         out = io.copy()
         for wk, ld, lb, mc, mt in self.views:
-            with np.errstate(invalid="ignore"):
+            with _CALM:
                 per = np.maximum(wk, 1)
                 g = (((wk >= 0.5) & ((ld / (100 * per) >= th.loader_busy_share)
                                      | (lb / per >= th.loader_busy_share)))
@@ -97,7 +110,7 @@ class Host:
 
         workers, loader, lbusy = pick("workers"), pick("loader"), pick("lbusy")
         main, thread = pick("main"), pick("thread")
-        with np.errstate(invalid="ignore"):
+        with _CALM:
             per_worker = loader / (100.0 * np.maximum(workers, 1))
             cpu = (workers >= 0.5) & ((per_worker >= th.loader_busy_share)
                                       | (lbusy / np.maximum(workers, 1) >= th.loader_busy_share))
@@ -113,7 +126,7 @@ class Host:
 def _host_starved(f: dict, th: Thresholds) -> np.ndarray:
     """(G, E): NaN where the GPU's job processes are unknown, else 1.0 / 0.0 (starving)."""
     w = f["workers"]
-    with np.errstate(invalid="ignore"):
+    with _CALM:
         per_worker = f["loader_cpu"] / (100.0 * np.maximum(w, 1))
         starving = (((w >= 0.5) & (per_worker >= th.loader_busy_share))
                     | ((w < 0.5) & (np.fmax(f["main_cpu"], f["main_thread"]) >= th.core_busy_pct))
@@ -145,7 +158,7 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     duty = f["duty"]
     G, E = duty.shape
     ar = np.arange(E)
-    with np.errstate(invalid="ignore", all="ignore"):
+    with _CALM:
         jduty = np.nanmean(np.where(f["n"] > 0, duty, np.nan), axis=0) if G else np.full(E, np.nan)
         dmax = np.nanmax(_nan(duty), axis=0)
         dmin = np.nanmin(np.where(np.isnan(duty), np.inf, duty), axis=0)
@@ -183,7 +196,7 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     quiet = dmax < th.idle_duty
     feeding = host.starving_any()
     # The job has let go of its GPUs (no memory held where memory is known): idle.
-    with np.errstate(invalid="ignore"):
+    with _CALM:
         gone = (f["mem_last"] < th.mem_active_mib).all(axis=0) if G else np.zeros(E, bool)
     decide(gone, IDLE, cf=0.9)
     decide(quiet & ~(f["ctx_duty"] >= th.idle_duty) & ~feeding, IDLE,
@@ -225,7 +238,7 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     if G > 1:
         mid = (dmax + dmin) / 2.0
         hi = duty >= mid[None, :]
-        with np.errstate(invalid="ignore", all="ignore"):
+        with _CALM:
             pf = f["power_frac"]
             p_hi = np.nanmean(np.where(hi, pf, np.nan), axis=0)
             p_lo = np.nanmean(np.where(~hi, pf, np.nan), axis=0)
@@ -269,7 +282,7 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     if G > 1:
         pfb = f["power_frac_busy"]
         rel = f["rel_power"]
-        with np.errstate(invalid="ignore", all="ignore"):
+        with _CALM:
             # The hottest GPU; without a power limit, by its power relative to the others.
             hot = np.where(np.isnan(pfb).all(axis=0), np.argmax(_nan(rel), axis=0),
                            np.argmax(_nan(pfb), axis=0))
@@ -294,6 +307,6 @@ def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> di
     """Verdict codes (index into VERDICTS), cause codes (index into CAUSE_NAMES or -1),
     straggler rows (or -1), confidence and whether the host shows starvation, per window.
     (Windows without power or host counters make all-NaN slices: expected, not warnings.)"""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         return _judge(f, shared_process, th)
