@@ -7,6 +7,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from gpumon.detect import nanops as N
+
 from gpumon.diagnosis import Diagnosis, VERDICTS
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
@@ -29,27 +31,18 @@ NAN = float("nan")
 
 def tick_columns(ticks: Sequence[Tick]):
     """(SampleCols, JobCols, HostCols, latest PIDs per GPU, PID -> parent PID)."""
-    t, gpu, util, pw, pl, clk, cmax, ev, mem, hp = ([] for _ in range(10))
-    jt, jg, ld, mc, mt, wk, lb = ([] for _ in range(7))
-    ht, io, rd, wr, cpu = ([] for _ in range(5))
+    # One row per sample, converted by numpy at once (None -> NaN under dtype float).
+    grows: list = []
+    jrows: list = []
+    hrows: list = []
     pids: dict[int, Optional[tuple]] = {}
     ppid: dict[int, int] = {}
-
-    def f(v):
-        return NAN if v is None else float(v)
-
     for tick in ticks:
-        for s in tick.gpus:
-            t.append(s.time)
-            gpu.append(s.gpu)
-            util.append(f(s.util_gpu_pct))
-            pw.append(f(s.power_w))
-            pl.append(f(s.power_limit_w))
-            clk.append(f(s.sm_clock_mhz))
-            cmax.append(f(s.sm_clock_max_mhz))
-            ev.append(f(s.clock_events))
-            mem.append(f(s.mem_used_mib))
-            hp.append(NAN if s.pids is None else float(bool(s.pids)))
+        gs = tick.gpus
+        grows += [(s.time, s.gpu, s.util_gpu_pct, s.power_w, s.power_limit_w, s.sm_clock_mhz,
+                   s.sm_clock_max_mhz, s.clock_events, s.mem_used_mib,
+                   None if s.pids is None else bool(s.pids)) for s in gs]
+        for s in gs:
             if s.pids is not None:
                 pids[s.gpu] = s.pids
             elif s.gpu not in pids:
@@ -57,29 +50,27 @@ def tick_columns(ticks: Sequence[Tick]):
         host = tick.host
         if host is None:
             continue
-        ht.append(host.time)
-        io.append(f(host.iowait_pct))
-        rd.append(f(host.disk_read_mbps))
-        wr.append(f(host.disk_write_mbps))
-        cpu.append(f(host.cpu_pct))
-        for j in host.jobs:
-            jt.append(host.time)
-            jg.append(j.gpu)
-            ld.append(f(j.loader_cpu_pct))
-            mc.append(f(j.main_cpu_pct))
-            mt.append(f(j.main_thread_max_pct))
-            wk.append(f(j.loader_workers))
-            lb.append(f(j.loader_busy))
+        ht = host.time
+        hrows.append((ht, host.iowait_pct, host.disk_read_mbps, host.disk_write_mbps,
+                      host.cpu_pct))
+        jrows += [(ht, j.gpu, j.loader_cpu_pct, j.main_cpu_pct, j.main_thread_max_pct,
+                   j.loader_workers, j.loader_busy) for j in host.jobs]
         for p in host.procs:
             ppid[p.pid] = p.ppid
-    A = np.asarray
-    samples = SampleCols(A(t, float), A(gpu, np.int64), A(util, float), A(pw, float),
-                         A(pl, float), A(clk, float), A(cmax, float), A(ev, float),
-                         A(mem, float), A(hp, float))
-    jobs = JobCols(A(jt, float), A(jg, np.int64), A(ld, float), A(mc, float), A(mt, float),
-                   A(wk, float), A(lb, float))
-    hosts = HostCols(A(ht, float), A(io, float), A(rd, float), A(wr, float), A(cpu, float))
+    G = _cols(grows, 10)
+    J = _cols(jrows, 7)
+    H = _cols(hrows, 5)
+    samples = SampleCols(G[0], G[1].astype(np.int64), *G[2:])
+    jobs = JobCols(J[0], J[1].astype(np.int64), *J[2:])
+    hosts = HostCols(*H)
     return samples, jobs, hosts, pids, ppid
+
+
+def _cols(rows: list, k: int) -> np.ndarray:
+    """(k, len(rows)) float64 array of the rows' fields, None as NaN."""
+    if not rows:
+        return np.zeros((k, 0))
+    return np.array(rows, dtype=float).T
 
 
 def _num(x) -> Optional[float]:
@@ -110,8 +101,8 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
     d = duty[~np.isnan(duty)]
     rel = col("rel_power")
     relk = rel[~np.isnan(rel)]
-    thr = np.fmax(np.fmax(np.nan_to_num(col("therm_share")), np.nan_to_num(col("pcap_share"))),
-                  np.nan_to_num(col("hws_share")))
+    thr = np.fmax(np.fmax(N.nan_to_num(col("therm_share")), N.nan_to_num(col("pcap_share"))),
+                  N.nan_to_num(col("hws_share")))
     bins = float(f["bins"][e]) or 1.0
     ev = {
         "duty_cycle": float(d.mean()) if len(d) else None,
@@ -126,7 +117,7 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
         "busy_cold_share": (float((relk <= th.cold_power_ratio).mean()) if len(relk) > 1
                             else None),
         "rel_power_min": float(relk.min()) if len(relk) > 1 else None,
-        "clock_frac": (float(np.nanmin(col("clock_frac")))
+        "clock_frac": (float(N.nanmin(col("clock_frac")))
                        if not np.isnan(col("clock_frac")).all() else None),
         "throttle_share": (float(thr.max()) if not np.isnan(col("therm_share")).all()
                            else None),
@@ -138,7 +129,7 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
         "iowait_pct": _num(f["iowait"][e]),
         "disk_read_mbps": _num(f["disk_read"][e]),
         "disk_write_mbps": _num(f["disk_write"][e]),
-        "samples_per_s": (float(np.nanmean(col("n"))) / bins) if len(duty) else None,
+        "samples_per_s": (float(N.nanmean(col("n"))) / bins) if len(duty) else None,
         "pause": float(bool(f["pause"][e])),
     }
     return {k: _num(ev[k]) for k in EVIDENCE_KEYS}
@@ -217,7 +208,7 @@ def active_since(g: np.ndarray, th: Thresholds = DEFAULT) -> int:
     mem = _ratio(g[GI["mem"]], g[GI["memn"]])
     duty = _ratio(g[GI["u"]], g[GI["n"]])
     act = np.where(~np.isnan(pid), pid > 0, False) | np.where(
-        ~np.isnan(mem), mem >= th.mem_active_mib, np.isnan(pid) & (np.nan_to_num(duty) > 0))
+        ~np.isnan(mem), mem >= th.mem_active_mib, np.isnan(pid) & (N.nan_to_num(duty) > 0))
     allact = act.all(axis=0)
     off = np.flatnonzero(~allact)
     return int(off[-1] + 1) if len(off) else 0

@@ -14,6 +14,8 @@ import warnings
 
 import numpy as np
 
+from gpumon.detect import nanops as N
+
 from typing import Optional
 
 from gpumon.detect.bins import GI, HI
@@ -82,8 +84,8 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
         wmax = max(w0, int(round(th.window_max_s / th.bin_s)))
         # Stretch only for a job whose context already looks starved: a busy job's rare
         # short dips would otherwise stretch its window and slow the answer at an onset.
-        slow = np.nan_to_num(ctx_duty, nan=1.0) < th.duty_starved
-        want = np.where(slow, np.ceil(np.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
+        slow = N.nan_to_num(ctx_duty, nan=1.0) < th.duty_starved
+        want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
         W = np.clip(want, w0, wmax).astype(int)
     S = wsum(gk, W, ends)                          # (F, G, E)
     f = {"n": S[GI["n"]], "gap_n": S[GI["gapn"]]}
@@ -104,7 +106,7 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     bn = g[GI["n"]]
     bduty = _div(g[GI["u"]], bn)                    # (G, T)
     have = (bn > 0).all(axis=0) & keep              # bins where every GPU has data
-    bidle = np.where(have, 1.0 - np.nan_to_num(bduty), 0.0)
+    bidle = np.where(have, 1.0 - N.nan_to_num(bduty), 0.0)
     mean_idle = bidle.mean(axis=0)
     min_idle = bidle.min(axis=0)
     sm = wsum(np.stack([min_idle, mean_idle, have.astype(float)]), W, ends)
@@ -120,7 +122,7 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     f["power_frac_busy"] = _div(pfb[0], pfb[1])
     all_busy = busy_bin.all(axis=0) if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
     if True:   # (under the caller's errstate)
-        top = np.nanmax(np.where(busy_bin, bpw, np.nan), axis=0) if bpw.shape[0] else bpw[0]
+        top = N.nanmax(np.where(busy_bin, bpw, np.nan), axis=0) if bpw.shape[0] else bpw[0]
     rel = np.where(all_busy, _div(bpw, top), 0.0)
     rs = wsum(np.stack([rel, np.broadcast_to(all_busy.astype(float), rel.shape)]), W, ends)
     f["rel_power"] = _div(rs[0], rs[1])            # (G, E): power over the hottest's, all busy

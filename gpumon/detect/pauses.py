@@ -18,6 +18,8 @@ from typing import Optional
 
 import numpy as np
 
+from gpumon.detect import nanops as N
+
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 # A bin in which the job's duty reaches this counts as work resumed inside a pause.
@@ -185,7 +187,7 @@ def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
             ~np.isnan(mem), mem < th.mem_active_mib, False)
         present = ~gone.any(axis=0)
         workers = np.where(np.isnan(wk).all(axis=0), np.nan,
-                           np.nanmax(np.where(np.isnan(wk), -1, wk), axis=0))
+                           N.nanmax(np.where(np.isnan(wk), -1, wk), axis=0))
     return list(zip(workers.tolist(), starving.tolist(), writing.tolist(), present.tolist()))
 
 

@@ -24,6 +24,8 @@ import warnings
 
 import numpy as np
 
+from gpumon.detect import nanops as N
+
 from gpumon.diagnosis import (BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, SYNC_STALL,
                               THROTTLED, VERDICTS)
 from gpumon.detect.pauses import storage_bound
@@ -149,7 +151,7 @@ def host_straggler(f: dict, th: Thresholds = DEFAULT) -> np.ndarray:
         return np.full(hs.shape[1], -1)
     known = (~np.isnan(hs)).all(axis=0)
     one = np.nansum(hs, axis=0) == 1
-    return np.where(known & one, np.argmax(np.nan_to_num(hs), axis=0), -1)
+    return np.where(known & one, np.argmax(N.nan_to_num(hs), axis=0), -1)
 
 
 def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> dict:
@@ -159,9 +161,9 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     G, E = duty.shape
     ar = np.arange(E)
     with _CALM:
-        jduty = np.nanmean(np.where(f["n"] > 0, duty, np.nan), axis=0) if G else np.full(E, np.nan)
-        dmax = np.nanmax(_nan(duty), axis=0)
-        dmin = np.nanmin(np.where(np.isnan(duty), np.inf, duty), axis=0)
+        jduty = N.nanmean(np.where(f["n"] > 0, duty, np.nan), axis=0) if G else np.full(E, np.nan)
+        dmax = N.nanmax(_nan(duty), axis=0)
+        dmin = N.nanmin(np.where(np.isnan(duty), np.inf, duty), axis=0)
         amax = np.argmax(_nan(duty), axis=0)
         amin = np.argmin(np.where(np.isnan(duty), np.inf, duty), axis=0)
     nmin = f["n"].min(axis=0) if G else np.zeros(E)
@@ -211,13 +213,13 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
                 "duty": jduty, "spread": spread, "slope": slope, "host_starving": feeding,
                 # Keep a starvation verdict through a flat-out stretch only while the host
                 # still starves it and the recent context starved too.
-                "sticky": feeding & (np.nan_to_num(f["ctx_duty"], nan=1.0) < th.duty_starved)}
+                "sticky": feeding & (N.nan_to_num(f["ctx_duty"], nan=1.0) < th.duty_starved)}
     if decided.all():               # live: one window, often settled here (pause, idle)
         return result()
 
     # Throttled: clock event reasons with the clock really held down.
-    share = np.fmax(np.fmax(np.nan_to_num(f["therm_share"]), np.nan_to_num(f["pcap_share"])),
-                    np.nan_to_num(f["hws_share"]))
+    share = np.fmax(np.fmax(N.nan_to_num(f["therm_share"]), N.nan_to_num(f["pcap_share"])),
+                    N.nan_to_num(f["hws_share"]))
     clock_low = np.where(np.isnan(f["clock_frac"]), True, f["clock_frac"] < th.throttle_clock_frac)
     thr = (share >= th.throttle_share) & clock_low                       # (G, E)
     nthr = thr.sum(axis=0)
@@ -240,10 +242,10 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
         hi = duty >= mid[None, :]
         with _CALM:
             pf = f["power_frac"]
-            p_hi = np.nanmean(np.where(hi, pf, np.nan), axis=0)
-            p_lo = np.nanmean(np.where(~hi, pf, np.nan), axis=0)
-            d_hi = np.nanmean(np.where(hi, duty, np.nan), axis=0)
-            d_lo = np.nanmean(np.where(~hi, duty, np.nan), axis=0)
+            p_hi = N.nanmean(np.where(hi, pf, np.nan), axis=0)
+            p_lo = N.nanmean(np.where(~hi, pf, np.nan), axis=0)
+            d_hi = N.nanmean(np.where(hi, duty, np.nan), axis=0)
+            d_lo = N.nanmean(np.where(~hi, duty, np.nan), axis=0)
             slope = (p_hi - p_lo) / np.maximum(d_hi - d_lo, 1e-6)
             # Without power: a single busier GPU against several idler ones computes.
             lone_hi = hi.sum(axis=0) == 1
@@ -262,7 +264,7 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
                c=C["dataparallel"] if shared_process else C["imbalance"], s=amax, cf=sc)
         # The busier GPUs spin (or nobody runs continuously): someone waits for input. Name
         # the rank whose host starves, or the lone idler beside ranks that never idle.
-        idle = np.nan_to_num(f["idle_share"])
+        idle = N.nan_to_num(f["idle_share"])
         others_idle = np.where(np.arange(G)[:, None] == amin[None, :], 0.0, idle).max(axis=0)
         lone_idler = np.where((others_idle < th.lone_idle_share) & np.isnan(hs_known(f)), amin, -1)
         s_asym = np.where(hs >= 0, hs, lone_idler)
@@ -289,7 +291,7 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
             top = pfb[hot, ar]
             known = ~np.isnan(pfb)
             # Mean power of the other GPUs (a median costs 20x more for the same answer).
-            med = (np.where(known, pfb, 0.0).sum(axis=0) - np.nan_to_num(top)) / np.maximum(
+            med = (np.where(known, pfb, 0.0).sum(axis=0) - N.nan_to_num(top)) / np.maximum(
                 known.sum(axis=0) - 1, 1)
             med = np.where(known.sum(axis=0) > 1, med, np.nan)
             rel_min = np.where(np.isnan(rel), np.inf, rel).min(axis=0)
@@ -297,7 +299,7 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
         gap = top - med
         cold = (rel_min <= th.cold_power_ratio) & ((gap >= th.power_spread) | np.isnan(gap))
         decide(cold, SYNC_STALL, c=C["dataparallel"] if shared_process else C["imbalance"],
-               s=hot, cf=np.clip(0.55 + np.nan_to_num(gap, nan=0.05), 0.55, 0.95))
+               s=hot, cf=np.clip(0.55 + N.nan_to_num(gap, nan=0.05), 0.55, 0.95))
     decide(np.ones(E, bool), BUSY,
            cf=np.clip(0.6 + 2.0 * (jduty - th.duty_starved), 0.5, 0.95))
     return result()
