@@ -88,7 +88,7 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
     def mean(name):
         a = col(name)
         a = a[~np.isnan(a)]
-        return float(a.mean()) if len(a) else None
+        return float(a.sum()) / len(a) if len(a) else None   # a.mean() without its checks
 
     def hostval(name):
         a = col(name)
@@ -104,17 +104,18 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
     thr = np.fmax(np.fmax(N.nan_to_num(col("therm_share")), N.nan_to_num(col("pcap_share"))),
                   N.nan_to_num(col("hws_share")))
     bins = float(f["bins"][e]) or 1.0
+    dmean = float(d.sum()) / len(d) if len(d) else None
     ev = {
-        "duty_cycle": float(d.mean()) if len(d) else None,
+        "duty_cycle": dmean,
         "duty_min": float(d.min()) if len(d) else None,
         "duty_max": float(d.max()) if len(d) else None,
-        "util_pct": 100.0 * float(d.mean()) if len(d) else None,
+        "util_pct": 100.0 * dmean if len(d) else None,
         "burst_s": mean("burst_s"),
         "gap_s": mean("gap_s"),
         "gap_sync": _num(f["gap_sync"][e]) if len(duty) > 1 else None,
         "power_frac": mean("power_frac"),
         "power_frac_busy": mean("power_frac_busy"),
-        "busy_cold_share": (float((relk <= th.cold_power_ratio).mean()) if len(relk) > 1
+        "busy_cold_share": (int((relk <= th.cold_power_ratio).sum()) / len(relk) if len(relk) > 1
                             else None),
         "rel_power_min": float(relk.min()) if len(relk) > 1 else None,
         "clock_frac": (float(N.nanmin(col("clock_frac")))

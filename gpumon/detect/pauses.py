@@ -19,6 +19,7 @@ from typing import Optional
 import numpy as np
 
 from gpumon.detect import nanops as N
+from gpumon.detect.bins import GI, HI
 
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
@@ -157,22 +158,25 @@ def storage_bound(io, rd, th: Thresholds = DEFAULT):
         return (rd >= th.disk_read_mbps) & ((io >= th.iowait_pct) | (rd >= th.disk_read_busy_mbps))
 
 
+# Fields host_bins divides (numerators, denominators), per GPU and for the host.
+_HB_NUM = [GI[k] for k in ("wk", "ld", "lb", "mc", "mt", "mem", "pid")]
+_HB_DEN = [GI[k] for k in ("wkn", "ldn", "lbn", "mcn", "mtn", "memn", "pidn")]
+_HB_HNUM = [HI[k] for k in ("io", "rd", "wr")]
+_HB_HDEN = [HI[k] for k in ("ion", "rdn", "wrn")]
+
+
 def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
     """Per bin (workers, starving, writing, present) for the pause tracker, from a job's
     bins: the most loader workers of any rank, whether any rank's host shows starvation,
     whether the disk is written at checkpoint rates, and whether the job still holds its
     GPUs (memory, processes). NaN workers when the host is unknown."""
-    from gpumon.detect.bins import GI, HI
-
     def r(a, b):
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
-    wk = r(g[GI["wk"]], g[GI["wkn"]])
-    ld = r(g[GI["ld"]], g[GI["ldn"]])
-    lb = r(g[GI["lb"]], g[GI["lbn"]])
-    main = np.fmax(r(g[GI["mc"]], g[GI["mcn"]]), r(g[GI["mt"]], g[GI["mtn"]]))
-    io, rd, wr = r(h[HI["io"]], h[HI["ion"]]), r(h[HI["rd"]], h[HI["rdn"]]), r(h[HI["wr"]],
-                                                                                h[HI["wrn"]])
+    # Every ratio in one division (element-wise, the same numbers as one by one).
+    wk, ld, lb, mc, mt, mem, pid = r(g[_HB_NUM], g[_HB_DEN])
+    main = np.fmax(mc, mt)
+    io, rd, wr = r(h[_HB_HNUM], h[_HB_HDEN])
     with np.errstate(invalid="ignore"):
         per = np.maximum(wk, 1)
         starving_g = (((wk >= 0.5) & ((ld / (100 * per) >= th.loader_busy_share)
@@ -181,8 +185,6 @@ def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
         starving = starving_g.any(axis=0) | storage_bound(io, rd, th)
         writing = wr >= th.ckpt_write_mbps
         # The job still holds its GPUs: memory in use (or a process) wherever that is known.
-        mem = r(g[GI["mem"]], g[GI["memn"]])
-        pid = r(g[GI["pid"]], g[GI["pidn"]])
         gone = np.where(~np.isnan(pid), pid <= 0, False) | np.where(
             ~np.isnan(mem), mem < th.mem_active_mib, False)
         present = ~gone.any(axis=0)
