@@ -56,6 +56,9 @@ _F_HOST = np.array([HI[k] for k in ("io", "rd", "wr", "cpu", "ion", "rdn", "wrn"
 _F_RUNS = np.array([GI[k] for k in ("burn", "burs", "gapn", "gaps")])
 _THERMAL = CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL
 _PCAP = CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_POWER_BRAKE
+# Samples (count) up to which one add_samples call finds runs in plain Python: below this
+# numpy's fixed cost per call dominates (a live tick has ~6 per GPU), above it numpy wins.
+PY_RUNS_MAX = 2000
 
 
 @dataclass
@@ -237,6 +240,72 @@ class Store:
         self._runs(t[have_u], gpu[have_u], rows[have_u], util[have_u])
 
     def _runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray) -> None:
+        """Bursts and gaps: runs of samples above / below seg_util_pct, per GPU, across calls.
+
+        (Plain Python over a tick's few dozen samples, where numpy's per-call cost would
+        dominate; a whole log goes to the vectorized _runs_np, which gives the same sums.)"""
+        n = len(t)
+        if n == 0:
+            return
+        if n > PY_RUNS_MAX:
+            return self._runs_np(t, gpu, rows, util)
+        th, c = self.th, self.carry
+        seg, gapmax = th.seg_util_pct, th.max_sample_gap_s
+        tl, gl, ul, rl = t.tolist(), gpu.tolist(), util.tolist(), rows.tolist()
+        carried = []                          # runs carried from the last call, now ended
+        d_row, d_t, d_kind, d_len = [], [], [], []    # runs completed in this call
+        s0 = 0
+        while s0 < n:
+            g = gl[s0]
+            e0 = s0 + 1
+            while e0 < n and gl[e0] == g:
+                e0 += 1
+            if e0 - s0 > 1:
+                # Mean period of this chunk (a median costs more; holes are clipped below).
+                period = min((tl[e0 - 1] - tl[s0]) / (e0 - s0 - 1), gapmax)
+                c.period[g] = period
+            else:
+                period = c.period.get(g, 1.0 / 6)
+            prev = c.last.get(g)
+            c.last[g] = tl[e0 - 1]
+            first_dt = tl[s0] - prev if prev is not None and tl[s0] > prev else period
+            # This GPU's runs: [last sample index, kind, seconds]. Holes in the data are
+            # missing time, not work or idleness.
+            runs = []
+            kind = None
+            for i in range(s0, e0):
+                dt = first_dt if i == s0 else tl[i] - tl[i - 1]
+                if dt > gapmax:
+                    dt = 0.0
+                k = ul[i] >= seg
+                if k is not kind:
+                    run = [i, k, 0.0]
+                    runs.append(run)
+                    kind = k
+                run[0] = i
+                run[2] += dt
+            # Join the run carried from the previous call; the last run is carried on.
+            if g in c.kind:
+                if c.kind[g] == runs[0][1]:
+                    runs[0][2] += c.length[g]
+                else:
+                    carried.append((self.rows[g], c.last_end[g], c.kind[g], c.length[g]))
+            c.kind[g] = runs[-1][1]
+            c.length[g] = runs[-1][2]
+            c.last_end[g] = tl[e0 - 1]
+            for i, k, length in runs[:-1]:
+                d_row.append(rl[i])
+                d_t.append(tl[i])
+                d_kind.append(k)
+                d_len.append(length)
+            s0 = e0
+        for row, tend, k, length in carried:
+            self._emit(np.array([row]), np.array([tend]), np.array([k]), np.array([length]))
+        if d_row:
+            self._emit(np.array(d_row, dtype=np.int64), np.array(d_t, dtype=float),
+                       np.array(d_kind, dtype=bool), np.array(d_len, dtype=float))
+
+    def _runs_np(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray) -> None:
         """Bursts and gaps: runs of samples above / below seg_util_pct, per GPU, across calls."""
         if len(t) == 0:
             return
