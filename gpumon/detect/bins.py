@@ -124,6 +124,7 @@ class Store:
         self.nb = 0                      # bins in use
         self.gpus: list[int] = []        # row -> GPU index
         self.rows: dict[int, int] = {}
+        self._lut: Optional[np.ndarray] = None   # GPU index -> row (-1: none), see _row
         self.dtype = dtype             # float32 halves a day-long log's bins; sums stay exact
         self.g = np.zeros((len(GPU_FIELDS), 0, cap or 0), dtype)
         self.h = np.zeros((len(HOST_FIELDS), cap or 0), dtype)
@@ -132,6 +133,13 @@ class Store:
 
     # -- shape management ---------------------------------------------------------------------
     def _row(self, gpus: np.ndarray) -> np.ndarray:
+        lut = self._lut
+        if lut is not None and len(gpus):
+            gi = gpus.astype(np.int64)
+            if 0 <= gi.min() and gi.max() < len(lut):
+                r = lut[gi]
+                if r.min() >= 0:          # every GPU already has a row
+                    return r
         new = [int(x) for x in np.unique(gpus) if int(x) not in self.rows]
         if new:
             for gpu in sorted(new):
@@ -142,6 +150,7 @@ class Store:
         lut = np.full(max(self.rows) + 1, -1, dtype=np.int64)
         for gpu, row in self.rows.items():
             lut[gpu] = row
+        self._lut = lut
         return lut[gpus.astype(np.int64)]
 
     def _bins(self, times: np.ndarray) -> np.ndarray:
