@@ -52,8 +52,18 @@ def _div(a, b):
 def wsum(a: np.ndarray, w: int, ends: np.ndarray) -> np.ndarray:
     """Sums of the last axis over windows of ``w`` entries (an int, or one per end) ending at
     each of ``ends``."""
+    return wsum_c(csum(a), w, ends)
+
+
+def csum(a: np.ndarray) -> np.ndarray:
+    """Running sums of the last axis with a leading 0 (for wsum_c: one pass, many windows)."""
     c = np.zeros(a.shape[:-1] + (a.shape[-1] + 1,))
     np.cumsum(a, axis=-1, out=c[..., 1:])
+    return c
+
+
+def wsum_c(c: np.ndarray, w, ends: np.ndarray) -> np.ndarray:
+    """wsum from running sums ``c = csum(a)``."""
     lo = np.maximum(ends + 1 - w, 0)
     return c[..., ends + 1] - c[..., lo]
 
@@ -73,7 +83,8 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     keep = ~out if keep is None else (~out & keep)
     gk = g * keep
     ctx = max(1, int(round(th.context_s / th.bin_s)))
-    Sc = wsum(gk[_CTX_FIELDS], ctx, ends)           # (6, G, E)
+    C = csum(gk)                                    # running sums, shared by the windows
+    Sc = wsum_c(C[_CTX_FIELDS], ctx, ends)          # (6, G, E)
     tot = Sc.sum(axis=1)                            # (6, E)
     ctx_duty = _div(tot[1], tot[0])
     cycle = _div(tot[3] + tot[5], tot[2])           # s per (burst + gap)
@@ -87,14 +98,14 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
         slow = N.nan_to_num(ctx_duty, nan=1.0) < th.duty_starved
         want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
         W = np.clip(want, w0, wmax).astype(int)
-    S = wsum(gk, W, ends)                          # (F, G, E)
+    S = wsum_c(C, W, ends)                         # (F, G, E)
     f = {"n": S[GI["n"]], "gap_n": S[GI["gapn"]]}
     # Every per-GPU ratio in one division (a few numpy calls instead of twenty).
     R = _div(S[_NUM], S[_DEN])                      # (len(_RATIOS), G, E)
     for i, name in enumerate(_RATIOS):
         f[name] = R[i]
     # The host over the last seconds only: at an onset the window's mean lags the change.
-    Sr = wsum(gk[_RECENT_NUM + _RECENT_DEN], min(RECENT_BINS, int(W.min())), ends)
+    Sr = wsum_c(C[_RECENT_NUM + _RECENT_DEN], min(RECENT_BINS, int(W.min())), ends)
     k = len(_RECENT)
     Rr = _div(Sr[:k], Sr[k:])
     for i, name in enumerate(_RECENT):

@@ -170,10 +170,11 @@ class StreamingDetector:
             for b in [b for b in job.flags if b < st.b0 + lo]:
                 del job.flags[b]
                 job.excl.pop(b, None)
-            absb = np.arange(st.b0 + lo, st.b0 + stop)
-            pause = np.array([job.flags.get(int(b), False) for b in absb], dtype=bool)
-            excl = np.array([job.excl.get(int(b), False) for b in absb], dtype=bool)
-            keep = absb >= job.since
+            absr = range(st.b0 + lo, st.b0 + stop)
+            fl, ex = job.flags.get, job.excl.get
+            pause = np.array([fl(b, False) for b in absr], dtype=bool)
+            excl = np.array([ex(b, False) for b in absr], dtype=bool)
+            keep = np.arange(st.b0 + lo, st.b0 + stop) >= job.since
             ends = np.arange(max(first, job.since, st.b0 + lo), last + 1) - st.b0 - lo
             if len(ends) == 0:
                 ends = np.array([stop - lo - 1])
