@@ -229,10 +229,10 @@ class Store:
         self._make_room(int(b.min()), int(b.max()))
         slots = b - self.b0
         n = len(t)
-        nan = np.full(n, np.nan)
-        vals = np.stack([nan if a is None else np.asarray(a, dtype=float)[order]
-                         for a in (s.util, s.power, s.power_limit, s.clock, s.clock_max,
-                                   s.mem, s.has_pid, s.events)])
+        cols = (s.util, s.power, s.power_limit, s.clock, s.clock_max, s.mem, s.has_pid, s.events)
+        nan = np.full(len(order), np.nan) if any(a is None for a in cols) else None
+        vals = np.stack([nan if a is None else np.asarray(a, dtype=float)
+                         for a in cols])[:, order]
         ok = ~np.isnan(vals)
         v0 = np.where(ok, vals, 0.0)
         util = vals[0]

@@ -46,7 +46,8 @@ _DEN = [GI[b] for _, b in _RATIO_FIELDS.values()]
 
 def _div(a, b):
     """a / b where b > 0, else NaN (callers run under np.errstate(all="ignore"))."""
-    return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
+    pos = b > 0
+    return np.where(pos, a / np.where(pos, b, 1.0), np.nan)
 
 
 def wsum(a: np.ndarray, w: int, ends: np.ndarray) -> np.ndarray:
