@@ -26,7 +26,6 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from multiprocessing import Pool
-from typing import Optional
 
 import numpy as np
 
@@ -371,7 +370,6 @@ def day_log(path: str, seconds: int = 86_400, gpus: int = 8) -> None:
 
 def analyze_speed() -> list[str]:
     """`gpumon analyze` of a day-long 8-GPU nvidia-smi log against pandas.read_csv's load."""
-    import resource
     import subprocess
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "day.csv")

@@ -120,8 +120,7 @@ class _ParentMap:
 class HostSource:
     """Reads the host and the processes using the GPUs (their PIDs come from the GPU source)."""
 
-    def __init__(self, root_pid: Optional[int] = None):
-        self.root_pid = root_pid            # `gpumon run`: CMD's PID, the job's root
+    def __init__(self) -> None:
         self._cpu_prev = None
         self._disk_prev = None
         self._procs: dict[int, _Proc] = {}

@@ -12,9 +12,9 @@ from gpumon.samples import GpuInfo, Tick
 class NvmlNode:
     kind = "nvml"
 
-    def __init__(self, gpus: Optional[Sequence[str]] = None, root_pid: Optional[int] = None):
+    def __init__(self, gpus: Optional[Sequence[str]] = None):
         self.nvml = NvmlSource(gpus)
-        self.host = HostSource(root_pid=root_pid)
+        self.host = HostSource()
         self._pids: dict[int, Optional[tuple[int, ...]]] = {}
 
     def open(self) -> "NvmlNode":

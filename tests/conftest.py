@@ -40,3 +40,14 @@ def fake_nvml_env(fakenvml_lib, clean_env):
     """fake_nvml_env(gpus=2, pids={0: [pid]}, unsupported="power", lost={1: 1.5}, scenario=...)"""
     import fakenvml_env
     return lambda **kw: fakenvml_env.env(base=clean_env, **kw)
+
+
+@pytest.fixture
+def utc(monkeypatch):
+    """Local time is UTC, so rendered clocks are the same on every machine."""
+    import time
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()

@@ -9,7 +9,7 @@ import pytest
 
 from gpumon.detect import EVIDENCE_KEYS, Hysteresis, StreamingDetector, diagnose
 from gpumon.detect.jobs import group
-from gpumon.detect.thresholds import DEFAULT, describe
+from gpumon.detect.thresholds import describe
 from gpumon.diagnosis import VERDICTS
 from gpumon.samples import (CLOCK_EVENT_SW_THERMAL, GpuSample, HostSample, JobProcs,
                             ProcSample, Tick)

@@ -4,7 +4,6 @@ Each case runs gpumon as a user would (a subprocess with LD_LIBRARY_PATH pointin
 build/fakenvml), so nvidia-ml-py loads the fake libnvidia-ml.so.1 exactly as it loads the real one.
 """
 import csv
-import os
 import signal
 import subprocess
 import sys

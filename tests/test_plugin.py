@@ -68,7 +68,6 @@ def test_error_record_keeps_the_reason_only():
 
 
 def test_stream_run_on_simulated_gpus_writes_hello_then_ticks():
-    pytest.importorskip("gpumon.sim")
     parser = argparse.ArgumentParser()
     stream.add_options(parser)
     args = parser.parse_args(["--sim", "sync_stall:2", "--interval", "0.2", "--duration", "0.7"])

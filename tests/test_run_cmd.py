@@ -9,16 +9,12 @@ import pytest
 
 from gpumon.commands.run import exit_code
 
-needs_sim = pytest.mark.skipif(
-    __import__("importlib").util.find_spec("gpumon.sim") is None, reason="gpumon.sim not built")
-
 
 def test_exit_code_convention():
     assert exit_code(0) == 0 and exit_code(3) == 3
     assert exit_code(-signal.SIGKILL) == 137 and exit_code(-signal.SIGINT) == 130
 
 
-@needs_sim
 def test_child_exit_code_and_starvation_summary(gpumon_cmd, clean_env):
     """The issue's "done when": exits 3 and the summary names the starvation."""
     r = subprocess.run(gpumon_cmd + ["run", "--sim", "data_starvation:2", "--", "sh", "-c",
@@ -33,7 +29,6 @@ def test_child_exit_code_and_starvation_summary(gpumon_cmd, clean_env):
     assert summary.endswith("The command exited with code 3.")
 
 
-@needs_sim
 def test_child_killed_by_a_signal(gpumon_cmd, clean_env):
     r = subprocess.run(gpumon_cmd + ["run", "--sim", "busy:1", "--", "sh", "-c",
                                      "sleep 1; kill -9 $$"],
@@ -48,7 +43,6 @@ def _default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@needs_sim
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signals_are_forwarded_to_the_command(gpumon_cmd, clean_env, tmp_path, sig):
     """The child is in its own process group: it dies of the signal only if gpumon forwards it."""
@@ -68,7 +62,6 @@ def test_signals_are_forwarded_to_the_command(gpumon_cmd, clean_env, tmp_path, s
     assert "The command exited with code 9." in out and "Traceback" not in err
 
 
-@needs_sim
 def test_plain_sleep_killed_by_forwarded_sigterm(gpumon_cmd, clean_env):
     p = subprocess.Popen(gpumon_cmd + ["run", "--sim", "busy:1", "--", "sleep", "30"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -82,7 +75,6 @@ def test_plain_sleep_killed_by_forwarded_sigterm(gpumon_cmd, clean_env):
 
 
 def test_command_that_cannot_start(gpumon_cmd, clean_env, tmp_path):
-    pytest.importorskip("gpumon.sim")
     r = subprocess.run(gpumon_cmd + ["run", "--sim", "busy:1", "--", str(tmp_path / "nope")],
                        capture_output=True, text=True, env=clean_env, timeout=30)
     assert r.returncode == 127
@@ -95,7 +87,6 @@ def test_no_command(gpumon_cmd, clean_env):
     assert r.returncode == 2 and "no command given" in r.stderr
 
 
-@needs_sim
 def test_run_in_a_terminal_shows_output_above_the_screen(clean_env):
     import shutil
     import uuid

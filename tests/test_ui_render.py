@@ -1,7 +1,6 @@
 """The dashboard's screen: golden renders, marks, colour, layouts, frame cost."""
 import io
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -13,19 +12,13 @@ from gpumon.samples import CLOCK_EVENT_GPU_IDLE, CLOCK_EVENT_HW_SLOWDOWN, Tick
 from gpumon.ui.model import Dashboard, is_cold, primary, throttle_reasons
 from gpumon.ui.screen import Screen, layout, render_text
 from gpumon.ui.spark import Sparkline, spark_char
-from ui_fixtures import dashboard, diagnosis_at, infos, ticks
+from ui_fixtures import dashboard, infos, ticks
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("GPUMON_UPDATE_GOLDEN") == "1"
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")
 
 
 def _normal(text: str) -> str:

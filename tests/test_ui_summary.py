@@ -1,6 +1,5 @@
 """The end-of-run summary and the plain lines (pure functions over fixed ticks)."""
 import re
-import time
 
 import pytest
 
@@ -11,13 +10,7 @@ from gpumon.ui.summary import MAIN_MIN_SHARE, main_finding, summary_text, verdic
 from ui_fixtures import dashboard, diagnosis_at, infos, ticks
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")
 
 
 def test_summary_names_shares_main_cause_evidence_and_advice():

@@ -17,15 +17,11 @@ from gpumon.replay import ReplaySource
 from ui_fixtures import diagnosis_at, ticks
 
 LINE = re.compile(r"^\d\d:\d\d:\d\d\|.*\|(busy|idle|data|sync|thrm|----)")
-needs_sim = pytest.mark.skipif(
-    __import__("importlib").util.find_spec("gpumon.sim") is None, reason="gpumon.sim not built")
-
 
 def _utc_env(env):
     return dict(env, TZ="UTC")
 
 
-@needs_sim
 def test_piped_prints_plain_lines_as_they_come(gpumon_cmd, clean_env):
     p = subprocess.Popen(gpumon_cmd + ["watch", "--sim", "busy:2", "--duration", "3"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env)
@@ -44,7 +40,6 @@ def test_piped_prints_plain_lines_as_they_come(gpumon_cmd, clean_env):
     assert "\x1b[" not in out
 
 
-@needs_sim
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_cleanly_with_summary(gpumon_cmd, clean_env, sig):
     p = subprocess.Popen(gpumon_cmd + ["watch", "--sim", "busy:1"], stdout=subprocess.PIPE,
@@ -58,7 +53,6 @@ def test_signal_stops_cleanly_with_summary(gpumon_cmd, clean_env, sig):
     assert "Traceback" not in err
 
 
-@needs_sim
 def test_log_option_writes_the_csv(gpumon_cmd, clean_env, tmp_path):
     path = tmp_path / "run.csv"
     r = subprocess.run(gpumon_cmd + ["watch", "--sim", "busy:2", "--duration", "2", "--log",
@@ -180,7 +174,6 @@ def tmux():
     t.close()
 
 
-@needs_sim
 def test_live_screen_in_tmux(tmux, clean_env):
     """The issue's "done when": all four GPUs and the sync_stall verdict in a 100x30 pane."""
     env = dict(clean_env)
@@ -204,7 +197,6 @@ def test_live_screen_in_tmux(tmux, clean_env):
     assert "╭" not in after and "SIMULATED sync_stall:4   4 GPUs" not in after  # screen left
 
 
-@needs_sim
 def test_q_key_quits_and_no_color(tmux, clean_env):
     cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "gpumon", "--sim", "busy:1",
                                            "--no-color"])

@@ -167,14 +167,22 @@ def num(col) -> tuple[np.ndarray, np.ndarray]:
     return v, (~miss) & np.isnan(v)
 
 
-def hex_or_num(col) -> tuple[np.ndarray, np.ndarray]:
-    """Clock event reasons: '0x0000000000000004' or a number."""
+def _trimmed_text(col):
+    """A text column as one trimmed string array; None when the column is not text."""
     pa, pc, _ = _pa()
     if hasattr(col, "combine_chunks"):
         col = col.combine_chunks()
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return None
+    return pc.utf8_trim_whitespace(col)
+
+
+def hex_or_num(col) -> tuple[np.ndarray, np.ndarray]:
+    """Clock event reasons: '0x0000000000000004' or a number."""
+    pa, pc, _ = _pa()
+    s = _trimmed_text(col)
+    if s is None:
         return num(col)
-    s = pc.utf8_trim_whitespace(col)
     uniq = pc.unique(s).to_pylist()
     table = {}
     for u in uniq:
@@ -195,11 +203,9 @@ def hex_or_num(col) -> tuple[np.ndarray, np.ndarray]:
 def times(col, base_interval: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Epoch seconds from numbers or date-times ('2024/01/15 10:00:01.123', ISO 8601)."""
     pa, pc, _ = _pa()
-    if hasattr(col, "combine_chunks"):
-        col = col.combine_chunks()
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+    s = _trimmed_text(col)
+    if s is None:
         return num(col)
-    s = pc.utf8_trim_whitespace(col)
     try:
         v = pc.cast(s, pa.float64()).to_numpy(zero_copy_only=False)
         return v, np.isnan(v) & ~pc.is_null(s).to_numpy(zero_copy_only=False)
@@ -372,7 +378,6 @@ def _finish(log: Log, keep: np.ndarray) -> Log:
 
 def read_gpumon(path: str, header: list[str]) -> Log:
     pa, pc, _ = _pa()
-    from gpumon.csvlog import COLUMNS
     names = [h.strip() for h in header]
     text_cols = {"source", "pids", "verdict", "cause"}
     typed = {n: (pa.string() if n in text_cols else pa.float64()) for n in names}

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-from typing import Optional
 
 from gpumon.errors import UserError
 
@@ -48,7 +47,7 @@ def no_color(args) -> bool:
     return bool(getattr(args, "no_color", False) or os.environ.get("NO_COLOR"))
 
 
-def open_source(args, root_pid: Optional[int] = None):
+def open_source(args):
     """The source the options ask for: simulated GPUs with --sim, else NVML + host."""
     if getattr(args, "sim", None):
         from gpumon.sim import SimSource, parse_sim_spec
@@ -58,7 +57,7 @@ def open_source(args, root_pid: Optional[int] = None):
             src = _SelectGpus(src, args.gpus)
         return src
     from gpumon.node import NvmlNode
-    return NvmlNode(args.gpus, root_pid=root_pid).open()
+    return NvmlNode(args.gpus).open()
 
 
 class _SelectGpus:

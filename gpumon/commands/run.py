@@ -138,7 +138,7 @@ def run(args) -> int:
     plain = is_plain(args)
     child = Child(cmd, capture=not plain)
     try:
-        source = open_source(args, root_pid=child.pid)
+        source = open_source(args)
     except BaseException:
         child.forward(signal.SIGTERM)
         child.wait()
