@@ -143,14 +143,17 @@ class HostSource:
         for a, b in zip(prev, per):
             total = sum(b) - sum(a)
             idle = (b.idle - a.idle) + (getattr(b, "iowait", 0) - getattr(a, "iowait", 0))
-            busy = total - idle
+            # Float sums of counters (and kernels whose idle count steps back) can leave busy a
+            # hair below 0 or above total: a share is clamped to 0..100.
+            busy = min(max(total - idle, 0.0), max(total, 0.0))
             cores.append(100.0 * busy / total if total > 0 else 0.0)
             busy_all += busy
             total_all += total
             iowait_all += getattr(b, "iowait", 0) - getattr(a, "iowait", 0)
         if total_all <= 0:
             return None, None, None, ()
-        return (100.0 * busy_all / total_all, max(cores), 100.0 * max(iowait_all, 0) / total_all,
+        return (100.0 * busy_all / total_all, max(cores),
+                min(100.0, 100.0 * max(iowait_all, 0) / total_all),
                 tuple(round(c, 1) for c in cores))
 
     def _disk(self, mono: float):

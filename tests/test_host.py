@@ -99,3 +99,25 @@ def test_dataparallel_one_process_on_every_gpu(tree):
     assert s.job_on(0).main_pid == s.job_on(1).main_pid == tree.pid
     main = [p for p in s.procs if p.role == "main"]
     assert len(main) == 1 and main[0].gpus == (0, 1)
+
+
+def test_cpu_shares_stay_within_0_and_100_when_counters_misbehave(monkeypatch):
+    """Float sums of jiffy counters left a busy share of -1.9e-10 % on CI; a kernel whose idle
+    count steps back must not give more than 100 % either."""
+    from collections import namedtuple
+    import gpumon.host as host
+    T = namedtuple("scputimes", "user nice system idle iowait irq softirq steal guest guest_nice")
+    readings = iter([
+        [T(0.1, 0, 0.2, 1000.3, 0.7, 0, 0, 0, 0, 0)],
+        # every increment is idle: busy is 0 (float sums leave it a hair below)
+        [T(0.1, 0, 0.2, 1001.4, 0.7, 0, 0, 0, 0, 0)],
+        # idle stepped back while user grew: the core cannot be more than 100 % busy
+        [T(5.1, 0, 0.2, 1000.9, 0.7, 0, 0, 0, 0, 0)],
+    ])
+    monkeypatch.setattr(host.psutil, "cpu_times", lambda percpu=False: next(readings))
+    src = HostSource()
+    assert src._cpu()[0] is None
+    for _ in range(2):
+        cpu, core_max, iowait, cores = src._cpu()
+        assert 0.0 <= cpu <= 100.0 and 0.0 <= core_max <= 100.0 and 0.0 <= iowait <= 100.0
+        assert all(0.0 <= c <= 100.0 for c in cores)
