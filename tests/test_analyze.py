@@ -162,3 +162,28 @@ def test_pyarrow_reader_without_pandas(monkeypatch):
         assert (log.malformed.count, log.malformed.first_line) == \
             (log_fast.malformed.count, log_fast.malformed.first_line)
         assert summary(tl)["verdict"] == summary(tl_fast)["verdict"]
+
+
+def test_hold_fills_settled_runs_exactly_as_stepping_every_bin():
+    """timeline.hold skips runs of bins that cannot change the Hysteresis: same held keys as
+    feeding every bin, on raw verdicts that flap, stick and pass through insufficient_data."""
+    import numpy as np
+    from gpumon.analyze.timeline import hold
+    from gpumon.detect.stream import Hysteresis
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        n = 400
+        # Runs of raw keys of random lengths (1..30 bins) over a few verdicts, causes, GPUs.
+        lens = rng.integers(1, 30, n)
+        v = np.repeat(rng.choice([0, 1, 2, 3, 4, 5], n, p=[.35, .1, .25, .1, .1, .1]), lens)[:n]
+        c = np.repeat(rng.integers(-1, 3, n), lens)[:n]
+        s = np.repeat(rng.integers(-1, 2, n), lens)[:n]
+        sticky = rng.random(n) < (0.5 if trial % 2 else 0.05)
+        times = 1_700_000_000.0 + np.arange(1, n + 1) * 1.0
+        held, keys = hold(Hysteresis(2.0, 1.0), times, v, c, s, sticky)
+        hy = Hysteresis(2.0, 1.0)
+        want = []
+        for e in range(n):
+            hy.step(float(times[e]), (int(v[e]), int(c[e]), int(s[e])), bool(sticky[e]))
+            want.append(hy.current)
+        assert [keys[k] for k in held] == want

@@ -50,7 +50,8 @@ def build_store(log: Log, th: Thresholds) -> Store:
     st = Store(math.floor(float(np.nanmin(s.time))), th, dtype=np.float32)
     # In time order per GPU, in chunks: bursts and gaps carry across chunks exactly as
     # they carry across live ticks, and no chunk's scratch arrays grow with the log.
-    order = np.lexsort((s.time, s.gpu))
+    order = _gpu_time_order(s.gpu, s.time)
+    st.add_gpus(s.gpu)
     for a in range(0, len(order), STORE_CHUNK):
         st.add_samples(_take(s, order[a:a + STORE_CHUNK]))
     if log.jobs is not None:
@@ -58,6 +59,16 @@ def build_store(log: Log, th: Thresholds) -> Store:
     if log.host is not None:
         st.add_host(log.host)
     return st
+
+
+def _gpu_time_order(gpu: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """np.lexsort((t, gpu)): by GPU, then time, ties in file order. A log is in time order
+    per GPU already, so a stable sort by GPU alone gives the same order, much faster."""
+    order = np.argsort(gpu, kind="stable")
+    ts, gs = t[order], gpu[order]
+    if len(ts) > 1 and not bool(((gs[1:] != gs[:-1]) | (ts[1:] >= ts[:-1])).all()):
+        return np.lexsort((t, gpu))
+    return order
 
 
 def _take(s, idx):
@@ -130,14 +141,11 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
         del g, duty
         outs, _ = _judge_chunks(st, rows, shared, pause, th, ends, excl=excl)
         r = _cat(outs)
-        hy = Hysteresis(th.hold_s, th.bin_s)
-        held = np.empty(nb, dtype=object)
         v, c, s, sticky = r["verdict"], r["cause"], r["straggler"], r["sticky"]
-        for e in range(nb):
-            hy.step(st.bin_time(e + 1), (int(v[e]), int(c[e]), int(s[e])), bool(sticky[e]))
-            held[e] = hy.current
+        times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
+        held, keys = hold(Hysteresis(th.hold_s, th.bin_s), times, v, c, s, sticky)
         # Segments: runs of one held verdict.
-        bounds = [0] + [e for e in range(1, nb) if held[e] != held[e - 1]] + [nb]
+        bounds = [0] + (np.flatnonzero(held[1:] != held[:-1]) + 1).tolist() + [nb]
         spans = list(zip(bounds[:-1], bounds[1:]))
         picks = []
         for a, b in spans:
@@ -149,15 +157,53 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
         f_all, r_all = _cat(feats), _cat(outs2)
         where = {int(p): i for i, p in enumerate(pts)}
         for (a, b), pk in zip(spans, picks):
-            key = held[a]
+            key = keys[held[a]]
             ds = [make_diagnosis(f_all, r_all, where[int(p)], gpus, None, None, th) for p in pk]
             vcode, ccode, scode = key
-            conf = [float(r["confidence"][e]) for e in range(a, b)
-                    if (int(v[e]), int(c[e]), int(s[e])) == key]
+            same = (v[a:b] == vcode) & (c[a:b] == ccode) & (s[a:b] == scode)
+            conf = r["confidence"][a:b][same].tolist()
             seg = _merge(ds, key, gpus, st.bin_time(a), min(st.bin_time(b), end), conf)
             tl.segments.append(seg)
     tl.segments.sort(key=lambda d: (d.start, d.gpus))
     return tl
+
+
+def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.ndarray,
+         sticky: np.ndarray) -> tuple[np.ndarray, list]:
+    """``hy.step`` fed every bin's raw (verdict, cause, straggler) in turn: the key held after
+    each bin, as an index into the returned list of keys.
+
+    Once the held key equals the raw one with no candidate pending, further bins with that
+    same raw key change nothing (whatever their time or sticky flag), so such a run of bins is
+    filled at once instead of stepped one by one: same keys, a few steps per change.
+    """
+    nb = len(v)
+    held = np.empty(nb, dtype=np.int64)
+    keys: list = []
+    ids: dict = {}
+    if nb == 0:
+        return held, keys
+    # stop[e]: the end of the run of equal raw keys that bin e is in.
+    change = np.flatnonzero((v[1:] != v[:-1]) | (c[1:] != c[:-1]) | (s[1:] != s[:-1])) + 1
+    run_end = np.append(change, nb)
+    stop = run_end[np.searchsorted(run_end, np.arange(nb), side="right")].tolist()
+    tl, vl, cl, sl, kl = times.tolist(), v.tolist(), c.tolist(), s.tolist(), sticky.tolist()
+    e = 0
+    while e < nb:
+        key = (int(vl[e]), int(cl[e]), int(sl[e]))
+        hy.step(tl[e], key, bool(kl[e]))
+        cur = hy.current
+        k = ids.get(cur)
+        if k is None:
+            k = ids[cur] = len(keys)
+            keys.append(cur)
+        if cur == key and hy._cand is None:
+            held[e:stop[e]] = k
+            e = stop[e]
+        else:
+            held[e] = k
+            e += 1
+    return held, keys
 
 
 def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,

@@ -45,20 +45,34 @@ HOST_FIELDS = ("io", "ion", "rd", "rdn", "wr", "wrn", "cpu", "cpun")
 GI = {name: i for i, name in enumerate(GPU_FIELDS)}
 HI = {name: i for i, name in enumerate(HOST_FIELDS)}
 
-_F_N, _F_U, _F_BUSY, _F_IDLE = GI["n"], GI["u"], GI["busy"], GI["idle"]
-_F_VAL = np.array([GI[k] for k in ("pw", "pl", "clk", "cmax", "mem", "pid")])
-_F_CNT = np.array([GI[k] for k in ("pn", "pln", "cn", "cmaxn", "memn", "pidn")])
-_F_EN, _F_THERM, _F_PCAP, _F_HWS = GI["en"], GI["therm"], GI["pcap"], GI["hws"]
-_ALL_GPU = np.arange(len(GPU_FIELDS))
 _F_JOB = np.array([GI[k] for k in ("ld", "mc", "mt", "wk", "lb", "ldn", "mcn", "mtn", "wkn",
                                    "lbn")])
 _F_HOST = np.array([HI[k] for k in ("io", "rd", "wr", "cpu", "ion", "rdn", "wrn", "cpun")])
 _F_RUNS = np.array([GI[k] for k in ("burn", "burs", "gapn", "gaps")])
 _THERMAL = CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL
 _PCAP = CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_POWER_BRAKE
+# The fields add_samples fills, and where each sits in its scratch array.
+_SAMPLE_FIELDS = np.array([GI[k] for k in (
+    "n", "u", "busy", "idle", "pw", "pl", "clk", "cmax", "mem", "pid",
+    "pn", "pln", "cn", "cmaxn", "memn", "pidn", "en", "therm", "pcap", "hws")])
+_S_N, _S_U, _S_BUSY, _S_IDLE = 0, 1, 2, 3
+_S_VAL = np.arange(4, 10)
+_S_CNT = np.arange(10, 16)
+_S_EN, _S_THERM, _S_PCAP, _S_HWS = 16, 17, 18, 19
 # Samples (count) up to which one add_samples call finds runs in plain Python: below this
 # numpy's fixed cost per call dominates (a live tick has ~6 per GPU), above it numpy wins.
 PY_RUNS_MAX = 2000
+
+
+def _gpu_time_order(gpu: np.ndarray, t: np.ndarray) -> Optional[np.ndarray]:
+    """np.lexsort((t, gpu)), or None where that is the identity (samples already by GPU,
+    then time: a log's chunks, most ticks)."""
+    if len(gpu) < 2:
+        return None
+    g0, g1 = gpu[:-1], gpu[1:]
+    if bool(((g1 > g0) | ((g1 == g0) & (t[1:] >= t[:-1]))).all()):
+        return None
+    return np.lexsort((t, gpu))
 
 
 @dataclass
@@ -202,9 +216,22 @@ class Store:
             return
         flat = arr.reshape(arr.shape[0], -1)
         if len(idx) > 4096:       # a log: one bincount per field beats sorting
-            size = flat.shape[1]
+            # Only over the slots the samples touch, and not for fields they leave at zero
+            # (adding zeros changes no sum): a log's chunk covers a few GPUs' rows.
+            if bool((idx[1:] > idx[:-1]).all()):
+                # One sample per slot (a 1 Hz log): nothing to sum first; the same numbers.
+                for k, f in enumerate(fidx):
+                    w = m[k]
+                    if w.any():
+                        flat[f, idx] += w
+                return
+            lo, hi = int(idx.min()), int(idx.max()) + 1
+            if lo:
+                idx = idx - lo
             for k, f in enumerate(fidx):
-                flat[f] += np.bincount(idx, m[k], size)
+                w = m[k]
+                if w.any():
+                    flat[f, lo:hi] += np.bincount(idx, w, hi - lo)
             return
         if len(idx) <= 64 and len(set(idx.tolist())) == len(idx):
             # One sample per slot (a tick's host and job readings): nothing to sum first.
@@ -217,38 +244,45 @@ class Store:
         flat[fidx[:, None], idx[starts][None, :]] += sums
 
     # -- adding data --------------------------------------------------------------------------
+    def add_gpus(self, gpus) -> None:
+        """Give these GPUs their rows now (in index order), before their samples arrive: a
+        log's store then grows its GPU axis once rather than chunk by chunk."""
+        self._row(np.unique(np.asarray(gpus, dtype=np.int64)))
+
     def add_samples(self, s: SampleCols) -> None:
         if len(s.time) == 0:
             return
         th = self.th
-        order = np.lexsort((s.time, s.gpu))
-        t = s.time[order]
-        gpu = s.gpu[order].astype(np.int64)
+        order = _gpu_time_order(s.gpu, s.time)
+        t = s.time if order is None else s.time[order]
+        gpu = (s.gpu if order is None else s.gpu[order]).astype(np.int64)
         rows = self._row(gpu)
         b = self._bins(t)
         self._make_room(int(b.min()), int(b.max()))
         slots = b - self.b0
         n = len(t)
         cols = (s.util, s.power, s.power_limit, s.clock, s.clock_max, s.mem, s.has_pid, s.events)
-        nan = np.full(len(order), np.nan) if any(a is None for a in cols) else None
-        vals = np.stack([nan if a is None else np.asarray(a, dtype=float)
-                         for a in cols])[:, order]
+        nan = np.full(n, np.nan) if any(a is None for a in cols) else None
+        vals = np.stack([nan if a is None else np.asarray(a, dtype=float) for a in cols])
+        if order is not None:
+            vals = vals[:, order]
         ok = ~np.isnan(vals)
         v0 = np.where(ok, vals, 0.0)
         util = vals[0]
-        m = np.zeros((len(GPU_FIELDS), n))
-        m[_F_N] = ok[0]
-        m[_F_U] = v0[0] / 100.0
-        m[_F_BUSY] = ok[0] & (util >= th.seg_util_pct)
-        m[_F_IDLE] = ok[0] & (util <= th.idle_util_pct)
-        m[_F_VAL] = v0[1:7]
-        m[_F_CNT] = ok[1:7]
+        # Only the fields samples feed (the others are the host's and the runs').
+        m = np.empty((len(_SAMPLE_FIELDS), n))
+        m[_S_N] = ok[0]
+        m[_S_U] = v0[0] / 100.0
+        m[_S_BUSY] = ok[0] & (util >= th.seg_util_pct)
+        m[_S_IDLE] = ok[0] & (util <= th.idle_util_pct)
+        m[_S_VAL] = v0[1:7]
+        m[_S_CNT] = ok[1:7]
         bits = v0[7].astype(np.int64)
-        m[_F_EN] = ok[7]
-        m[_F_THERM] = (bits & _THERMAL) != 0
-        m[_F_PCAP] = (bits & _PCAP) != 0
-        m[_F_HWS] = (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0
-        self._scatter(self.g, _ALL_GPU, rows, slots, m)
+        m[_S_EN] = ok[7]
+        m[_S_THERM] = (bits & _THERMAL) != 0
+        m[_S_PCAP] = (bits & _PCAP) != 0
+        m[_S_HWS] = (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0
+        self._scatter(self.g, _SAMPLE_FIELDS, rows, slots, m)
         have_u = ok[0]
         self._runs(t[have_u], gpu[have_u], rows[have_u], util[have_u])
 
