@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* ---- layouts (nvml.h / pynvml.py) ---- */
@@ -262,7 +263,14 @@ static nvmlReturn_t copy_str(char *dst, unsigned int len, const char *src) {
     return NVML_SUCCESS;
 }
 
+static int pids_file_refresh(void);
+
 static const uint32_t *gpu_pids(const fake_gpu *g, const fake_row *r, unsigned *n) {
+    pids_file_refresh();
+    if (g->fpids_set) {
+        *n = g->nfpids;
+        return g->nfpids ? g->fpids : NULL;
+    }
     if (g->pids_override) {
         *n = g->nopids;
         return g->opids;
@@ -390,17 +398,21 @@ static int parse_lost(const char *spec) {
     return 0;
 }
 
-/* FAKE_NVML_PIDS=0:123,456;1:789 (or *:123 for every GPU); an empty list (0:) means none. */
-static int parse_pids(const char *spec) {
+/* A PID list spec, "0:123,456;1:789" (or *:123 for every GPU; an empty list, 0:, means none;
+ * ';', spaces and newlines separate items): set(gpu, pids, n) for each GPU it names. On a bad
+ * item, a message naming `what` goes to stderr and NVML_ERROR_UNKNOWN is returned. */
+typedef int (*pid_setter)(fake_gpu *g, const uint32_t *pids, unsigned n);
+
+static int parse_pid_spec(const char *what, const char *spec, pid_setter set) {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", spec);
-    for (char *save = NULL, *item = strtok_r(buf, "; ", &save); item; item = strtok_r(NULL, "; ", &save)) {
+    for (char *save = NULL, *item = strtok_r(buf, "; \t\r\n", &save); item;
+         item = strtok_r(NULL, "; \t\r\n", &save)) {
         char *colon = strchr(item, ':');
         unsigned gi = 0;
         int all = colon && colon - item == 1 && item[0] == '*';
         if (!colon || (!all && parse_gpu_index(item, (size_t)(colon - item), &gi)))
-            return config_error("FAKE_NVML_PIDS: expected GPU:PID,PID;GPU:PID naming fake GPUs, not '%s'%s", item,
-                                "");
+            return config_error("%s: expected GPU:PID,PID;GPU:PID naming fake GPUs, not '%s'", what, item);
         uint32_t pids[256];
         unsigned n = 0;
         for (char *p = colon + 1; *p;) {
@@ -408,25 +420,94 @@ static int parse_pids(const char *spec) {
             errno = 0;
             unsigned long v = strtoul(p, &end, 10);
             if (end == p || errno || v == 0 || v > 0xFFFFFFFFul || (*end && *end != ',') || n == 256)
-                return config_error("FAKE_NVML_PIDS: bad PID list in '%s'%s", item, "");
+                return config_error("%s: bad PID list in '%s'", what, item);
             pids[n++] = (uint32_t)v;
             p = *end ? end + 1 : end;
         }
         for (unsigned i = 0; i < g_tl.ngpus; i++) {
             if (!all && i != gi)
                 continue;
-            fake_gpu *g = &g_tl.gpus[i];
-            free(g->opids);
-            g->opids = n ? malloc(n * sizeof(uint32_t)) : NULL;
-            if (n && !g->opids)
-                return NVML_ERROR_UNKNOWN;
-            if (n)
-                memcpy(g->opids, pids, n * sizeof(uint32_t));
-            g->nopids = n;
-            g->pids_override = 1;
+            if (set(&g_tl.gpus[i], pids, n))
+                return config_error("%s: too many PIDs for one GPU in '%s'", what, item);
         }
     }
     return 0;
+}
+
+static int set_env_pids(fake_gpu *g, const uint32_t *pids, unsigned n) {
+    free(g->opids);
+    g->opids = n ? malloc(n * sizeof(uint32_t)) : NULL;
+    if (n && !g->opids)
+        return -1;
+    if (n)
+        memcpy(g->opids, pids, n * sizeof(uint32_t));
+    g->nopids = n;
+    g->pids_override = 1;
+    return 0;
+}
+
+/* FAKE_NVML_PIDS=0:123,456;1:789 (or *:123 for every GPU); an empty list (0:) means none. */
+static int parse_pids(const char *spec) {
+    return parse_pid_spec("FAKE_NVML_PIDS", spec, set_env_pids);
+}
+
+/* FAKE_NVML_PIDS_FILE=path: a file in FAKE_NVML_PIDS's syntax, read again whenever it changes
+ * (size, mtime or inode: write a new file and rename it over the old one), so a test can name
+ * PIDs of processes started after nvmlInit. The GPUs it names take its lists over FAKE_NVML_PIDS
+ * and the trace; a missing or empty file names none. */
+static char g_pids_file[1024];
+static struct stat g_pids_file_st;
+static int g_pids_file_seen; /* 0: not read yet; 1: read (g_pids_file_st valid); 2: missing */
+static pthread_mutex_t g_pids_file_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int set_file_pids(fake_gpu *g, const uint32_t *pids, unsigned n) {
+    if (n > FAKE_MAX_FILE_PIDS)
+        return -1;
+    memcpy(g->fpids, pids, n * sizeof(uint32_t));
+    g->nfpids = n;
+    g->fpids_set = 1;
+    return 0;
+}
+
+/* Read the file again if it changed. Returns 0, or NVML_ERROR_UNKNOWN (with a line on stderr)
+ * when it is malformed: then it names no GPU until it changes again. */
+static int pids_file_refresh(void) {
+    if (!g_pids_file[0])
+        return 0;
+    int ret = 0;
+    pthread_mutex_lock(&g_pids_file_lock);
+    struct stat st;
+    int exists = stat(g_pids_file, &st) == 0;
+    int same = exists ? g_pids_file_seen == 1 && st.st_ino == g_pids_file_st.st_ino &&
+                            st.st_dev == g_pids_file_st.st_dev && st.st_size == g_pids_file_st.st_size &&
+                            st.st_mtim.tv_sec == g_pids_file_st.st_mtim.tv_sec &&
+                            st.st_mtim.tv_nsec == g_pids_file_st.st_mtim.tv_nsec
+                      : g_pids_file_seen == 2;
+    if (!same) {
+        for (unsigned i = 0; i < g_tl.ngpus; i++)
+            g_tl.gpus[i].fpids_set = 0;
+        g_pids_file_seen = exists ? 1 : 2;
+        if (exists) {
+            g_pids_file_st = st;
+            char buf[4096];
+            size_t n = 0;
+            FILE *f = fopen(g_pids_file, "r");
+            if (f) {
+                n = fread(buf, 1, sizeof buf - 1, f);
+                fclose(f);
+            }
+            buf[n] = '\0';
+            char what[1100];
+            snprintf(what, sizeof what, "FAKE_NVML_PIDS_FILE %s", g_pids_file);
+            if (parse_pid_spec(what, buf, set_file_pids)) {
+                for (unsigned i = 0; i < g_tl.ngpus; i++)
+                    g_tl.gpus[i].fpids_set = 0;
+                ret = NVML_ERROR_UNKNOWN;
+            }
+        }
+    }
+    pthread_mutex_unlock(&g_pids_file_lock);
+    return ret;
 }
 
 static const char *env(const char *name) {
@@ -561,6 +642,12 @@ static nvmlReturn_t configure(void) {
     if ((v = env("FAKE_NVML_LOST")) && parse_lost(v))
         return NVML_ERROR_UNKNOWN;
     if ((v = env("FAKE_NVML_PIDS")) && parse_pids(v))
+        return NVML_ERROR_UNKNOWN;
+    pthread_mutex_lock(&g_pids_file_lock);
+    snprintf(g_pids_file, sizeof g_pids_file, "%s", (v = env("FAKE_NVML_PIDS_FILE")) ? v : "");
+    g_pids_file_seen = 0;
+    pthread_mutex_unlock(&g_pids_file_lock);
+    if (pids_file_refresh()) /* malformed at init: fail as the other knobs do */
         return NVML_ERROR_UNKNOWN;
     return NVML_SUCCESS;
 }

@@ -28,6 +28,7 @@ enum {
 };
 
 #define FAKE_MAX_GPUS 64
+#define FAKE_MAX_FILE_PIDS 64 /* PIDs per GPU in FAKE_NVML_PIDS_FILE */
 
 /* What a metric-group name in FAKE_NVML_UNSUPPORTED switches off (bit per group). */
 enum {
@@ -77,6 +78,10 @@ typedef struct {
     int pids_override;
     uint32_t *opids;
     uint32_t nopids;
+    /* FAKE_NVML_PIDS_FILE: this GPU's list from the file (fpids_set: the file names it). */
+    int fpids_set;
+    uint32_t nfpids;
+    uint32_t fpids[FAKE_MAX_FILE_PIDS];
     int mig;
 } fake_gpu;
 
