@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 import psutil
 
@@ -28,6 +28,9 @@ DISK_EVERY_S = 1.0
 # A process's parent does not change while both live: the /proc scan for children reads the
 # parent of new PIDs only, and every PID afresh this often, s (a PID reused meanwhile).
 PPID_FULL_SCAN_S = 60.0
+# Ancestors followed at most when placing a PID in a process tree (a guard against a cycle
+# in a parent map read while processes come and go; real trees are a few levels deep).
+TREE_MAX_DEPTH = 64
 # A loader worker at or above this share of one core is saturated (it is the bottleneck).
 WORKER_BUSY_PCT = 90.0
 # Per-thread CPU is read only when the main process uses at least this much of one core: a
@@ -88,8 +91,8 @@ class _ParentMap:
         self.ppid: dict[int, int] = {}
         self.full_at = -1e9
 
-    def children(self, mono: float) -> Optional[dict[int, list[int]]]:
-        """{parent: [children]}; None where there is no /proc."""
+    def parents(self, mono: float) -> Optional[dict[int, int]]:
+        """{pid: parent pid} of every process now; None where there is no /proc."""
         try:
             names = os.listdir("/proc")
         except OSError:
@@ -111,10 +114,62 @@ class _ParentMap:
                     continue   # gone while scanning
             ppid[pid] = parent
         self.ppid = ppid
+        return ppid
+
+    def children(self, mono: float) -> Optional[dict[int, list[int]]]:
+        """{parent: [children]}; None where there is no /proc."""
+        ppid = self.parents(mono)
+        if ppid is None:
+            return None
         kids: dict[int, list[int]] = {}
         for pid, parent in ppid.items():
             kids.setdefault(parent, []).append(pid)
         return kids
+
+
+class ProcessTree:
+    """A root process and its descendants (``gpumon run``: CMD, its ranks, their workers).
+
+    Only PIDs that show up on a GPU matter, so the tree is never walked downwards: a PID not
+    placed yet is placed by following its parents up (one pass over /proc, shared with the
+    host's other uses through the parent map, reading only new PIDs' parents) and the answer
+    is kept while that PID lives: a process's ancestry is fixed at fork, and a member whose
+    parent exits (reparented to init) stays a member.
+    """
+
+    def __init__(self, root: int, parents: Optional[_ParentMap] = None):
+        self.root = root
+        self._parents = parents if parents is not None else _ParentMap()
+        self._placed: dict[int, bool] = {}
+
+    def members(self, pids: Iterable[int], mono: Optional[float] = None) -> set[int]:
+        """Which of ``pids`` are the root or its descendants."""
+        pids = set(pids)
+        todo = [p for p in pids if p not in self._placed]
+        if todo:
+            mono = time.monotonic() if mono is None else mono
+            ppid = self._parents.parents(mono)
+            for pid in todo:
+                self._placed[pid] = self._descends(pid, ppid)
+        for pid in [p for p in self._placed if p not in pids]:
+            del self._placed[pid]       # gone from the GPUs: placed again if it comes back
+        return {p for p in pids if self._placed[p]}
+
+    def _descends(self, pid: int, ppid: Optional[dict[int, int]]) -> bool:
+        if ppid is None:                # no /proc: psutil's way
+            try:
+                proc = psutil.Process(pid)
+                return pid == self.root or any(p.pid == self.root for p in proc.parents())
+            except psutil.Error:
+                return False
+        for _ in range(TREE_MAX_DEPTH):
+            if pid == self.root:
+                return True
+            parent = ppid.get(pid)
+            if parent is None or parent == pid or pid <= 1:
+                return False
+            pid = parent
+        return False
 
 
 class HostSource:
@@ -131,6 +186,10 @@ class HostSource:
         self._job_cache: Optional[tuple] = None   # (PIDs key, monotonic, (jobs, procs, unmapped))
         self._disk_last: tuple[Optional[float], Optional[float]] = (None, None)
         self.unmapped: tuple[int, ...] = ()
+
+    def tree(self, root: int) -> ProcessTree:
+        """The process tree of ``root``, sharing this source's view of /proc."""
+        return ProcessTree(root, self._parents)
 
     # -- machine-wide ---------------------------------------------------------------------
     def _cpu(self):

@@ -38,5 +38,9 @@ class NvmlNode:
         host = self.host.read(self._pids, now)
         return Tick(time=now, gpus=tuple(samples), host=host, lost=tuple(self.nvml.lost))
 
+    def process_tree(self, root: int):
+        """``root``'s process tree (gpumon run: CMD's), read from the host's /proc view."""
+        return self.host.tree(root)
+
     def close(self) -> None:
         self.nvml.close()
