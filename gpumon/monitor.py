@@ -2,16 +2,33 @@
 
 Consumers that draw (the dashboard) run in another thread and read ``latest`` /
 ``diagnoses`` / ``history``: rendering never blocks sampling.
+
+Judging one job (``gpumon run -- CMD``) is a cut of the tick, not a change to the detector:
+a Monitor may carry a ``scope``, a function from each Tick to the part of it that is judged.
+The detector sees only that part (CMD's GPUs' samples and their job processes), so it stays
+pure and never learns whose job it judges. Everyone else gets the whole tick, every GPU, with
+the verdicts of the judged part only: the screen still shows the node, and the CSV keeps every
+GPU's rows while only CMD's GPUs get verdict cells. The tick's ``judged`` field names the
+judged GPUs, for marking the others; ``judged_listeners`` get the judged part itself (gpumon
+run's exit summary). When the judged GPUs lose one (another job took it, or the scope went
+from every GPU to CMD's own), the detector starts afresh, as its grouping of jobs would
+otherwise keep the GPU it no longer sees. CommandScope is the scope of a command.
 """
 from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Optional, Protocol, Sequence
+from dataclasses import replace
+from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
 from gpumon.diagnosis import Diagnosis
 from gpumon.history import History
 from gpumon.samples import GpuInfo, Tick
+
+# The scope's states (CommandScope.state).
+WAITING = "waiting"     # no GPU holds a process of CMD's tree yet: nothing is judged
+OWN = "own"             # CMD's GPUs are judged, the other GPUs are not
+EVERY = "every"         # CMD's processes cannot be told on the GPUs: every GPU is judged
 
 
 class Source(Protocol):
@@ -27,18 +44,109 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+def command_gpus(pids: Mapping[int, Optional[tuple]], mine: set, before: Iterable[int]
+                 ) -> tuple[int, ...]:
+    """CMD's GPUs: those whose process list holds a PID in ``mine`` (CMD's tree); a GPU in
+    ``before`` (CMD's until now) stays CMD's while its list is empty or unknown (a rank that
+    ended, a failed query), and stops being CMD's when only other processes are on it."""
+    before = set(before)
+    return tuple(sorted(g for g, p in pids.items()
+                        if (p and not mine.isdisjoint(p)) or (not p and g in before)))
+
+
+class CommandScope:
+    """The part of each tick that belongs to one command's process tree (gpumon run -- CMD).
+
+    ``in_tree(pids)`` returns which of those PIDs are CMD or its descendants (torchrun, its
+    ranks, their workers: host.ProcessTree.members). Each tick, the GPUs' process lists (the
+    latest known per GPU) decide CMD's GPUs (command_gpus) and the state:
+
+    - WAITING: no GPU holds a process of CMD's tree yet (start-up): nothing is judged;
+    - OWN: CMD's GPUs are judged; the other GPUs belong to other jobs and are not;
+    - EVERY: CMD's processes cannot be told on the GPUs, so every GPU is judged (what
+      `gpumon watch` does): no GPU reports its processes, or a process that was not on the
+      GPUs when CMD started is not visible on this host (its PID is from another namespace:
+      gpumon in a container, where NVML reports host PIDs; a container sees only its own
+      GPUs, so they are usually CMD's). Once there, it stays until CMD's own PIDs show up.
+
+    Not followed: work that CMD starts outside its own tree (`docker run`, `srun`: the
+    processes are children of a daemon); the scope then keeps WAITING.
+    """
+
+    def __init__(self, in_tree: Callable[[set], set]):
+        self.in_tree = in_tree
+        self.state = WAITING
+        self.gpus: tuple[int, ...] = ()       # judged GPUs now (EVERY: every GPU seen)
+        self.used: tuple[int, ...] = ()       # every GPU judged so far
+        self.pids: set = set()                # CMD's PIDs on the GPUs now
+        self.others: tuple[int, ...] = ()     # GPUs with other jobs' processes, not judged
+        self.dropped = False                  # the last tick took a GPU out of the judged ones
+        self._lists: dict[int, Optional[tuple]] = {}
+        self._at_start: Optional[set] = None  # GPU PIDs at the first reading (not CMD's doing)
+
+    def __call__(self, tick: Tick) -> Tick:
+        for s in tick.gpus:
+            if s.pids is not None or s.gpu not in self._lists:
+                self._lists[s.gpu] = s.pids
+        for g in tick.lost:
+            self._lists.pop(g, None)
+        on_gpus = {p for pids in self._lists.values() if pids for p in pids}
+        if self._at_start is None:
+            self._at_start = set(on_gpus)
+        self.pids = self.in_tree(on_gpus) if on_gpus else set()
+        before = self.gpus
+        own = command_gpus(self._lists, self.pids, before if self.state == OWN else ())
+        if own:
+            self.state, self.gpus = OWN, own
+        elif self.state == EVERY or self._untellable(tick):
+            self.state, self.gpus = EVERY, tuple(sorted(self._lists))
+        else:
+            self.state, self.gpus = WAITING, ()
+        self.dropped = not set(before) <= set(self.gpus)
+        self.used = tuple(sorted(set(self.used) | set(self.gpus)))
+        self.others = tuple(g for g, p in sorted(self._lists.items()) if p and g not in self.gpus)
+        return self.part(tick)
+
+    def _untellable(self, tick: Tick) -> bool:
+        if self._lists and all(p is None for p in self._lists.values()):
+            return True
+        hidden = tick.host.unmapped_pids if tick.host is not None else ()
+        return any(p not in self._at_start for p in hidden)
+
+    def part(self, tick: Tick) -> Tick:
+        """The tick cut to the judged GPUs: their samples, job rows and processes."""
+        if self.state == EVERY:
+            return replace(tick, judged=None)
+        keep = set(self.gpus)
+        host = tick.host
+        if host is not None:
+            mains = {p.pid for p in host.procs if p.role == "main" and keep.intersection(p.gpus)}
+            procs = []
+            for p in host.procs:         # each main, then its workers, parents before children
+                if p.pid in mains or (p.role == "worker" and p.ppid in mains):
+                    procs.append(p)
+                    mains.add(p.pid)
+            host = replace(host, jobs=tuple(j for j in host.jobs if j.gpu in keep),
+                           procs=tuple(procs))
+        return replace(tick, gpus=tuple(s for s in tick.gpus if s.gpu in keep), host=host,
+                       lost=tuple(g for g in tick.lost if g in keep), judged=self.gpus)
+
+
 class Monitor:
     def __init__(self, source: Source, *, interval: float = 1.0, detector=None,
                  sinks: Sequence[Sink] = (), history_s: float = 600.0,
-                 duration: Optional[float] = None):
+                 duration: Optional[float] = None,
+                 scope: Optional[Callable[[Tick], Tick]] = None):
         self.source = source
         self.interval = interval
         self.detector = detector
         self.sinks = list(sinks)
         self.history = History(history_s)
         self.duration = duration
+        self.scope = scope
         self.diagnoses: list[Diagnosis] = []
         self.listeners: list[Callable[[Tick, list[Diagnosis]], None]] = []
+        self.judged_listeners: list[Callable[[Tick, list[Diagnosis]], None]] = []
         self.ticks = 0
         self.started = time.time()
         self.stop_event = threading.Event()
@@ -51,7 +159,17 @@ class Monitor:
 
     def step(self) -> Tick:
         tick = self.source.read()
-        diagnoses = self.detector.update(tick) if self.detector is not None else []
+        judged = tick
+        scope = self.scope
+        if scope is not None:
+            judged = scope(tick)
+            tick = replace(tick, judged=judged.judged)
+            if getattr(scope, "dropped", False) and hasattr(self.detector, "reset"):
+                self.detector.reset()
+        if self.detector is None or (judged.judged == () and not judged.gpus):
+            diagnoses = []               # nothing of the judged job's on any GPU (yet)
+        else:
+            diagnoses = self.detector.update(judged)
         with self.lock:
             self.history.add(tick)
             self.diagnoses = list(diagnoses)
@@ -60,6 +178,8 @@ class Monitor:
             sink.write(tick, self.diagnoses)
         for listener in self.listeners:
             listener(tick, self.diagnoses)
+        for listener in self.judged_listeners:
+            listener(judged, self.diagnoses)
         return tick
 
     def run(self) -> None:

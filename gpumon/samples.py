@@ -184,6 +184,9 @@ class Tick:
     host: Optional[HostSample] = None
     lost: tuple[int, ...] = ()                # GPUs lost so far (GPU_IS_LOST)
     truth: Any = None                         # ground truth, simulated sources only
+    # GPUs whose job is judged (gpumon run: CMD's GPUs; () while CMD is on none); None: every
+    # GPU, as when one job has the node. Set by the Monitor, not by sources.
+    judged: Optional[tuple[int, ...]] = None
 
 
 def csv_fields(cls) -> list:
