@@ -1,4 +1,13 @@
-"""`gpumon run [options] -- CMD ARGS...`: run CMD under watch, diagnose it, exit as it did."""
+"""`gpumon run [options] -- CMD ARGS...`: run CMD under watch, diagnose it, exit as it did.
+
+The verdicts are CMD's job's only: on real GPUs a CommandScope (gpumon/monitor.py) cuts each
+tick to the GPUs whose processes are in CMD's process tree before the detector sees it. The
+screen still shows every GPU (a line above it says which are CMD's and which run other jobs);
+the CSV of --log has every GPU's rows and verdict cells on CMD's GPUs only; the exit summary
+comes from the judged part alone. Until one of CMD's processes is on a GPU, nothing is judged
+and a line says so. With --sim the simulated GPUs hold no process of CMD's: every GPU is
+judged, and the scenario says what they do.
+"""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +24,9 @@ from typing import Optional
 from gpumon.commands.common import add_sampling_options, open_source
 from gpumon.commands.watch import add_screen_options, is_plain, label_of, print_summary, watch
 from gpumon.errors import UserError
+from gpumon.monitor import EVERY, OWN, CommandScope
+from gpumon.ui.model import Dashboard
+from gpumon.ui.screen import gpus_text, hms
 from gpumon.ui.summary import summary_text
 
 # Exit code when CMD cannot be started (not found, not executable), as a shell does.
@@ -127,6 +139,52 @@ class Child:
         return rc
 
 
+class ScopeNotes:
+    """One line whenever the judged GPUs change: waiting, CMD's GPUs and the others, or every
+    GPU. A judged listener of the Monitor (sampling thread); ``take()`` hands the lines over."""
+
+    def __init__(self, scope: CommandScope, name: str, out=None):
+        self.scope = scope
+        self.name = name
+        self.out = out                  # write at once (plain mode: stderr), else queue
+        self._last: Optional[tuple] = None
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+
+    def text(self) -> str:
+        sc, name = self.scope, f"`{self.name}`"
+        others = f"; {gpus_text(sc.others)}: other jobs, not judged" if sc.others else ""
+        if sc.state == OWN:
+            return f"gpumon: {name} uses {gpus_text(sc.gpus)}{others}"
+        if sc.state == EVERY:
+            return (f"gpumon: cannot tell {name}'s GPUs (their processes are not visible on "
+                    "this host: a container?); judging every GPU")
+        if sc.used:
+            return f"gpumon: {name} is on no GPU now; nothing is judged{others}"
+        return f"gpumon: waiting for {name} to use a GPU{others}"
+
+    def __call__(self, tick, diagnoses) -> None:
+        key = (self.scope.state, self.scope.gpus, self.scope.others)
+        if key == self._last:
+            return
+        self._last = key
+        line = self.text()
+        if self.out is not None:
+            try:
+                self.out.write(line + "\n")
+                self.out.flush()
+            except OSError:
+                pass
+            return
+        with self._lock:
+            self._lines.append(line)
+
+    def take(self) -> list[str]:
+        with self._lock:
+            lines, self._lines = self._lines, []
+        return lines
+
+
 def run(args) -> int:
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -144,20 +202,33 @@ def run(args) -> int:
         child.wait()
         raise
     started = time.monotonic()
+    # Real GPUs: judge CMD's job only. Simulated ones hold no process of CMD's: judge them all.
+    scope = notes = judged = None
+    if hasattr(source, "process_tree"):
+        scope = CommandScope(source.process_tree(child.pid).members)
+        notes = ScopeNotes(scope, os.path.basename(cmd[0]), out=sys.stderr if plain else None)
+        judged = Dashboard([], kind=source.kind, label=label_of(args, source),
+                           interval=args.interval)
 
     def show_output(console) -> None:
         for text in child.take_lines():
             console.out(text, highlight=False)
+        for text in notes.take() if notes is not None else ():
+            console.out(text, style="bold", highlight=False)
 
     def loop_ready(loop) -> None:
-        # CMD's output is shown at the next redraw, without waiting for a new reading.
-        child.on_output = loop.poke
+        if scope is not None:
+            loop.monitor.scope = scope
+            loop.monitor.judged_listeners += [judged.update, notes]
+        if not plain:
+            # CMD's output is shown at the next redraw, without waiting for a new reading.
+            child.on_output = loop.poke
 
     error: Optional[UserError] = None
     try:
         dash = watch(args, source, label=label_of(args, source), on_signal=child.forward,
                      until=child.done, alt_screen=False, reserve=OUTPUT_ROWS,
-                     before_draw=show_output, loop_ready=None if plain else loop_ready)
+                     before_draw=show_output, loop_ready=loop_ready)
     except UserError as exc:        # the monitor failed (a lost driver): CMD goes on
         error, dash = exc, None
         print(f"gpumon: {exc}; waiting for {cmd[0]} to end", file=sys.stderr)
@@ -170,6 +241,8 @@ def run(args) -> int:
     rc = child.wait()
     for text in child.take_lines():
         print(text)
+    for text in notes.take() if notes is not None and dash is not None else ():
+        print(text)
     elapsed = time.monotonic() - started
     text = shlex.join(cmd)
     if len(text) > COMMAND_TEXT:
@@ -177,8 +250,24 @@ def run(args) -> int:
     how = (f"exited with code {rc}" if rc >= 0 else
            f"was killed by {signal.Signals(-rc).name} (exit code {exit_code(rc)})")
     if dash is not None:
-        print_summary(summary_text(dash, elapsed=elapsed, command=f"`{text}`")
+        print_summary(run_summary(dash, scope, judged, elapsed, f"`{text}`")
                       + f" The command {how}.")
     elif error is not None:
         print(f"gpumon: `{text}` {how}; no diagnosis (monitoring failed)", file=sys.stderr)
     return exit_code(rc)
+
+
+def run_summary(dash: Dashboard, scope: Optional[CommandScope], judged: Optional[Dashboard],
+                elapsed: float, command: str) -> str:
+    """The paragraph about CMD's job: from the judged part of each tick when there is a scope."""
+    if scope is None:
+        return summary_text(dash, elapsed=elapsed, command=command)
+    if not scope.used:
+        return (f"gpumon ran {command} for {hms(elapsed)}: none of its processes used a GPU, "
+                "so nothing was judged.")
+    judged.detector = dash.detector
+    text = summary_text(judged, elapsed=elapsed, command=command)
+    if scope.state == EVERY:
+        text += (" Every GPU was judged: the command's processes could not be told on the "
+                 "GPUs.")
+    return text
