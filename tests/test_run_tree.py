@@ -293,3 +293,56 @@ def test_run_judges_only_the_commands_gpus(gpumon_cmd, fake_nvml_env, foreign, t
     assert "sync_stall" not in {row["verdict"] for row in rows}
     # The plain lines never showed the other job's verdict either.
     assert "sync" not in "\n".join(r.stdout.splitlines()[2:-1])
+
+
+def test_run_of_a_command_that_never_uses_a_gpu(gpumon_cmd, fake_nvml_env, foreign, tmp_path):
+    """Only another job on the node: nothing is judged, and the summary says why."""
+    pids_file = tmp_path / "pids"
+    pids_file.write_text(f"0:{foreign.ranks[0]};1:{foreign.ranks[1]}")
+    env = fake_nvml_env(scenario="sync_stall")
+    env["FAKE_NVML_PIDS_FILE"] = str(pids_file)
+    log = tmp_path / "run.csv"
+    r = subprocess.run(gpumon_cmd + ["run", "--log", str(log), "--", "sh", "-c", "sleep 4"],
+                       capture_output=True, text=True, env=env, timeout=40)
+    assert r.returncode == 0, r.stderr
+    assert "gpumon: waiting for `sh` to use a GPU; GPUs 0,1: other jobs, not judged" in r.stderr
+    summary = r.stdout.splitlines()[-1]
+    assert summary.startswith("gpumon ran `sh -c 'sleep 4'` for 0:00:0")
+    assert summary.endswith(": none of its processes used a GPU, so nothing was judged. "
+                            "The command exited with code 0.")
+    rows = list(csv.DictReader(log.open()))
+    assert rows and not any(row["verdict"] for row in rows)
+
+
+EVERY_CMD = r"""
+import os, sys, time
+time.sleep(1.5)
+# PIDs the host cannot see (as NVML's host PIDs look from inside a container)
+with open(sys.argv[1] + ".new", "w") as f:
+    f.write("0:4194001;1:4194002")
+os.replace(sys.argv[1] + ".new", sys.argv[1])
+time.sleep(9)
+"""
+
+
+def test_run_judges_every_gpu_when_its_processes_cannot_be_told(gpumon_cmd, fake_nvml_env,
+                                                                 tmp_path):
+    pids_file = tmp_path / "pids"
+    pids_file.write_text("0:;1:")
+    env = fake_nvml_env(scenario="data_starvation")
+    env["FAKE_NVML_PIDS_FILE"] = str(pids_file)
+    script = tmp_path / "train.py"
+    script.write_text(EVERY_CMD)
+    log = tmp_path / "run.csv"
+    r = subprocess.run(gpumon_cmd + ["run", "--log", str(log), "--", sys.executable,
+                                     str(script), str(pids_file)],
+                       capture_output=True, text=True, env=env, timeout=40)
+    assert r.returncode == 0, r.stderr
+    name = os.path.basename(sys.executable)
+    assert (f"gpumon: cannot tell `{name}`'s GPUs (their processes are not visible on this "
+            "host: a container?); judging every GPU") in r.stderr
+    summary = r.stdout.splitlines()[-1]
+    assert " on 2 GPUs (0,1) for " in summary and "Main finding: data_starvation" in summary
+    assert "Every GPU was judged" in summary
+    rows = list(csv.DictReader(log.open()))
+    assert {row["gpu"] for row in rows if row["verdict"]} == {"0", "1"}
