@@ -151,17 +151,22 @@ def test_text_output(capsys):
     assert "advice:" in out and "data_starvation" in out
 
 
-def test_pyarrow_reader_without_pandas(monkeypatch):
-    """pandas is only a faster reader: pyarrow alone reads the same logs the same way."""
-    import gpumon.analyze.readers as R
-    fast = {name: analyze_file(path(name)) for name in ("nvsmi_starved.csv", "malformed.csv")}
-    monkeypatch.setattr(R, "_read_text", R._read_csv)
-    for name, (log_fast, tl_fast) in fast.items():
-        log, tl = analyze_file(path(name))
-        assert len(log.samples.time) == len(log_fast.samples.time)
-        assert (log.malformed.count, log.malformed.first_line) == \
-            (log_fast.malformed.count, log_fast.malformed.first_line)
-        assert summary(tl)["verdict"] == summary(tl_fast)["verdict"]
+def test_analyze_never_imports_pandas(clean_env):
+    """pyarrow reads every log: pandas (an optional extra) is not imported, not even by
+    pyarrow's own conversions, whose first use imports it (a quarter second)."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from gpumon.analyze import analyze_file, to_json\n"
+            "for p in sys.argv[1:]:\n"
+            "    to_json(analyze_file(p)[1])\n"
+            "print('pandas' in sys.modules)\n")
+    names = ["nvsmi_starved.csv", "nvsmi_nounits.csv", "malformed.csv", "plain.csv",
+             "gpumon.csv", "dmon.log"]
+    r = subprocess.run([sys.executable, "-c", code] + [path(n) for n in names],
+                       capture_output=True, text=True, env=clean_env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
 
 
 def test_hold_fills_settled_runs_exactly_as_stepping_every_bin():
@@ -187,3 +192,27 @@ def test_hold_fills_settled_runs_exactly_as_stepping_every_bin():
             hy.step(float(times[e]), (int(v[e]), int(c[e]), int(s[e])), bool(sticky[e]))
             want.append(hy.current)
         assert [keys[k] for k in held] == want
+
+
+def test_arrow_to_numpy_without_pandas_matches_to_numpy():
+    """readers._np (Arrow buffers -> numpy) gives what to_numpy(zero_copy_only=False) gives:
+    sliced arrays, nulls (NaN, integers as floats), booleans, chunks."""
+    import numpy as np
+    import pyarrow as pa
+    from gpumon.analyze import readers as R
+    cases = [pa.array([1.5, None, 3.25, 4.0, None]), pa.array([1, 2, None, 4], pa.int32()),
+             pa.array([7, 8, 9], pa.int64()), pa.array([True, False] * 9),
+             pa.array([1.0, 2.0, 3.0]), pa.array([], pa.float64()),
+             pa.array(list(range(40)), pa.int32()).slice(3, 30),
+             pa.array([True, False, True] * 7).slice(5, 11),
+             pa.array([1.0, None, 2.0, None] * 5).slice(1, 13)]
+    for a in cases:
+        want = a.to_numpy(zero_copy_only=False)
+        got = R._np(a)
+        assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True), a
+        assert got.flags.writeable
+    ch = pa.chunked_array([pa.array([1.0, None]), pa.array([3.0])])
+    assert np.array_equal(R._np(ch), np.array([1.0, np.nan, 3.0]), equal_nan=True)
+    m = np.array([True, False, False, True, True, False, True, False, True, True, False])
+    assert np.array_equal(R._np(R._arrow_mask(m)), m)
+    assert R._str_array(["a", "", "[n/a]"]).to_pylist() == ["a", "", "[n/a]"]

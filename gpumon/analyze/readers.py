@@ -18,7 +18,6 @@ import csv
 import io
 import math
 import re
-import warnings
 from typing import Callable, Optional
 
 import numpy as np
@@ -71,6 +70,73 @@ def _pa():
     except ImportError:
         raise UserError("gpumon analyze needs pyarrow: pip install 'gpumon[analyze]'") from None
     return pa, pc, pcsv
+
+
+def _pc():
+    return _pa()[1]
+
+
+# Arrow -> numpy and numpy -> Arrow without pyarrow's pandas bridge: pyarrow imports pandas
+# (when installed) the first time it converts to or from Python or numpy objects (to_numpy,
+# pa.array, pa.scalar, a Python value as a compute argument), and that import alone costs
+# more than reading a day-long log. Readers therefore move data through Arrow buffers.
+def _np(a) -> np.ndarray:
+    """An Arrow array (or chunks of one) of numbers or booleans as a numpy array of its own,
+    nulls as NaN (numbers; integers then become floats), as ``to_numpy(zero_copy_only=False)``
+    gives them."""
+    pa = _pa()[0]
+    if hasattr(a, "combine_chunks"):
+        a = a.combine_chunks()
+    n, off, t = len(a), a.offset, a.type
+    if pa.types.is_boolean(t):
+        if a.null_count:
+            return a.to_numpy(zero_copy_only=False)   # objects with None, as ever (rare)
+        return _bits(a.buffers()[1], off, n)
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t)) or pa.types.is_float16(t):
+        return a.to_numpy(zero_copy_only=False)
+    kind = "f" if pa.types.is_floating(t) else "i" if pa.types.is_signed_integer(t) else "u"
+    dt = np.dtype(f"{kind}{t.bit_width // 8}")
+    if n == 0:
+        return np.zeros(0, dt if not a.null_count else np.float64)
+    v = np.frombuffer(a.buffers()[1], dtype=dt, count=n, offset=off * dt.itemsize).copy()
+    if a.null_count:
+        v = v.astype(np.float64)
+        v[~_bits(a.buffers()[0], off, n)] = np.nan
+    return v
+
+
+def _bits(buf, off: int, n: int) -> np.ndarray:
+    """Arrow's bit-packed booleans (validity or values) as a numpy bool array."""
+    return np.unpackbits(np.frombuffer(buf, np.uint8), count=off + n,
+                         bitorder="little")[off:].astype(bool)
+
+
+def _arrow_mask(m: np.ndarray):
+    """A numpy bool array as an Arrow boolean array."""
+    pa = _pa()[0]
+    return pa.BooleanArray.from_buffers(
+        pa.bool_(), len(m), [None, pa.py_buffer(np.packbits(m, bitorder="little").tobytes())])
+
+
+def _str_array(words) -> object:
+    """Python strings as an Arrow string array."""
+    pa = _pa()[0]
+    data = [w.encode() for w in words]
+    offsets = np.cumsum([0] + [len(d) for d in data]).astype(np.int32)
+    return pa.StringArray.from_buffers(len(data), pa.py_buffer(offsets.tobytes()),
+                                       pa.py_buffer(b"".join(data)))
+
+
+def _fill(a, value: bool):
+    """pc.fill_null(a, value) for a boolean array (without making a Python scalar)."""
+    pc = _pa()[1]
+    return pc.or_kleene(a, pc.is_null(a)) if value else pc.and_kleene(a, pc.is_valid(a))
+
+
+def _nulls_where(mask, a):
+    """``a`` with nulls where ``mask`` is true (pc.if_else(mask, None, a))."""
+    pa, pc, _ = _pa()
+    return pc.if_else(mask, pa.nulls(len(a), a.type), a)
 
 
 def _key(name: str) -> str:
@@ -135,55 +201,81 @@ _UNIT_RE = r"\s*(%|[a-zA-Z][a-zA-Z/]*)\s*$"
 _UNIT_CHARS = " %WMiBHzKkGCsJm/"
 
 
-def num(col) -> tuple[np.ndarray, np.ndarray]:
-    """A column of text (or numbers) -> (float values with NaN missing, bad-value mask)."""
+def _cast_float(s) -> Optional[np.ndarray]:
+    """Text (chunks) cast to float64 (null -> NaN), or None when a value is not a number. A
+    column of text that is no number at all fails on its first values, not after all."""
     pa, pc, _ = _pa()
-    if hasattr(col, "combine_chunks"):
-        col = col.combine_chunks()
+    try:
+        if len(s) > 256:
+            pc.cast(s.slice(0, 256), pa.float64())
+        return _np(pc.cast(s, pa.float64()))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
+def num(col, trimmed: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """A column of text (or numbers) -> (float values with NaN missing, bad-value mask).
+    ``trimmed``: text already trimmed of whitespace."""
+    pa, pc, _ = _pa()
+    if trimmed:
+        return _text_num(col)
     if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
-        return col.cast(pa.float64()).to_numpy(zero_copy_only=False), np.zeros(len(col), bool)
+        return _np(col.cast(pa.float64())), np.zeros(len(col), bool)
     if pa.types.is_null(col.type):
         return np.full(len(col), np.nan), np.zeros(len(col), bool)
-    s = pc.utf8_trim_whitespace(col.cast(pa.string()))
-    low = pc.utf8_lower(s)
-    missing = pc.fill_null(pc.or_(pc.is_null(s), pc.is_in(low, value_set=pa.array(_MISSING))),
-                           True)
-    missing = pc.or_(missing, pc.starts_with(s, "["))
+    return _text_num(pc.utf8_trim_whitespace(col.cast(pa.string())))
+
+
+def _text_num(s) -> tuple[np.ndarray, np.ndarray]:
+    """num() of text already trimmed of whitespace."""
+    pa, pc, _ = _pa()
     # Units trail the number ("92 %", "150.23 W", "1024 MiB", "1410 MHz"): trimming the
     # characters they are made of is ~10x faster than a regular expression.
     stripped = pc.utf8_rtrim(s, characters=_UNIT_CHARS)
-    stripped = pc.if_else(missing, pa.scalar(None, stripped.type), stripped)
+    # Fast path (the usual log): every value a number once its unit is gone. Only NaN
+    # values, if any, need telling missing ("nan") from unreadable.
+    v = _cast_float(stripped)
+    if v is not None:
+        nan = np.isnan(v)
+        if not nan.any():
+            return v, nan
+    if hasattr(s, "combine_chunks"):
+        s = s.combine_chunks()
+    low = pc.utf8_lower(s)
+    missing = _fill(pc.or_(pc.is_null(s), pc.is_in(low, value_set=_str_array(_MISSING))),
+                    True)
+    missing = pc.or_(missing, pc.starts_with(s, "["))
+    stripped = _nulls_where(missing, pc.utf8_rtrim(s, characters=_UNIT_CHARS))
     try:
-        v = pc.cast(stripped, pa.float64()).to_numpy(zero_copy_only=False)
+        v = _np(pc.cast(stripped, pa.float64()))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         # The slow path, only for columns with unreadable values: cells that are not a number
         # become null (counted as malformed by the caller), the rest are cast.
-        ok = pc.match_substring_regex(stripped, _NUMBER_RE)
-        ok = pc.fill_null(ok, False)
-        stripped = pc.if_else(ok, stripped, pa.scalar(None, stripped.type))
-        v = pc.cast(pc.utf8_trim_whitespace(stripped), pa.float64()).to_numpy(
-            zero_copy_only=False)
-    miss = missing.to_numpy(zero_copy_only=False)
+        ok = _fill(pc.match_substring_regex(stripped, _NUMBER_RE), False)
+        stripped = _nulls_where(pc.invert(ok), stripped)
+        v = _np(pc.cast(pc.utf8_trim_whitespace(stripped), pa.float64()))
+    miss = _np(missing)
     return v, (~miss) & np.isnan(v)
 
 
 def _trimmed_text(col):
-    """A text column as one trimmed string array; None when the column is not text."""
+    """A text column (chunks kept) trimmed of whitespace; None when the column is not text."""
     pa, pc, _ = _pa()
-    if hasattr(col, "combine_chunks"):
-        col = col.combine_chunks()
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
         return None
     return pc.utf8_trim_whitespace(col)
 
 
-def hex_or_num(col) -> tuple[np.ndarray, np.ndarray]:
+def hex_or_num(col, trimmed: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Clock event reasons: '0x0000000000000004' or a number."""
     pa, pc, _ = _pa()
-    s = _trimmed_text(col)
+    s = col if trimmed else _trimmed_text(col)
     if s is None:
         return num(col)
-    uniq = pc.unique(s).to_pylist()
+    if hasattr(s, "combine_chunks"):
+        s = s.combine_chunks()
+    uarr = pc.unique(s)
+    uniq = uarr.to_pylist()
     table = {}
     for u in uniq:
         if u is None or u.lower() in _MISSING or u.startswith("["):
@@ -193,46 +285,57 @@ def hex_or_num(col) -> tuple[np.ndarray, np.ndarray]:
             table[u] = (float(int(u, 16)) if u.lower().startswith("0x") else float(u), False)
         except ValueError:
             table[u] = (math.nan, True)
-    idx = pc.index_in(s, value_set=pa.array(uniq, s.type)).to_numpy(zero_copy_only=False)
+    idx = _np(pc.index_in(s, value_set=uarr))
     vals = np.array([table[u][0] for u in uniq] + [math.nan])
     bad = np.array([table[u][1] for u in uniq] + [False])
     idx = np.where(np.isnan(idx.astype(float)), len(uniq), idx).astype(np.int64)
     return vals[idx], bad[idx]
 
 
-def times(col, base_interval: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def times(col, base_interval: float = 1.0, trimmed: bool = False
+          ) -> tuple[np.ndarray, np.ndarray]:
     """Epoch seconds from numbers or date-times ('2024/01/15 10:00:01.123', ISO 8601)."""
     pa, pc, _ = _pa()
-    s = _trimmed_text(col)
+    s = col if trimmed else _trimmed_text(col)
     if s is None:
         return num(col)
-    try:
-        v = pc.cast(s, pa.float64()).to_numpy(zero_copy_only=False)
-        return v, np.isnan(v) & ~pc.is_null(s).to_numpy(zero_copy_only=False)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    # Every GPU's row of one poll carries the same stamp: parse each stamp once.
-    uniq = pc.unique(s)
-    if len(uniq) < len(s):
-        tu, bu = times(uniq)
-        idx = pc.index_in(s, value_set=uniq).to_numpy(zero_copy_only=False)
-        idx = np.nan_to_num(idx.astype(float), nan=len(uniq)).astype(np.int64)
-        return np.append(tu, np.nan)[idx], np.append(bu, False)[idx]
+    v = _cast_float(s)
+    if v is not None:
+        return v, np.isnan(v) & ~_np(pc.is_null(s))
+    # Every GPU's row of one poll carries the same stamp, on rows in a row: parse the first
+    # stamp of each run of equal ones only.
+    n = len(s)
+    if n > 1:
+        new = np.ones(n, dtype=bool)
+        new[1:] = _np(_fill(pc.not_equal(s.slice(1), s.slice(0, n - 1)), True))
+        first = np.flatnonzero(new)
+        if len(first) < n:
+            tu, bu = _parse_times(pc.filter(s, _arrow_mask(new)))
+            lengths = np.diff(np.append(first, n))
+            return np.repeat(tu, lengths), np.repeat(bu, lengths)
+    return _parse_times(s)
+
+
+def _parse_times(s) -> tuple[np.ndarray, np.ndarray]:
+    """Date-times ('2024/01/15 10:00:01.123', ISO 8601) as epoch seconds, and bad values."""
+    pa, pc, _ = _pa()
+    if hasattr(s, "combine_chunks"):
+        s = s.combine_chunks()
     s2 = pc.replace_substring(pc.replace_substring(s, "-", "/"), "T", " ")
     whole = pc.utf8_slice_codeunits(s2, 0, 19)
     frac = pc.utf8_slice_codeunits(s2, 19, 40)
     try:
         sec = pc.strptime(whole, format="%Y/%m/%d %H:%M:%S", unit="s", error_is_null=True)
-        t = pc.cast(sec, pa.int64()).to_numpy(zero_copy_only=False).astype(float)
+        t = _np(pc.cast(sec, pa.int64())).astype(float)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         t = np.full(len(s), np.nan)
     if pc.any(pc.is_valid(frac)).as_py():
         fr = pc.replace_substring_regex(frac, r"^(\.\d+).*$", "0\\1")
-        fr = pc.if_else(pc.match_substring_regex(fr, r"^0\.\d+$"), fr,
-                        pa.scalar(None, pa.string()))
-        f = pc.cast(fr, pa.float64()).to_numpy(zero_copy_only=False)
+        fr = _nulls_where(pc.invert(_fill(pc.match_substring_regex(fr, r"^0\.\d+$"),
+                                          False)), fr)
+        f = _np(pc.cast(fr, pa.float64()))
         t = t + np.nan_to_num(f)
-    nulls = pc.is_null(s).to_numpy(zero_copy_only=False)
+    nulls = _np(pc.is_null(s))
     return t, np.isnan(t) & ~nulls
 
 
@@ -264,47 +367,30 @@ def _read_csv(path: str, header: list[str], typed: Optional[dict] = None):
     return table, skipped[0]
 
 
-class _Cols:
-    """Columns of a CSV read as text, by name (pyarrow arrays)."""
+def _read_text(path: str, header: list[str], want: Optional[list[str]] = None):
+    """Columns ``want`` (default all) as text, empty fields as empty strings (pyarrow's
+    multithreaded reader; about as fast as pandas' C parser and without its import); rows
+    with the wrong number of fields are skipped and counted."""
+    pa, _, pcsv = _pa()
+    skipped = [0]
 
-    def __init__(self, cols: dict, n: int):
-        self.cols, self.num_rows = cols, n
-        self.column_names = list(cols)
+    def on_invalid(row):
+        skipped[0] += 1
+        return "skip"
 
-    def column(self, name):
-        return self.cols[name]
-
-
-def _read_text(path: str, header: list[str]):
-    """Every column as text; rows with too many fields are skipped and counted. pandas' C
-    parser (pyarrow-backed strings) is the fastest reader here; pyarrow's is the fallback."""
-    try:
-        import pandas as pd
-    except ImportError:
-        return _read_csv(path, header)
-    pa, _, _ = _pa()
     names = [h.strip() for h in header]
     try:
-        # No dtype: numbers parse as numbers (asking for text costs 4x), text stays
-        # pyarrow-backed; keep_default_na=False keeps "N/A" text for num() to judge.
-        # Lines with too many fields are skipped with a warning naming each one.
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            df = pd.read_csv(path, names=names, header=0, on_bad_lines="warn",
-                             keep_default_na=False, na_values=[], engine="c",
-                             skip_blank_lines=True)
-    except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        table = pcsv.read_csv(
+            path,
+            # 1 MiB blocks: every core parses (fewer, larger blocks leave cores idle).
+            read_options=pcsv.ReadOptions(column_names=names, skip_rows=1, block_size=1 << 20),
+            parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
+            convert_options=pcsv.ConvertOptions(
+                column_types={n: pa.string() for n in names}, strings_can_be_null=False,
+                include_columns=want if want is not None else names))
+    except pa.ArrowInvalid as exc:
         raise UserError(f"{path}: cannot parse as CSV ({str(exc).splitlines()[0]})") from None
-    cols = {}
-    for name in names:
-        col = df[name]
-        arr = pa.array(col.array) if col.dtype.kind not in "iufb" else pa.array(
-            col.to_numpy(dtype=float, na_value=np.nan), from_pandas=True)
-        if pa.types.is_string(arr.type):
-            arr = arr.cast(pa.large_string())
-        cols[name] = arr
-    skipped = sum(len(re.findall(r"Skipping line \d+", str(w.message))) for w in caught)
-    return _Cols(cols, len(df)), skipped
+    return table, skipped[0]
 
 
 def _first_bad_line(path: str, width: int, row_ok: Callable[[list[str]], bool],
@@ -340,7 +426,7 @@ def _gpu_codes(col) -> np.ndarray:
     arr = col.combine_chunks() if hasattr(col, "combine_chunks") else col
     arr = pc.utf8_trim_whitespace(arr.cast(pa.string()))
     uniq = pc.unique(arr)
-    idx = pc.index_in(arr, value_set=uniq).to_numpy(zero_copy_only=False)
+    idx = _np(pc.index_in(arr, value_set=uniq))
     return np.nan_to_num(idx.astype(float), nan=-1).astype(np.int64)
 
 
@@ -360,6 +446,8 @@ def _per_time_order(t: np.ndarray) -> np.ndarray:
 
 def _finish(log: Log, keep: np.ndarray) -> Log:
     """Drop malformed rows from every column."""
+    if keep.all():
+        return log
     s = log.samples
     for name in ("time", "gpu", "util", "power", "power_limit", "clock", "clock_max", "events",
                  "mem", "has_pid"):
@@ -403,9 +491,8 @@ def read_gpumon(path: str, header: list[str]) -> Log:
     pids_col = table.column("pids") if "pids" in table.column_names else None
     if pids_col is not None:
         p = pc.utf8_trim_whitespace(pids_col.combine_chunks())
-        has_pid = np.where(pc.is_null(p).to_numpy(zero_copy_only=False), np.nan,
-                           (pc.utf8_length(pc.fill_null(p, "")).to_numpy(
-                               zero_copy_only=False) > 0).astype(float))
+        length = _np(pc.utf8_length(p)).astype(float)      # NaN: no PIDs column value
+        has_pid = np.where(np.isnan(length), np.nan, (length > 0).astype(float))
     else:
         has_pid = np.full(n, np.nan)
     samples = SampleCols(t, np.nan_to_num(gpu, nan=-1).astype(np.int64), col("util_gpu_pct"),
@@ -418,8 +505,16 @@ def read_gpumon(path: str, header: list[str]) -> Log:
                     col("cpu_pct"))
     pids: dict = {}
     if pids_col is not None:
-        pairs = pa.table({"g": samples.gpu, "p": pids_col}).group_by(["g", "p"]).aggregate([])
-        for g, ptxt in zip(pairs.column("g").to_pylist(), pairs.column("p").to_pylist()):
+        # Each distinct (GPU, PIDs text) pair once, in order of first appearance.
+        ptab = pids_col.combine_chunks()
+        uarr = pc.unique(ptab)
+        texts = uarr.to_pylist()
+        code = np.nan_to_num(_np(pc.index_in(ptab, value_set=uarr)).astype(float),
+                             nan=len(texts)).astype(np.int64)
+        _, first = np.unique(samples.gpu * (len(texts) + 1) + code, return_index=True)
+        first.sort()
+        for g, k in zip(samples.gpu[first].tolist(), code[first].tolist()):
+            ptxt = texts[k] if k < len(texts) else None
             cur = set(pids.get(g) or ())
             if ptxt:
                 try:
@@ -449,25 +544,34 @@ def _gpumon_row_ok(row: list[str], names: list[str]) -> bool:
 
 
 def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -> Log:
-    table, skipped = _read_text(path, header)
     names = [h.strip() for h in header]
     keys = [_key(h) for h in names]
-    n = table.num_rows
-    bad = np.zeros(n, bool)
     cols: dict[str, str] = {}
     for name, k in zip(names, keys):
         target = NVSMI_FIELDS.get(k)
         if target and target not in cols:
             cols[target] = name
+    if "gpu" in cols:
+        cols.pop("gpu_id", None)      # GPUs by index; their UUID or bus id is not needed
+    # Only the fields the detector reads are converted (the rest only count as fields).
+    table, skipped = _read_text(path, header, list(dict.fromkeys(cols.values())))
+    n = table.num_rows
+    bad = np.zeros(n, bool)
 
     def col(target, fn=num):
         if target not in cols:
             return None
         c = table.column(cols[target])
-        v, b = fn(c)
+        s = _trimmed_text(c)
+        if s is None:
+            v, b = fn(c)
+            e = _empty(c)
+        else:
+            v, b = fn(s, trimmed=True)
+            # nvidia-smi never writes an empty field: an empty one is a short line.
+            e = _np(_pc().binary_length(s)) == 0
         bad[:] |= b
-        # nvidia-smi never writes an empty field: an empty one is a short line.
-        bad[:] |= _empty(c)
+        bad[:] |= e
         return v
 
     util = col("util")
@@ -520,9 +624,9 @@ def _empty(col) -> np.ndarray:
     if hasattr(col, "combine_chunks"):
         col = col.combine_chunks()
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-        return col.is_null().to_numpy(zero_copy_only=False)   # a missing trailing field
-    e = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(col)), 0), True)
-    return e.to_numpy(zero_copy_only=False)
+        return _np(col.is_null())   # a missing trailing field
+    length = _np(pc.utf8_length(pc.utf8_trim_whitespace(col)))
+    return (length == 0) | np.isnan(length.astype(float))
 
 
 def _row_times(gpu: np.ndarray, step: float) -> np.ndarray:
@@ -535,9 +639,12 @@ def _row_times(gpu: np.ndarray, step: float) -> np.ndarray:
 
 
 def read_plain(path: str, header: list[str]) -> Log:
-    table, skipped = _read_text(path, header)
     names = [h.strip() for h in header]
     keys = [_key(h) for h in names]
+    picks = [_pick(keys, c) for c in (PLAIN_UTIL, PLAIN_TIME, PLAIN_GPU, PLAIN_POWER,
+                                       PLAIN_LIMIT, PLAIN_MEM)]
+    table, skipped = _read_text(path, header, list(dict.fromkeys(
+        names[i] for i in picks if i is not None)))
     n = table.num_rows
     bad = np.zeros(n, bool)
 
