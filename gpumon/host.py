@@ -40,7 +40,8 @@ THREAD_SCAN_MIN_PCT = 85.0
 
 class _Proc:
     """A psutil.Process and its previous CPU times, for rates."""
-    __slots__ = ("proc", "prev", "last", "threads_prev", "threads_last", "name", "ppid")
+    __slots__ = ("proc", "prev", "last", "threads_prev", "threads_last", "name", "ppid",
+                 "started")
 
     def __init__(self, proc: psutil.Process):
         self.proc = proc
@@ -51,8 +52,9 @@ class _Proc:
         try:
             self.name = proc.name()
             self.ppid = proc.ppid()
+            self.started: Optional[float] = proc.create_time()   # Unix epoch seconds
         except psutil.Error:
-            self.name, self.ppid = "?", 0
+            self.name, self.ppid, self.started = "?", 0, None
 
     def cpu_pct(self, mono: float) -> Optional[float]:
         """% of one core since the previous reading (read at most every PROC_CPU_EVERY_S)."""
@@ -294,6 +296,7 @@ class HostSource:
 
     def _jobs(self, pids_by_gpu: Mapping[int, Optional[Sequence[int]]], mono: float):
         """(jobs, procs, unmapped PIDs) of the processes the GPUs report, read now."""
+        wall = time.time()
         gpu_pids = {pid for pids in pids_by_gpu.values() if pids for pid in pids}
         unmapped = tuple(sorted(pid for pid in gpu_pids if self._proc(pid) is None))
         self.unmapped = unmapped
@@ -338,11 +341,15 @@ class HostSource:
                     thread_max = self._procs[job_main].max_thread_pct(mono)
                 except psutil.Error:
                     thread_max = None
+            born = [self._procs[c].started for c in workers]
+            youngest = (max(0.0, wall - max(born))
+                        if born and all(b is not None for b in born) else None)
             jobs.append(JobProcs(
                 gpu=gpu, main_pid=job_main, main_cpu_pct=main_cpu,
                 main_thread_max_pct=thread_max, loader_workers=len(workers),
                 loader_cpu_pct=sum(wcpu) if len(wcpu) == len(workers) else None,
-                loader_busy=sum(1 for c in wcpu if c >= WORKER_BUSY_PCT)))
+                loader_busy=sum(1 for c in wcpu if c >= WORKER_BUSY_PCT),
+                loader_age_s=None if youngest is None else round(youngest, 1)))
 
         # Forget processes that are gone.
         live = set(cpu_of) | gpu_pids

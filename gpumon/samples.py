@@ -134,6 +134,9 @@ class JobProcs:
         "%", "CPU of all loader workers together, % of one core", title="load")
     loader_busy: Optional[int] = metric(
         "", "Loader workers at 90% of a core or more", fmt="d", title="sat")
+    loader_age_s: Optional[float] = metric(
+        "s", "Age of the youngest loader worker (young: a new DataLoader, as at an epoch "
+        "boundary or a validation pass)", fmt=".0f", title="age")
 
 
 @dataclass(frozen=True, slots=True)

@@ -456,8 +456,10 @@ def _finish(log: Log, keep: np.ndarray) -> Log:
             setattr(s, name, a[keep])
     if log.jobs is not None:
         for name in ("time", "gpu", "loader_cpu", "main_cpu", "main_thread", "workers",
-                     "loader_busy"):
-            setattr(log.jobs, name, getattr(log.jobs, name)[keep])
+                     "loader_busy", "loader_age"):
+            a = getattr(log.jobs, name)
+            if a is not None:
+                setattr(log.jobs, name, a[keep])
     if log.host is not None:
         for name in ("time", "iowait", "disk_read", "disk_write", "cpu"):
             setattr(log.host, name, getattr(log.host, name)[keep])
@@ -500,7 +502,8 @@ def read_gpumon(path: str, header: list[str]) -> Log:
                          col("sm_clock_max_mhz"), col("clock_events", hexa=True),
                          col("mem_used_mib"), has_pid)
     jobs = JobCols(t, samples.gpu, col("loader_cpu_pct"), col("main_cpu_pct"),
-                   col("main_thread_max_pct"), col("loader_workers"), col("loader_busy"))
+                   col("main_thread_max_pct"), col("loader_workers"), col("loader_busy"),
+                   col("loader_age_s"))
     host = HostCols(t, col("iowait_pct"), col("disk_read_mbps"), col("disk_write_mbps"),
                     col("cpu_pct"))
     pids: dict = {}

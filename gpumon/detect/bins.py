@@ -38,6 +38,7 @@ GPU_FIELDS = (
     "mt", "mtn",  # main process busiest thread CPU
     "wk", "wkn",  # loader worker count
     "lb", "lbn",  # loader workers at a full core
+    "age", "agen",  # age of the youngest loader worker (s)
     "pid",      # ticks that saw a process on this GPU
     "pidn",     # ticks that said whether a process was there
 )
@@ -45,8 +46,8 @@ HOST_FIELDS = ("io", "ion", "rd", "rdn", "wr", "wrn", "cpu", "cpun")
 GI = {name: i for i, name in enumerate(GPU_FIELDS)}
 HI = {name: i for i, name in enumerate(HOST_FIELDS)}
 
-_F_JOB = np.array([GI[k] for k in ("ld", "mc", "mt", "wk", "lb", "ldn", "mcn", "mtn", "wkn",
-                                   "lbn")])
+_F_JOB = np.array([GI[k] for k in ("ld", "mc", "mt", "wk", "lb", "age", "ldn", "mcn", "mtn",
+                                   "wkn", "lbn", "agen")])
 _F_HOST = np.array([HI[k] for k in ("io", "rd", "wr", "cpu", "ion", "rdn", "wrn", "cpun")])
 _F_RUNS = np.array([GI[k] for k in ("burn", "burs", "gapn", "gaps")])
 _THERMAL = CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL
@@ -100,6 +101,7 @@ class JobCols:
     main_thread: np.ndarray
     workers: np.ndarray
     loader_busy: np.ndarray
+    loader_age: Optional[np.ndarray] = None   # youngest loader worker's age, s (NaN unknown)
 
 
 @dataclass
@@ -428,8 +430,10 @@ class Store:
         rows = self._row(np.asarray(j.gpu))
         b = self._bins(np.asarray(j.time, dtype=float))
         self._make_room(int(b.min()), int(b.max()))
+        age = j.loader_age if j.loader_age is not None else np.full(len(j.time), np.nan)
         vals = np.stack([np.asarray(a, dtype=float) for a in
-                         (j.loader_cpu, j.main_cpu, j.main_thread, j.workers, j.loader_busy)])
+                         (j.loader_cpu, j.main_cpu, j.main_thread, j.workers, j.loader_busy,
+                          age)])
         ok = ~np.isnan(vals)
         self._scatter(self.g, _F_JOB, rows, b - self.b0,
                       np.concatenate([np.where(ok, vals, 0.0), ok]))

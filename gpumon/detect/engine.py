@@ -54,11 +54,11 @@ def tick_columns(ticks: Sequence[Tick]):
         hrows.append((ht, host.iowait_pct, host.disk_read_mbps, host.disk_write_mbps,
                       host.cpu_pct))
         jrows += [(ht, j.gpu, j.loader_cpu_pct, j.main_cpu_pct, j.main_thread_max_pct,
-                   j.loader_workers, j.loader_busy) for j in host.jobs]
+                   j.loader_workers, j.loader_busy, j.loader_age_s) for j in host.jobs]
         for p in host.procs:
             ppid[p.pid] = p.ppid
     G = _cols(grows, 10)
-    J = _cols(jrows, 7)
+    J = _cols(jrows, 8)
     H = _cols(hrows, 5)
     samples = SampleCols(G[0], G[1].astype(np.int64), *G[2:])
     jobs = JobCols(J[0], J[1].astype(np.int64), *J[2:])

@@ -34,6 +34,10 @@ ALL_ON_DUTY = 0.3
 BACK_BINS = 2
 # Bins of steady work that end a pause (the mean duty over them >= duty_starved).
 RESUME_BINS = 4
+# Loader workers younger than the stop plus this (s) were started when the GPUs stopped: a
+# new DataLoader (epoch boundary, validation pass), whose start-up explains the stop. (A rank
+# stops when its last batch is consumed; its new workers are forked within about a second.)
+FRESH_SLACK_S = 3.0
 
 
 class PauseTracker:
@@ -72,14 +76,22 @@ class PauseTracker:
         th = self.th
         self.i += 1
         self.cooldown -= 1
-        workers, starving, writing, present = host if host is not None else (
-            math.nan, False, False, True)
+        workers, starving, writing, present, age, main_busy = host if host is not None else (
+            math.nan, False, False, True, math.nan, False)
         known = not math.isnan(workers)
-        # What the host says: new loader workers (a validation DataLoader) or checkpoint-size
-        # disk writes explain a stop. (Saturated loaders do not veto a pause: new workers
-        # starting at an epoch boundary look saturated too, for up to loader_startup_s.)
+        # What the host says explains a stop: more loader workers than in steady work (a
+        # validation DataLoader), workers started when the GPUs stopped (any new DataLoader,
+        # also an epoch boundary's), checkpoint-size disk writes, or a main process busy with
+        # something other than waiting for batches (saving, evaluating).
         changed = known and self.workers is not None and workers - self.workers >= 0.5
-        explained = known and (changed or writing)
+        aged = known and not math.isnan(age)
+        fresh = aged and age <= (self.length if self.in_pause else 0) * th.bin_s + FRESH_SLACK_S
+        explained = known and (changed or writing or fresh or main_busy)
+        # Saturated loaders that are not new, behind GPUs that all stopped, with nothing else
+        # to explain it: the input pipeline cannot keep up. Not a pause, from its first second.
+        # (Without worker ages, new workers at an epoch boundary look the same for up to
+        # loader_startup_s, so only a longer stop says so.)
+        starved_now = aged and starving and not explained
         self.unmark = range(0)
         if not has_data:
             if self.in_pause:
@@ -104,7 +116,7 @@ class PauseTracker:
             # a choppy restart (ranks and loaders coming back one by one) is not.
             back = self.on_bins >= BACK_BINS
             slow = slow and back
-            hungry = not explained and (slow or (all_idle and (back or (
+            hungry = not explained and (slow or (all_idle and (back or starved_now or (
                 starving and self.length > self.startup))))
             if self.length >= self.pmax or hungry or not present:
                 self.in_pause = False           # too long, or starving: judge it normally
@@ -124,7 +136,8 @@ class PauseTracker:
                 # starves, it does not checkpoint.
                 self.hist.append((0.0, 0.0, True))
                 return True
-        elif (stop or changed) and present and self.cooldown <= 0 and self._healthy_context():
+        elif ((stop or changed) and present and self.cooldown <= 0 and not (stop and starved_now)
+              and self._healthy_context()):
             # (A new DataLoader's workers appearing after steady work is a validation pass
             # starting, even before the GPUs stop.)
             self.in_pause, self.length, self.resumed = True, 1, False
@@ -159,22 +172,25 @@ def storage_bound(io, rd, th: Thresholds = DEFAULT):
 
 
 # Fields host_bins divides (numerators, denominators), per GPU and for the host.
-_HB_NUM = [GI[k] for k in ("wk", "ld", "lb", "mc", "mt", "mem", "pid")]
-_HB_DEN = [GI[k] for k in ("wkn", "ldn", "lbn", "mcn", "mtn", "memn", "pidn")]
+_HB_NUM = [GI[k] for k in ("wk", "ld", "lb", "mc", "mt", "mem", "pid", "age")]
+_HB_DEN = [GI[k] for k in ("wkn", "ldn", "lbn", "mcn", "mtn", "memn", "pidn", "agen")]
 _HB_HNUM = [HI[k] for k in ("io", "rd", "wr")]
 _HB_HDEN = [HI[k] for k in ("ion", "rdn", "wrn")]
 
 
 def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
-    """Per bin (workers, starving, writing, present) for the pause tracker, from a job's
-    bins: the most loader workers of any rank, whether any rank's host shows starvation,
-    whether the disk is written at checkpoint rates, and whether the job still holds its
-    GPUs (memory, processes). NaN workers when the host is unknown."""
+    """Per bin (workers, starving, writing, present, age, main_busy) for the pause tracker,
+    from a job's bins: the most loader workers of any rank, whether any rank's host shows
+    starvation, whether the disk is written at checkpoint rates, whether the job still holds
+    its GPUs (memory, processes), the age of the youngest loader worker of any rank (NaN
+    unknown), and whether a rank's main process that has loader workers is itself at a full
+    core (saving a checkpoint, evaluating: work that is not feeding). NaN workers when the
+    host is unknown."""
     def r(a, b):
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
     # Every ratio in one division (element-wise, the same numbers as one by one).
-    wk, ld, lb, mc, mt, mem, pid = r(g[_HB_NUM], g[_HB_DEN])
+    wk, ld, lb, mc, mt, mem, pid, age = r(g[_HB_NUM], g[_HB_DEN])
     main = np.fmax(mc, mt)
     io, rd, wr = r(h[_HB_HNUM], h[_HB_HDEN])
     with np.errstate(invalid="ignore"):
@@ -190,7 +206,11 @@ def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
         present = ~gone.any(axis=0)
         workers = np.where(np.isnan(wk).all(axis=0), np.nan,
                            N.nanmax(np.where(np.isnan(wk), -1, wk), axis=0))
-    return list(zip(workers.tolist(), starving.tolist(), writing.tolist(), present.tolist()))
+        youngest = np.where(np.isnan(age).all(axis=0), np.nan,
+                            N.nanmin(np.where(np.isnan(age), np.inf, age), axis=0))
+        main_busy = ((wk >= 0.5) & (main >= th.core_busy_pct)).any(axis=0)
+    return list(zip(workers.tolist(), starving.tolist(), writing.tolist(), present.tolist(),
+                    youngest.tolist(), main_busy.tolist()))
 
 
 def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,

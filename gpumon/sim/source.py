@@ -135,7 +135,10 @@ class Stream:
                 gpu=g, main_pid=mp.pid, main_cpu_pct=main[1], main_thread_max_pct=main[2],
                 loader_workers=len(workers),
                 loader_cpu_pct=round(sum(w[1] for w in workers), 1),
-                loader_busy=sum(1 for w in workers if w[1] >= LOADER_BUSY_PCT)))
+                loader_busy=sum(1 for w in workers if w[1] >= LOADER_BUSY_PCT),
+                loader_age_s=round(max(0.0, (t - self.start_time)
+                                       - max(w[0].proc.birth for w in workers)), 1)
+                if workers else None))
         return HostSample(
             time=t, cpu_pct=round(min(100.0, busy / cores * 100.0), 2),
             cpu_max_core_pct=round(float(per_core.max()), 1),
