@@ -331,3 +331,45 @@ def test_live_and_offline_agree(tmp_path):
         seg = [d for d in tl.segments if d.start <= t - 0.5 < d.end]
         agree += bool(seg) and seg[0].verdict == v and seg[0].straggler_gpu == s
     assert agree / len(live[10:]) >= 0.9
+
+
+def _stop_behind_saturated_loaders(new_workers: bool) -> list:
+    """2 GPUs busy for 25 s with calm loaders, then both stop for 10 s while every loader
+    worker is at a full core and the main processes wait; the workers are the same old ones,
+    or new ones started when the GPUs stopped (an epoch boundary's new DataLoader)."""
+    stop_at = 25.0
+    ticks = window(35, 2, lambda g, t: 100.0 if t < stop_at else 0.0,
+                   power=lambda g, t: 320.0 if t < stop_at else 60.0, pids=lambda g: (100 + g,))
+    out = []
+    for tk in ticks:
+        t = tk.time - T0
+        stopped = t > stop_at
+        age = (t - stop_at) if (new_workers and stopped) else 300.0 + t
+        jobs = tuple(JobProcs(gpu=g, main_pid=100 + g, main_cpu_pct=10.0 if stopped else 40.0,
+                              main_thread_max_pct=None, loader_workers=4,
+                              loader_cpu_pct=398.0 if stopped else 250.0,
+                              loader_busy=4 if stopped else 1, loader_age_s=age)
+                     for g in range(2))
+        out.append(Tick(time=tk.time, gpus=tk.gpus,
+                        host=HostSample(time=tk.time, cpu_pct=30.0, iowait_pct=0.0,
+                                        disk_read_mbps=0.0, disk_write_mbps=0.0, jobs=jobs)))
+    return out
+
+
+def test_stop_behind_old_saturated_loaders_is_starvation_at_once():
+    det = StreamingDetector()
+    seen = None
+    for tk in _stop_behind_saturated_loaders(new_workers=False):
+        d = det.update(tk)[0]
+        if tk.time - T0 <= 25:
+            assert d.verdict == "busy"
+        elif d.verdict == "data_starvation" and seen is None:
+            seen = tk.time - T0 - 25
+    assert seen is not None and seen <= 4.0, seen
+
+
+def test_stop_while_new_loader_workers_start_is_a_pause():
+    det = StreamingDetector()
+    for tk in _stop_behind_saturated_loaders(new_workers=True):
+        d = det.update(tk)[0]
+        assert d.verdict == "busy", (tk.time - T0, d.verdict)

@@ -121,3 +121,21 @@ def test_cpu_shares_stay_within_0_and_100_when_counters_misbehave(monkeypatch):
         cpu, core_max, iowait, cores = src._cpu()
         assert 0.0 <= cpu <= 100.0 and 0.0 <= core_max <= 100.0 and 0.0 <= iowait <= 100.0
         assert all(0.0 <= c <= 100.0 for c in cores)
+
+
+def test_loader_age_is_the_youngest_workers(tree):
+    """loader_age_s is how long ago the youngest worker started (a new DataLoader is young)."""
+    youngest = max(c.create_time() for c in psutil.Process(tree.pid).children(recursive=True))
+    time.sleep(1.5)
+    job = HostSource().read({0: (tree.pid,)}).job_on(0)
+    want = time.time() - youngest
+    assert job.loader_age_s is not None and abs(job.loader_age_s - want) <= 0.6, (
+        job.loader_age_s, want)
+    # A main process without workers has no loader age.
+    lone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)
+        assert HostSource().read({0: (lone.pid,)}).job_on(0).loader_age_s is None
+    finally:
+        lone.kill()
+        lone.wait()

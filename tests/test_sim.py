@@ -471,3 +471,15 @@ def test_phases_in_one_job():
         list(simulate("busy", gpus=1, seconds=1, phases=[("busy", 5), ("sync_stall", 5)]))
     with pytest.raises(UserError):
         list(simulate("busy", seconds=1, phases=[("demo", 5)]))
+
+
+def test_loader_age_resets_when_an_epoch_starts_new_workers():
+    from gpumon.sim import simulate
+    ages = [tk.host.job_on(0).loader_age_s for tk in
+            simulate("epoch_end", gpus=2, seconds=130, seed=5, params={"epoch_s": 40.0})]
+    assert all(a is not None and a >= 0 for a in ages)
+    resets = sum(1 for a, b in zip(ages, ages[1:]) if b < a - 5)
+    assert resets >= 2, ages
+    # No epoch boundary: the same workers grow old.
+    busy = [tk.host.job_on(0).loader_age_s for tk in simulate("busy", gpus=2, seconds=30, seed=5)]
+    assert all(b > a for a, b in zip(busy, busy[1:]))

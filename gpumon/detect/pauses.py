@@ -84,7 +84,7 @@ class PauseTracker:
         # also an epoch boundary's), checkpoint-size disk writes, or a main process busy with
         # something other than waiting for batches (saving, evaluating).
         changed = known and self.workers is not None and workers - self.workers >= 0.5
-        aged = known and not math.isnan(age)
+        aged = known and (not math.isnan(age) or workers < 0.5)   # (no workers: none new)
         fresh = aged and age <= (self.length if self.in_pause else 0) * th.bin_s + FRESH_SLACK_S
         explained = known and (changed or writing or fresh or main_busy)
         # Saturated loaders that are not new, behind GPUs that all stopped, with nothing else
