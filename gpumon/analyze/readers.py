@@ -25,6 +25,7 @@ import numpy as np
 from gpumon.detect.bins import HostCols, JobCols, SampleCols
 from gpumon.errors import UserError
 from gpumon.analyze.log import Log, Malformed
+from gpumon.analyze.threads import map_threads
 
 KINDS = ("gpumon", "nvidia-smi", "dmon", "plain")
 
@@ -543,6 +544,10 @@ def _gpumon_row_ok(row: list[str], names: list[str]) -> bool:
     return True
 
 
+# How a detector column of an nvidia-smi log is read (the others: num).
+NVSMI_READ = {"time": times, "events": hex_or_num}
+
+
 def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -> Log:
     names = [h.strip() for h in header]
     keys = [_key(h) for h in names]
@@ -557,11 +562,13 @@ def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -
     table, skipped = _read_text(path, header, list(dict.fromkeys(cols.values())))
     n = table.num_rows
     bad = np.zeros(n, bool)
+    if "util" not in cols:
+        raise UserError(f"{path}: an nvidia-smi log needs the utilization.gpu field "
+                        "(nvidia-smi --query-gpu=timestamp,index,utilization.gpu,...)")
 
-    def col(target, fn=num):
-        if target not in cols:
-            return None
+    def convert(target):
         c = table.column(cols[target])
+        fn = NVSMI_READ.get(target, num)
         s = _trimmed_text(c)
         if s is None:
             v, b = fn(c)
@@ -570,14 +577,18 @@ def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -
             v, b = fn(s, trimmed=True)
             # nvidia-smi never writes an empty field: an empty one is a short line.
             e = _np(_pc().binary_length(s)) == 0
-        bad[:] |= b
-        bad[:] |= e
-        return v
+        return v, b | e
+
+    # Every column at once (each converts on its own; the bad rows of all are or-ed).
+    wanted = [x for x in cols if x != "gpu_id"]
+    conv = dict(zip(wanted, map_threads(convert, wanted)))
+    for _, b in conv.values():
+        bad |= b
+
+    def col(target):
+        return conv[target][0] if target in conv else None
 
     util = col("util")
-    if util is None:
-        raise UserError(f"{path}: an nvidia-smi log needs the utilization.gpu field "
-                        "(nvidia-smi --query-gpu=timestamp,index,utilization.gpu,...)")
     if "gpu" in cols:
         gpu = col("gpu")
         bad |= np.isnan(gpu)
@@ -587,7 +598,7 @@ def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -
     else:
         gpu = None
     if "time" in cols:
-        t = col("time", times)
+        t = col("time")
         bad |= np.isnan(t)
         if gpu is None:
             gpu = _per_time_order(np.nan_to_num(t))
@@ -597,7 +608,7 @@ def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -
         step = interval or 1.0
         t = _row_times(gpu, step)
     samples = SampleCols(t, gpu, util, col("power"), col("power_limit"), col("clock"),
-                         col("clock_max"), col("events", hex_or_num), col("mem"), None)
+                         col("clock_max"), col("events"), col("mem"), None)
     log = Log(path, "nvidia-smi", samples, None, None, {}, Malformed(), n + skipped)
     nbad = int(bad.sum()) + skipped
     if nbad:

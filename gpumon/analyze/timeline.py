@@ -7,6 +7,7 @@ turns them into a timeline. Windows are evaluated in chunks so a day-long log st
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -22,6 +23,7 @@ from gpumon.detect.rules import judge
 from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.analyze.log import Log
+from gpumon.analyze.threads import map_threads
 
 CHUNK_BINS = 4096
 STORE_CHUNK = 1 << 17          # samples binned at once
@@ -83,19 +85,32 @@ def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, t
                   ends: np.ndarray, excl: Optional[np.ndarray] = None) -> list[dict]:
     """Rule output at ``ends`` (sorted), chunk by chunk."""
     W = int(math.ceil(max(th.window_s, th.window_max_s, th.context_s) / th.bin_s)) + 1
-    outs = []
+    spans = []
     i = 0
     while i < len(ends):
         lo_end = int(ends[i])
         j = int(np.searchsorted(ends, lo_end + CHUNK_BINS, side="left"))
-        hi_end = int(ends[j - 1])
-        lo = max(0, lo_end - W + 1)
+        spans.append((i, j, max(0, lo_end - W + 1), int(ends[j - 1])))
+        i = j
+
+    def one(span):
+        i, j, lo, hi_end = span
         g, h = st.view(rows, hi_end + 1, lo)
         f = window_features(g, h, ends[i:j] - lo, pause[lo:hi_end + 1], th,
                             excluded=None if excl is None else excl[lo:hi_end + 1])
-        outs.append(judge(f, shared, th))
-        i = j
-    return outs
+        return judge(f, shared, th)
+
+    return _map(one, spans)
+
+
+def _map(fn, items: list) -> list:
+    """map_threads for window_features and judge: they silence RuntimeWarnings with
+    warnings.catch_warnings, which saves and restores the process-wide filters, so threads
+    entering and leaving it out of step would leave a filter behind. Inside this outer block
+    every state they restore still ignores them; leaving it restores the caller's filters."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return map_threads(fn, items)
 
 
 def _judge_points(st: Store, rows: list[int], shared: bool, pause: np.ndarray,
