@@ -245,3 +245,20 @@ def test_evidence_windows_gathered_match_windows_over_the_whole_log(name):
                            atol=1e-12, equal_nan=True), k
     for k in ("verdict", "cause", "straggler"):
         assert np.array_equal(rgot[k], rwant[k]), k
+
+
+def test_nvidia_smi_index_that_is_not_a_number_is_one_bad_line(tmp_path):
+    """The GPU index is read as an integer by the CSV reader; a value that is not one sends
+    the file through the text path, where that line alone counts as malformed."""
+    rows = ["timestamp, index, utilization.gpu [%], power.draw [W]"]
+    for k in range(40):
+        for g in (0, 1):
+            idx = "x1" if (k, g) == (12, 1) else str(g)
+            rows.append(f"2024/05/01 00:00:{k:02d}.000, {idx}, {95 if k % 3 else 5} %, "
+                        f"{300 if k % 3 else 80}.00 W")
+    p = tmp_path / "smi.csv"
+    p.write_text("\n".join(rows) + "\n")
+    log = read_log(str(p))
+    assert (log.malformed.count, log.malformed.first_line) == (1, 2 + 12 * 2 + 1)
+    assert len(log.samples.time) == 79 and sorted(set(log.samples.gpu.tolist())) == [0, 1]
+    assert log.samples.util[:4].tolist() == [5.0, 5.0, 95.0, 95.0]
