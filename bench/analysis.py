@@ -161,6 +161,62 @@ PANDAS_LOAD = ("import sys, time, pandas\n"
                "print(f'{time.perf_counter() - t:.6f}')\n")
 
 
+# The same two jobs timed inside one process each, from before their imports (the
+# interpreter's own start-up left out on both sides).
+INPROC = ("import sys, time\n"
+          "t = time.perf_counter()\n"
+          "if sys.argv[1] == 'pandas':\n"
+          "    import pandas\n"
+          "    assert len(pandas.read_csv(sys.argv[2])) > 0\n"
+          "else:\n"
+          "    import json\n"
+          "    from gpumon.analyze import analyze_file, to_json\n"
+          "    json.dumps(to_json(analyze_file(sys.argv[2])[1]), indent=2)\n"
+          "print(f'{time.perf_counter() - t:.6f}')\n")
+
+
+def bench_inprocess(path: str, *, python: str, cwd: str, repeats: int = 3,
+                    env=None) -> tuple[Timed, Timed]:
+    """(gpumon analyze, pandas.read_csv) each timed inside its process, imports included,
+    runs interleaved so a busy machine weighs on both alike."""
+    ours, pandas = Timed("gpumon analyze (in-process)"), Timed("pandas (in-process)")
+    for _ in range(repeats):
+        for t, what in ((ours, "ours"), (pandas, "pandas")):
+            wall, rss, rc, out = rusage_run([python, "-c", INPROC, what, path], cwd=cwd, env=env)
+            if rc != 0:
+                t.error = f"exit {rc}: {' '.join(out.split())[-300:]}"
+                continue
+            t.seconds.append(float(out.strip().splitlines()[-1]))
+            t.wall.append(wall)
+            t.rss_mib.append(rss)
+    return ours, pandas
+
+
+def only_lines(ours: Timed, pandas: Timed, inproc: tuple[Timed, Timed], max_ratio: float,
+               rows: int) -> list[str]:
+    """`python -m bench.run --analysis-only`: the analysis alone, every basis of comparison."""
+    def spread(v):
+        return f"{min(v):.3f} s (runs {', '.join(f'{x:.2f}' for x in v)})" if v else "n/a"
+    out = [f"gpumon analyze of the day-long 8-GPU nvidia-smi log ({rows:,} rows), best of runs:"]
+    for t in (ours, pandas) + tuple(inproc):
+        if t.error:
+            out.append(f"  {t.label}: failed: {t.error}")
+    if ours.wall and pandas.seconds and pandas.wall:
+        a = min(ours.wall)
+        out += [f"  gpumon analyze, whole command:        {spread(ours.wall)}; peak RSS "
+                f"{max(ours.rss_mib):.0f} MiB",
+                f"  pandas.read_csv call alone:           {spread(pandas.seconds)}",
+                f"  pandas.read_csv, whole command:       {spread(pandas.wall)}",
+                f"  ratio to the read_csv call:           {a / min(pandas.seconds):.2f}x "
+                f"(target {max_ratio:g}x)",
+                f"  ratio to the whole pandas command:    {a / min(pandas.wall):.2f}x"]
+    io, ip = inproc
+    if io.seconds and ip.seconds:
+        out += [f"  in-process, imports included: gpumon analyze {spread(io.seconds)}, "
+                f"pandas {spread(ip.seconds)}: {min(io.seconds) / min(ip.seconds):.2f}x"]
+    return out
+
+
 # Further runs of `gpumon analyze` are skipped once its runs have taken this long (s), so a
 # slow analyzer cannot push `make bench` past its 10 minutes.
 ANALYZE_BUDGET_S = 45.0

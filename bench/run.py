@@ -290,6 +290,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-analysis", action="store_true")
     ap.add_argument("--analysis-repeats", type=int, default=2,
                     help="runs of `gpumon analyze` and of pandas.read_csv (default 2)")
+    ap.add_argument("--analysis-only", action="store_true",
+                    help="time only `gpumon analyze` of the day-long log against pandas (as "
+                    "the whole command, the read_csv call, and both in-process with their "
+                    "imports); prints, writes no report")
     ap.add_argument("--no-profile", action="store_true", help="no py-spy profile of misses")
     ap.add_argument("--frames", type=int, default=200)
     ap.add_argument("--out", default=os.path.join(RESULTS, "latest.md"))
@@ -298,6 +302,16 @@ def main(argv=None) -> int:
     started = time.monotonic()
     py = sys.executable
     os.makedirs(BUILD_DIR, exist_ok=True)
+    if args.analysis_only:
+        path, day_rows, _ = analysis.ensure_day(BUILD_DIR)
+        ours_an, pandas_an = analysis.bench_analysis(path, python=py, cwd=ROOT,
+                                                     repeats=args.analysis_repeats)
+        inproc = analysis.bench_inprocess(path, python=py, cwd=ROOT,
+                                          repeats=args.analysis_repeats)
+        print("\n".join(analysis.only_lines(ours_an, pandas_an, inproc, ANALYZE_MAX_RATIO,
+                                             day_rows)))
+        print(f"load average at the end: {loadavg()}")
+        return 0
     ensure_fake_library()
     meta = machine()
     load_before = loadavg()

@@ -30,6 +30,7 @@ VARIABLES = (
     "FAKE_NVML_UNSUPPORTED",
     "FAKE_NVML_LOST",
     "FAKE_NVML_PIDS",
+    "FAKE_NVML_PIDS_FILE",
     "FAKE_NVML_INIT_ERROR",
     "FAKE_NVML_MIG",
     "FAKE_NVML_CALL_US",
@@ -71,6 +72,7 @@ def variables(
     mig: bool | None = None,
     call_us: int | str | None = None,
     trace_dir: str | os.PathLike | None = None,
+    pids_file: str | os.PathLike | None = None,
 ) -> dict[str, str]:
     """The FAKE_NVML_* variables for these settings (only the ones given).
 
@@ -78,6 +80,8 @@ def variables(
     lost: {1: 2.5} (GPU 1 lost 2.5 s after nvmlInit) or "1@2.5".
     pids: {0: [123, 456], 1: [789]} ("*" as key: every GPU) or "0:123,456;1:789".
     call_us: µs per call (2.5), per metric group ("1,processes=4500"), or "reported".
+    pids_file: a file in the pids syntax, read again whenever it changes (processes started
+    after nvmlInit).
     """
     out: dict[str, str] = {}
     if gpus is not None:
@@ -98,6 +102,8 @@ def variables(
         out["FAKE_NVML_LOST"] = _per_gpu(lost, ",", lambda gpu, s: "%s@%g" % (gpu, s))
     if pids is not None:
         out["FAKE_NVML_PIDS"] = _per_gpu(pids, ";", lambda gpu, ps: "%s:%s" % (gpu, ",".join(str(int(p)) for p in ps)))
+    if pids_file is not None:
+        out["FAKE_NVML_PIDS_FILE"] = os.fspath(pids_file)
     if init_error is not None:
         out["FAKE_NVML_INIT_ERROR"] = init_error
     if mig is not None:

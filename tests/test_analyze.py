@@ -216,3 +216,49 @@ def test_arrow_to_numpy_without_pandas_matches_to_numpy():
     m = np.array([True, False, False, True, True, False, True, False, True, True, False])
     assert np.array_equal(R._np(R._arrow_mask(m)), m)
     assert R._str_array(["a", "", "[n/a]"]).to_pylist() == ["a", "", "[n/a]"]
+
+
+@pytest.mark.parametrize("name", ["nvsmi_starved.csv", "gpumon.csv", "dmon.log"])
+def test_evidence_windows_gathered_match_windows_over_the_whole_log(name):
+    """timeline._judge_points (each evidence window in a slot of its own) gives the features
+    and rule output of the same windows computed over the whole log at once (up to float
+    rounding of running sums), including windows at the very start of the log."""
+    import importlib
+    import numpy as np
+    T = importlib.import_module("gpumon.analyze.timeline")
+    from gpumon.detect.features import window_features
+    from gpumon.detect.rules import judge
+    from gpumon.detect.thresholds import DEFAULT
+    log = read_log(path(name))
+    st = T.build_store(log, DEFAULT)
+    rows = list(range(len(st.gpus)))
+    pause, excl = T.job_flags(st, rows, DEFAULT)
+    pts = np.unique(np.r_[0, 1, 5, np.linspace(0, st.nb - 1, 25).round().astype(int),
+                          st.nb - 1])
+    outs, feats = T._judge_points(st, rows, False, pause, DEFAULT, pts, excl)
+    got, rgot = T._cat(feats), T._cat(outs)
+    g, h = st.view(rows)
+    want = window_features(g, h, pts, pause, DEFAULT, excluded=excl)
+    rwant = judge(want, False, DEFAULT)
+    for k in want:
+        assert np.allclose(np.asarray(got[k], float), np.asarray(want[k], float), rtol=1e-9,
+                           atol=1e-12, equal_nan=True), k
+    for k in ("verdict", "cause", "straggler"):
+        assert np.array_equal(rgot[k], rwant[k]), k
+
+
+def test_nvidia_smi_index_that_is_not_a_number_is_one_bad_line(tmp_path):
+    """The GPU index is read as an integer by the CSV reader; a value that is not one sends
+    the file through the text path, where that line alone counts as malformed."""
+    rows = ["timestamp, index, utilization.gpu [%], power.draw [W]"]
+    for k in range(40):
+        for g in (0, 1):
+            idx = "x1" if (k, g) == (12, 1) else str(g)
+            rows.append(f"2024/05/01 00:00:{k:02d}.000, {idx}, {95 if k % 3 else 5} %, "
+                        f"{300 if k % 3 else 80}.00 W")
+    p = tmp_path / "smi.csv"
+    p.write_text("\n".join(rows) + "\n")
+    log = read_log(str(p))
+    assert (log.malformed.count, log.malformed.first_line) == (1, 2 + 12 * 2 + 1)
+    assert len(log.samples.time) == 79 and sorted(set(log.samples.gpu.tolist())) == [0, 1]
+    assert log.samples.util[:4].tolist() == [5.0, 5.0, 95.0, 95.0]

@@ -25,6 +25,7 @@ import numpy as np
 from gpumon.detect.bins import HostCols, JobCols, SampleCols
 from gpumon.errors import UserError
 from gpumon.analyze.log import Log, Malformed
+from gpumon.analyze.threads import map_threads
 
 KINDS = ("gpumon", "nvidia-smi", "dmon", "plain")
 
@@ -84,24 +85,40 @@ def _np(a) -> np.ndarray:
     """An Arrow array (or chunks of one) of numbers or booleans as a numpy array of its own,
     nulls as NaN (numbers; integers then become floats), as ``to_numpy(zero_copy_only=False)``
     gives them."""
-    pa = _pa()[0]
-    if hasattr(a, "combine_chunks"):
+    if hasattr(a, "chunks"):
+        if a.num_chunks > 1 and _plain(a.type):     # joined once, by numpy
+            return np.concatenate([_np1(c, copy=False) for c in a.chunks])
         a = a.combine_chunks()
+    if not _plain(a.type):
+        return a.to_numpy(zero_copy_only=False)
+    return _np1(a, copy=True)
+
+
+def _plain(t) -> bool:
+    """Numbers and booleans, which _np1 reads from Arrow's buffers."""
+    pa = _pa()[0]
+    return pa.types.is_boolean(t) or ((pa.types.is_integer(t) or pa.types.is_floating(t))
+                                      and not pa.types.is_float16(t))
+
+
+def _np1(a, copy: bool) -> np.ndarray:
+    """_np of one Array of _plain type (``copy=False``: may be a view of Arrow's memory)."""
+    pa = _pa()[0]
     n, off, t = len(a), a.offset, a.type
     if pa.types.is_boolean(t):
         if a.null_count:
             return a.to_numpy(zero_copy_only=False)   # objects with None, as ever (rare)
         return _bits(a.buffers()[1], off, n)
-    if not (pa.types.is_integer(t) or pa.types.is_floating(t)) or pa.types.is_float16(t):
-        return a.to_numpy(zero_copy_only=False)
     kind = "f" if pa.types.is_floating(t) else "i" if pa.types.is_signed_integer(t) else "u"
     dt = np.dtype(f"{kind}{t.bit_width // 8}")
     if n == 0:
         return np.zeros(0, dt if not a.null_count else np.float64)
-    v = np.frombuffer(a.buffers()[1], dtype=dt, count=n, offset=off * dt.itemsize).copy()
+    v = np.frombuffer(a.buffers()[1], dtype=dt, count=n, offset=off * dt.itemsize)
     if a.null_count:
         v = v.astype(np.float64)
         v[~_bits(a.buffers()[0], off, n)] = np.nan
+    elif copy:
+        v = v.copy()
     return v
 
 
@@ -201,6 +218,16 @@ _UNIT_RE = r"\s*(%|[a-zA-Z][a-zA-Z/]*)\s*$"
 _UNIT_CHARS = " %WMiBHzKkGCsJm/"
 
 
+def _num_fast(col) -> Optional[np.ndarray]:
+    """num() of a text column in the usual case, cheaply: every value a number followed by
+    its unit, none missing (so none empty and none bad). None when that is not so (then
+    num() decides). ASCII trimming is exact here: a value with other whitespace at an end
+    does not cast, and goes to num()."""
+    pc = _pa()[1]
+    v = _cast_float(pc.ascii_rtrim(pc.ascii_trim_whitespace(col), characters=_UNIT_CHARS))
+    return None if v is None or np.isnan(v).any() else v
+
+
 def _cast_float(s) -> Optional[np.ndarray]:
     """Text (chunks) cast to float64 (null -> NaN), or None when a value is not a number. A
     column of text that is no number at all fails on its first values, not after all."""
@@ -258,12 +285,14 @@ def _text_num(s) -> tuple[np.ndarray, np.ndarray]:
     return v, (~miss) & np.isnan(v)
 
 
+def _is_text(t) -> bool:
+    pa = _pa()[0]
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
 def _trimmed_text(col):
     """A text column (chunks kept) trimmed of whitespace; None when the column is not text."""
-    pa, pc, _ = _pa()
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-        return None
-    return pc.utf8_trim_whitespace(col)
+    return _pc().utf8_trim_whitespace(col) if _is_text(col.type) else None
 
 
 def hex_or_num(col, trimmed: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -367,10 +396,12 @@ def _read_csv(path: str, header: list[str], typed: Optional[dict] = None):
     return table, skipped[0]
 
 
-def _read_text(path: str, header: list[str], want: Optional[list[str]] = None):
+def _read_text(path: str, header: list[str], want: Optional[list[str]] = None,
+               typed: Optional[dict] = None):
     """Columns ``want`` (default all) as text, empty fields as empty strings (pyarrow's
     multithreaded reader; about as fast as pandas' C parser and without its import); rows
-    with the wrong number of fields are skipped and counted."""
+    with the wrong number of fields are skipped and counted. ``typed``: columns read as
+    another type ("int64"); a value that does not parse as one raises ArrowInvalid."""
     pa, _, pcsv = _pa()
     skipped = [0]
 
@@ -386,9 +417,13 @@ def _read_text(path: str, header: list[str], want: Optional[list[str]] = None):
             read_options=pcsv.ReadOptions(column_names=names, skip_rows=1, block_size=1 << 20),
             parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
             convert_options=pcsv.ConvertOptions(
-                column_types={n: pa.string() for n in names}, strings_can_be_null=False,
+                column_types={n: (pa.type_for_alias(typed[n]) if typed and n in typed
+                                  else pa.string()) for n in names},
+                strings_can_be_null=False,
                 include_columns=want if want is not None else names))
     except pa.ArrowInvalid as exc:
+        if typed:
+            raise
         raise UserError(f"{path}: cannot parse as CSV ({str(exc).splitlines()[0]})") from None
     return table, skipped[0]
 
@@ -546,6 +581,10 @@ def _gpumon_row_ok(row: list[str], names: list[str]) -> bool:
     return True
 
 
+# How a detector column of an nvidia-smi log is read (the others: num).
+NVSMI_READ = {"time": times, "events": hex_or_num}
+
+
 def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -> Log:
     names = [h.strip() for h in header]
     keys = [_key(h) for h in names]
@@ -556,15 +595,27 @@ def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -
             cols[target] = name
     if "gpu" in cols:
         cols.pop("gpu_id", None)      # GPUs by index; their UUID or bus id is not needed
-    # Only the fields the detector reads are converted (the rest only count as fields).
-    table, skipped = _read_text(path, header, list(dict.fromkeys(cols.values())))
+    # Only the fields the detector reads are converted (the rest only count as fields); the
+    # GPU index is read as an integer by the CSV reader (as text when it is not one).
+    want = list(dict.fromkeys(cols.values()))
+    try:
+        table, skipped = _read_text(path, header, want,
+                                    {cols["gpu"]: "int64"} if "gpu" in cols else None)
+    except _pa()[0].ArrowInvalid:
+        table, skipped = _read_text(path, header, want)
     n = table.num_rows
     bad = np.zeros(n, bool)
+    if "util" not in cols:
+        raise UserError(f"{path}: an nvidia-smi log needs the utilization.gpu field "
+                        "(nvidia-smi --query-gpu=timestamp,index,utilization.gpu,...)")
 
-    def col(target, fn=num):
-        if target not in cols:
-            return None
+    def convert(target):
         c = table.column(cols[target])
+        fn = NVSMI_READ.get(target, num)
+        if fn is num and _is_text(c.type):
+            v = _num_fast(c)
+            if v is not None:
+                return v, np.zeros(n, bool)
         s = _trimmed_text(c)
         if s is None:
             v, b = fn(c)
@@ -573,14 +624,18 @@ def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -
             v, b = fn(s, trimmed=True)
             # nvidia-smi never writes an empty field: an empty one is a short line.
             e = _np(_pc().binary_length(s)) == 0
-        bad[:] |= b
-        bad[:] |= e
-        return v
+        return v, b | e
+
+    # Every column at once (each converts on its own; the bad rows of all are or-ed).
+    wanted = [x for x in cols if x != "gpu_id"]
+    conv = dict(zip(wanted, map_threads(convert, wanted)))
+    for _, b in conv.values():
+        bad |= b
+
+    def col(target):
+        return conv[target][0] if target in conv else None
 
     util = col("util")
-    if util is None:
-        raise UserError(f"{path}: an nvidia-smi log needs the utilization.gpu field "
-                        "(nvidia-smi --query-gpu=timestamp,index,utilization.gpu,...)")
     if "gpu" in cols:
         gpu = col("gpu")
         bad |= np.isnan(gpu)
@@ -590,7 +645,7 @@ def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -
     else:
         gpu = None
     if "time" in cols:
-        t = col("time", times)
+        t = col("time")
         bad |= np.isnan(t)
         if gpu is None:
             gpu = _per_time_order(np.nan_to_num(t))
@@ -600,7 +655,7 @@ def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -
         step = interval or 1.0
         t = _row_times(gpu, step)
     samples = SampleCols(t, gpu, util, col("power"), col("power_limit"), col("clock"),
-                         col("clock_max"), col("events", hex_or_num), col("mem"), None)
+                         col("clock_max"), col("events"), col("mem"), None)
     log = Log(path, "nvidia-smi", samples, None, None, {}, Malformed(), n + skipped)
     nbad = int(bad.sum()) + skipped
     if nbad:

@@ -7,6 +7,7 @@ turns them into a timeline. Windows are evaluated in chunks so a day-long log st
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -22,9 +23,11 @@ from gpumon.detect.rules import judge
 from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.analyze.log import Log
+from gpumon.analyze.threads import map_threads
 
 CHUNK_BINS = 4096
 STORE_CHUNK = 1 << 17          # samples binned at once
+POINTS_PER_CALL = 512          # evidence windows judged at once (x W bins each)
 # Evidence of a segment: the median over at most this many evenly spaced seconds of it.
 EVIDENCE_POINTS = 9
 
@@ -79,24 +82,64 @@ def _take(s, idx):
 
 
 def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, th: Thresholds,
-                  ends: np.ndarray, keep_features: bool = False,
-                  excl: Optional[np.ndarray] = None):
-    """Rule output (and optionally features) at ``ends`` (sorted), chunk by chunk."""
+                  ends: np.ndarray, excl: Optional[np.ndarray] = None) -> list[dict]:
+    """Rule output at ``ends`` (sorted), chunk by chunk."""
     W = int(math.ceil(max(th.window_s, th.window_max_s, th.context_s) / th.bin_s)) + 1
-    outs, feats = [], []
+    spans = []
     i = 0
     while i < len(ends):
         lo_end = int(ends[i])
         j = int(np.searchsorted(ends, lo_end + CHUNK_BINS, side="left"))
-        hi_end = int(ends[j - 1])
-        lo = max(0, lo_end - W + 1)
+        spans.append((i, j, max(0, lo_end - W + 1), int(ends[j - 1])))
+        i = j
+
+    def one(span):
+        i, j, lo, hi_end = span
         g, h = st.view(rows, hi_end + 1, lo)
         f = window_features(g, h, ends[i:j] - lo, pause[lo:hi_end + 1], th,
                             excluded=None if excl is None else excl[lo:hi_end + 1])
+        return judge(f, shared, th)
+
+    return _map(one, spans)
+
+
+def _map(fn, items: list) -> list:
+    """map_threads for window_features and judge: they silence RuntimeWarnings with
+    warnings.catch_warnings, which saves and restores the process-wide filters, so threads
+    entering and leaving it out of step would leave a filter behind. Inside this outer block
+    every state they restore still ignores them; leaving it restores the caller's filters."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return map_threads(fn, items)
+
+
+def _judge_points(st: Store, rows: list[int], shared: bool, pause: np.ndarray,
+                  th: Thresholds, pts: np.ndarray, excl: np.ndarray):
+    """Features and rule output at a few scattered ``pts`` (sorted): each window's bins are
+    gathered into a slot of its own, so the cost follows the number of points, not the span
+    they are spread over. A window never reaches further back than ``W`` bins (what
+    _judge_chunks relies on too); slots before the first bin are empty and left out."""
+    W = int(math.ceil(max(th.window_s, th.window_max_s, th.context_s) / th.bin_s)) + 1
+    g_all, h_all = st.view(rows, raw=True)
+    outs, feats = [], []
+    for a in range(0, len(pts), POINTS_PER_CALL):
+        p = pts[a:a + POINTS_PER_CALL]
+        idx = (p[:, None] - (W - 1) + np.arange(W)[None, :]).ravel()
+        before = idx < 0
+        idx = np.maximum(idx, 0)
+        g = g_all[:, :, idx].astype(np.float64)
+        h = h_all[:, idx].astype(np.float64)
+        ps = pause[idx]
+        ex = excl[idx]
+        if before.any():
+            g[:, :, before] = 0.0
+            h[:, before] = 0.0
+            ps[before] = False
+            ex[before] = True
+        ends = np.arange(len(p)) * W + (W - 1)
+        f = window_features(g, h, ends, ps, th, excluded=ex)
         outs.append(judge(f, shared, th))
-        if keep_features:
-            feats.append(f)
-        i = j
+        feats.append(f)
     return outs, feats
 
 
@@ -130,16 +173,8 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
     ends = np.arange(nb)
     for gpus, shared in jobs:
         rows = [st.rows[x] for x in gpus]
-        g, hb = st.view(rows, raw=True)
-        duty, n, u = bin_duty(g)
-        hostb = host_bins(g, hb, th)
-        pause, excl = pause_flags(duty, n, u, th, hostb)
-        # Seconds in which the job did not hold its GPUs (before it started, after it ended)
-        # are left out of its windows, as the live detector only judges a job once it exists.
-        absent = ~np.array([x[3] for x in hostb], dtype=bool)
-        excl = excl | absent
-        del g, duty
-        outs, _ = _judge_chunks(st, rows, shared, pause, th, ends, excl=excl)
+        pause, excl = job_flags(st, rows, th)
+        outs = _judge_chunks(st, rows, shared, pause, th, ends, excl=excl)
         r = _cat(outs)
         v, c, s, sticky = r["verdict"], r["cause"], r["straggler"], r["sticky"]
         times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
@@ -152,8 +187,7 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
             k = min(EVIDENCE_POINTS, b - a)
             picks.append(np.unique(np.linspace(a, b - 1, k).round().astype(int)))
         pts = np.unique(np.concatenate(picks))
-        outs2, feats = _judge_chunks(st, rows, shared, pause, th, pts, keep_features=True,
-                                     excl=excl)
+        outs2, feats = _judge_points(st, rows, shared, pause, th, pts, excl)
         f_all, r_all = _cat(feats), _cat(outs2)
         where = {int(p): i for i, p in enumerate(pts)}
         for (a, b), pk in zip(spans, picks):
@@ -166,6 +200,18 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
             tl.segments.append(seg)
     tl.segments.sort(key=lambda d: (d.start, d.gpus))
     return tl
+
+
+def job_flags(st: Store, rows: list[int], th: Thresholds) -> tuple[np.ndarray, np.ndarray]:
+    """(pause, excluded) per bin of the job on these store rows (see pauses.pause_flags)."""
+    g, hb = st.view(rows, raw=True)
+    duty, n, u = bin_duty(g)
+    hostb = host_bins(g, hb, th)
+    pause, excl = pause_flags(duty, n, u, th, hostb)
+    # Seconds in which the job did not hold its GPUs (before it started, after it ended)
+    # are left out of its windows, as the live detector only judges a job once it exists.
+    absent = ~np.array([x[3] for x in hostb], dtype=bool)
+    return pause, excl | absent
 
 
 def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.ndarray,

@@ -222,10 +222,17 @@ class Store:
             # (adding zeros changes no sum): a log's chunk covers a few GPUs' rows.
             if bool((idx[1:] > idx[:-1]).all()):
                 # One sample per slot (a 1 Hz log): nothing to sum first; the same numbers.
-                for k, f in enumerate(fidx):
-                    w = m[k]
-                    if w.any():
-                        flat[f, idx] += w
+                live = [(k, f) for k, f in enumerate(fidx) if m[k].any()]
+                # Runs of consecutive slots (a GPU's seconds) are added as slices.
+                brk = np.flatnonzero(idx[1:] != idx[:-1] + 1) + 1
+                if len(brk) <= 64:
+                    for a, b in zip([0] + brk.tolist(), brk.tolist() + [len(idx)]):
+                        lo = int(idx[a])
+                        for k, f in live:
+                            flat[f, lo:lo + b - a] += m[k, a:b]
+                    return
+                for k, f in live:
+                    flat[f, idx] += m[k]
                 return
             lo, hi = int(idx.min()), int(idx.max()) + 1
             if lo:
@@ -249,7 +256,11 @@ class Store:
     def add_gpus(self, gpus) -> None:
         """Give these GPUs their rows now (in index order), before their samples arrive: a
         log's store then grows its GPU axis once rather than chunk by chunk."""
-        self._row(np.unique(np.asarray(gpus, dtype=np.int64)))
+        g = np.asarray(gpus, dtype=np.int64)
+        if len(g) and 0 <= g.min() and g.max() < 1 << 16:    # indices: no sort needed
+            self._row(np.flatnonzero(np.bincount(g)))
+        else:
+            self._row(np.unique(g))
 
     def add_samples(self, s: SampleCols) -> None:
         if len(s.time) == 0:

@@ -61,6 +61,7 @@ class GpuView:
     cold: bool = False
     throttle: tuple[str, ...] = ()
     lost: bool = False
+    other: bool = False               # gpumon run: another job's GPU, not judged
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class View:
     detector: bool                    # a detector is running
     version: int                      # changes whenever the data changes
     ticks: int = 0
+    judged: Optional[tuple[int, ...]] = None   # judged GPUs (gpumon run: CMD's); None: all
 
 
 class Dashboard:
@@ -99,6 +101,7 @@ class Dashboard:
         self._util: dict[int, Optional[float]] = {}
         self._lost: set[int] = set()
         self._host: Optional[HostSample] = None
+        self._judged: Optional[tuple[int, ...]] = None
         self._diagnoses: tuple[Diagnosis, ...] = ()
         self._strip: list[str] = []
         self._strip_verdicts: list[str] = []
@@ -135,6 +138,7 @@ class Dashboard:
                 if len(samples) >= 2 and samples[-1].time > samples[0].time:
                     self._sample_s = (samples[-1].time - samples[0].time) / (len(samples) - 1)
             self._lost.update(tick.lost)
+            self._judged = tick.judged
             if tick.host is not None:
                 self._host = tick.host
             self._diagnoses = tuple(diagnoses)
@@ -170,7 +174,9 @@ class Dashboard:
                     spark_ascii=self._sparks[index].ascii,
                     cold=is_cold(util, s.power_frac if s else None),
                     throttle=throttle_reasons(s.clock_events if s else None),
-                    lost=index in self._lost))
+                    lost=index in self._lost,
+                    other=(self._judged is not None and index not in self._judged
+                           and bool(s is not None and s.pids))))
             return View(
                 kind=self.kind, label=self.label, gpus=tuple(gpus), host=self._host,
                 diagnosis=primary(self._diagnoses), diagnoses=self._diagnoses,
@@ -178,7 +184,7 @@ class Dashboard:
                 time=self._time,
                 elapsed=(self._time - self._first) if self._time is not None else 0.0,
                 interval=self.interval, sample_s=self._sample_s, detector=self.detector,
-                version=self._version, ticks=self.ticks)
+                version=self._version, ticks=self.ticks, judged=self._judged)
 
     @property
     def version(self) -> int:

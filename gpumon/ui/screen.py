@@ -160,6 +160,8 @@ def _marks(g: GpuView) -> list[tuple[str, str]]:
     """The row's marks in words (each with its colour): lost, busy-but-cold, throttled."""
     if g.lost:
         return [("LOST", st.MARK_LOST)]
+    if g.other:                         # gpumon run: another job's GPU, not judged
+        return [("OTHER", st.DIM)]
     return [(m, style) for m, style, on in (("COLD", st.MARK_COLD, g.cold),
                                             ("THR", st.MARK_THROTTLE, bool(g.throttle))) if on]
 
@@ -340,7 +342,12 @@ def _pack(entries: list[tuple[str, str]], width: int, rows: int) -> list[Line]:
 def banner_lines(v: View, width: int, ascii: bool) -> list[Line]:
     tl, tr, bl, br, hz, vt = st.BOX_ASCII if ascii else st.BOX_UNICODE
     d: Optional[Diagnosis] = v.diagnosis
-    if d is None:
+    if d is None and v.judged == ():    # gpumon run: the command is on no GPU (yet)
+        verdict = INSUFFICIENT_DATA
+        head = [("WAITING", st.VERDICT_STYLE[verdict])]
+        body1 = "waiting for the command to use a GPU; other jobs are not judged"
+        body2 = ""
+    elif d is None:
         verdict = INSUFFICIENT_DATA
         head = [("NO VERDICT" if not v.detector else "INSUFFICIENT DATA",
                  st.VERDICT_STYLE[verdict])]
