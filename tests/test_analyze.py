@@ -262,3 +262,14 @@ def test_nvidia_smi_index_that_is_not_a_number_is_one_bad_line(tmp_path):
     assert (log.malformed.count, log.malformed.first_line) == (1, 2 + 12 * 2 + 1)
     assert len(log.samples.time) == 79 and sorted(set(log.samples.gpu.tolist())) == [0, 1]
     assert log.samples.util[:4].tolist() == [5.0, 5.0, 95.0, 95.0]
+
+
+def test_segment_median_is_numpys():
+    import importlib
+    import numpy as np
+    T = importlib.import_module("gpumon.analyze.timeline")
+    rng = np.random.default_rng(3)
+    for _ in range(3000):
+        v = [round(float(x), 4) for x in rng.normal(0, 10.0 ** int(rng.integers(-3, 4)),
+                                                    int(rng.integers(1, 10)))]
+        assert T._median(v) == float(np.median(v)), v
