@@ -32,6 +32,9 @@ class _FakeProc:
         self.reads = 0
         self.cpu = 0.0
 
+    def create_time(self):          # as psutil.Process: the start, Unix epoch seconds
+        return 1_700_000_000.0
+
     def cpu_times(self):
         self.reads += 1
         self.cpu += 0.5
