@@ -273,3 +273,29 @@ def test_segment_median_is_numpys():
         v = [round(float(x), 4) for x in rng.normal(0, 10.0 ** int(rng.integers(-3, 4)),
                                                     int(rng.integers(1, 10)))]
         assert T._median(v) == float(np.median(v)), v
+
+
+def test_sample_orders_are_lexsorts():
+    """The shortcuts for samples already in order give np.lexsort((time, gpu)) exactly: ties,
+    NaN times, GPUs out of order, a log's time-major rows."""
+    import importlib
+    import numpy as np
+    from gpumon.detect import bins
+    T = importlib.import_module("gpumon.analyze.timeline")
+    rng = np.random.default_rng(7)
+    cases = []
+    for n in (0, 1, 2, 50, 500):
+        g = rng.integers(0, 4, n)
+        t = rng.integers(0, 20, n).astype(float)
+        cases += [(g, t), (np.sort(g), t), (np.repeat(np.arange(4), n // 4), np.tile(
+            np.arange(n // 4, dtype=float), 4))]
+        t2 = t.copy()
+        if n > 3:
+            t2[3] = np.nan
+        cases.append((g, t2))
+    cases.append((np.tile(np.arange(8), 100), np.repeat(np.arange(100.0), 8)))
+    for g, t in cases:
+        want = np.lexsort((t, g))
+        assert np.array_equal(T._gpu_time_order(g, t), want)
+        got = bins._gpu_time_order(g, t)
+        assert np.array_equal(np.arange(len(g)) if got is None else got, want)

@@ -5,7 +5,7 @@ plain time/gpu/utilization CSV logs, through the live detector's bins, features 
     log, tl = analyze_file("run.csv")          # Log, Timeline
     to_json(tl) / to_text(log, tl)
 
-pyarrow (the `analyze` extra) is imported lazily, only here.
+pyarrow is imported lazily, by the readers only; pandas is not used.
 """
 from __future__ import annotations
 

@@ -8,9 +8,10 @@
   driver and repeat; ``-`` is missing; without a time column samples are ``interval`` apart.
 - plain CSV: a time column, a GPU index column and a utilization column (a pynvml loop's).
 
-pyarrow reads CSV (fast, multi-threaded) and is imported here only, lazily: the monitor never
-loads it. A value that is present but unreadable makes its line malformed; the line is
-counted (first line number reported) and the rest is analysed.
+pyarrow reads CSV (multi-threaded, only the fields the detector uses) and is imported here
+only, lazily: the monitor never loads it. pandas is never imported (not even by pyarrow, see
+_np). A value that is present but unreadable makes its line malformed; the line is counted
+(first line number reported) and the rest is analysed.
 """
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 
 The log's samples go into the same per-second bins as live data (gpumon.detect.bins); the
 same features and rules judge the window ending at every second, and the same Hysteresis
-turns them into a timeline. Windows are evaluated in chunks so a day-long log stays small.
+turns them into a timeline. Windows are evaluated in chunks so a day-long log stays small,
+the chunks side by side on the cores (threads.py); the few windows whose evidence describes
+each segment are then gathered and judged again on their own.
 """
 from __future__ import annotations
 
