@@ -72,7 +72,9 @@ def test_process_tree_keeps_a_member_whose_parent_exited(tmp_path):
                 if int(f.read().rsplit(")", 1)[1].split()[1]) != launcher:
                     break
             time.sleep(0.05)
-        assert tree.members([r0, r1]) == {r0}   # r0 remembered; r1, placed now, is an orphan
+        # r0 is remembered. (Whether r1 counts depends on whether the parent map read it
+        # before the launcher died: both answers are right, so only r0 is asserted.)
+        assert r0 in tree.members([r0, r1])
     finally:
         os.killpg(root.pid, signal.SIGKILL)
         for pid in (r0, r1):
