@@ -46,7 +46,11 @@ class Timeline:
 def _rate(log: Log) -> float:
     s = log.samples
     span = float(s.time.max() - s.time.min()) if len(s.time) > 1 else 0.0
-    ngpu = len(np.unique(s.gpu)) or 1
+    g = s.gpu
+    if len(g) and 0 <= g.min() and g.max() < 1 << 16:     # GPU indices: count, no sort
+        ngpu = int(np.count_nonzero(np.bincount(g)))
+    else:
+        ngpu = len(np.unique(g)) or 1
     return len(s.time) / ngpu / span if span > 0 else 0.0
 
 
