@@ -302,8 +302,6 @@ def hex_or_num(col, trimmed: bool = False) -> tuple[np.ndarray, np.ndarray]:
     s = col if trimmed else _trimmed_text(col)
     if s is None:
         return num(col)
-    if hasattr(s, "combine_chunks"):
-        s = s.combine_chunks()
     uarr = pc.unique(s)
     uniq = uarr.to_pylist()
     table = {}
