@@ -689,7 +689,7 @@ def test_gpustat_runs_against_the_fake():
 
 def test_check_driver_script_confirms_the_fakes_own_assumptions():
     """The real-GPU check script, run against the fake, must agree with every assumption."""
-    proc = subprocess.run([sys.executable, str(HERE / "fakenvml" / "check_driver.py"), "--seconds", "3", "--json"],
+    proc = subprocess.run([sys.executable, str(HERE / "fakenvml" / "check_driver.py"), "--seconds", "6", "--json"],
                           env=fakenvml_env.env(pids={0: [os.getpid()]}), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)["results"]
