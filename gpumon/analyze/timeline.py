@@ -249,7 +249,7 @@ def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.
         if k is None:
             k = ids[cur] = len(keys)
             keys.append(cur)
-        if cur == key and getattr(hy, "_cand", key) is None:   # (no such field: step all)
+        if hy.settled(key):
             held[e:stop[e]] = k
             e = stop[e]
         else:

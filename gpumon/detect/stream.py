@@ -48,6 +48,11 @@ class Hysteresis:
         self._cand: Optional[tuple] = None
         self._cand_since = 0.0
 
+    def settled(self, key: tuple) -> bool:
+        """True when feeding ``key`` again changes nothing: it is the current verdict and no
+        other is waiting out its hold (a run of equal keys can then be skipped)."""
+        return self.current == key and self._cand is None
+
     def step(self, t: float, key: tuple, sticky: bool = False) -> bool:
         """Feed the raw verdict key at time ``t``; True when ``current`` changed.
 
