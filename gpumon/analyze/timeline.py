@@ -25,6 +25,7 @@ from gpumon.detect.rules import judge
 from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.analyze.log import Log
+from gpumon.analyze.pauses import two_sided
 from gpumon.analyze.threads import map_threads
 
 CHUNK_BINS = 4096
@@ -214,6 +215,9 @@ def job_flags(st: Store, rows: list[int], th: Thresholds) -> tuple[np.ndarray, n
     duty, n, u = bin_duty(g)
     hostb = host_bins(g, hb, th)
     pause, excl = pause_flags(duty, n, u, th, hostb)
+    # A log also holds what followed each stop (analyze/pauses.py).
+    both = two_sided(duty, n, u, th, hostb)
+    pause, excl = pause | both, excl | both
     # Seconds in which the job did not hold its GPUs (before it started, after it ended)
     # are left out of its windows, as the live detector only judges a job once it exists.
     absent = ~np.array([x[3] for x in hostb], dtype=bool)

@@ -1,0 +1,119 @@
+"""Pauses seen from both sides: what `gpumon analyze` knows that a live verdict cannot.
+
+Live, a stop after steady work is a pause only while nothing says otherwise
+(gpumon.detect.pauses): a validation pass's choppy forward-only rhythm, or a stop again after
+the ranks came back, ends the "pause" and the seconds are judged as starvation. A log also
+holds what came next. A dip that starts with every GPU stopping after ``context_s`` of steady
+work, and is followed within ``pause_max_s`` by steady work at the same level again, is a
+pause of a healthy run (a checkpoint, a validation pass, an epoch boundary), whatever its
+inside looked like: starvation does not stop on its own. Its seconds are busy and left out of
+the windows after it, as live pauses are.
+
+One exception, the same as live: saturated loader workers behind the stopped GPUs for longer
+than ``loader_startup_s`` (host counters of a gpumon log) are starvation even then.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from gpumon.detect.thresholds import DEFAULT, Thresholds
+
+# Steady work after the dip must reach the level before it less this (share of the time).
+RETURN_TOL = 0.04
+# Steady work: every GPU at this duty or more in every second (a busy rank's seconds stay
+# above it; a starving rank's, or one drifted apart from its waiting peers, fall below).
+STEADY_BIN_DUTY = 0.7
+# A dip goes this low on some GPU in some second (the rest is noise around steady work,
+# such as a DataParallel job's second GPU hovering at 70%).
+DEEP_DUTY = 0.3
+# Seconds a dip may hold some GPUs at work beside idle ones (a rank's brief hiccup; ranks
+# stopping and restarting one after another) even when that is most of the dip.
+LONE_DIP_S = 5.0
+# Seconds between the end of steady work and the first second with every GPU stopped.
+LEAD_IN = 3
+
+
+def _window_sums(x: np.ndarray, w: int) -> np.ndarray:
+    """s[i] = x[i:i + w].sum() for every i with i + w <= len(x) (float64)."""
+    c = np.concatenate(([0.0], np.cumsum(x, dtype=np.float64)))
+    return c[w:] - c[:-w] if len(x) >= w else np.zeros(0)
+
+
+def _runs(good: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per bin i: how many steady bins start at i, and how many end just before i."""
+    T = len(good)
+    idx = np.arange(T)
+    # Next non-steady bin at or after i; last non-steady bin before i.
+    bad = np.flatnonzero(~good)
+    nxt = np.append(bad, T)[np.searchsorted(bad, idx, side="left")]
+    prv = np.insert(bad, 0, -1)[np.searchsorted(bad, idx, side="left")]
+    return nxt - idx, idx - prv - 1
+
+
+def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = DEFAULT,
+              host: Optional[list] = None) -> np.ndarray:
+    """Bins (T,) of a job that are pauses judged with what followed them, from per-GPU duty
+    (G, T), the job's sample count and busy sum per bin, and host_bins' tuples (or None)."""
+    T = len(n)
+    out = np.zeros(T, dtype=bool)
+    ctx = max(2, int(round(th.context_s / th.bin_s)))
+    need = ctx                                  # steady bins before and after the dip
+    pmax = int(round(th.pause_max_s / th.bin_s))
+    if T < 2 * need + 1:
+        return out
+    with np.errstate(invalid="ignore", divide="ignore"):
+        have = ~np.isnan(duty)
+        has = have.any(axis=0) & (n > 0)
+        stop = has & (np.where(have, duty, 0.0) < th.idle_duty).all(axis=0)
+        jd = np.where(has, u / np.where(n > 0, n, 1.0), 0.0)
+        low = np.where(have, duty, 0.0).min(axis=0)     # the least busy GPU per second
+    good = has & ~stop & (low >= STEADY_BIN_DUTY)
+    bad_w = _window_sums(~good, need)           # bins without steady data in [i, i + need)
+    jd_w = _window_sums(jd, need)
+    # A dip: a second without steady work (a stop, a validation pass's rhythm, a rank that
+    # fell behind for a moment) after one with it.
+    drop = ~good
+    deep = has & (low < DEEP_DUTY)
+    with np.errstate(invalid="ignore"):
+        split = has & (np.where(have, duty, 0.0).max(axis=0) >= STEADY_BIN_DUTY) & (
+            low < th.idle_duty)
+    run_after, run_before = _runs(good)
+    first = np.flatnonzero(drop[need:] & ~drop[need - 1:-1]) + need
+    starving = None
+    if host is not None:
+        wk = np.array([x[0] for x in host], dtype=float)
+        starving = np.array([x[1] for x in host], dtype=bool) & ~np.isnan(wk)
+    startup = int(round(th.loader_startup_s / th.bin_s))
+    for s in first.tolist():
+        # Ranks stop one after another: the steady work may end a few seconds before all do.
+        lead = next((k for k in range(LEAD_IN + 1)
+                     if s - k - need >= 0 and bad_w[s - k - need] == 0), None)
+        if lead is None:
+            continue
+        level = jd_w[s - lead - need] / need
+        if level < th.pause_context_duty:
+            continue
+        bar = min(level, th.duty_starved) - RETURN_TOL     # back at the same level
+        hi = min(s + pmax, T - need)
+        if hi <= s:
+            continue
+        ok = (bad_w[s + 1:hi + 1] == 0) & (jd_w[s + 1:hi + 1] >= bar * need - 1e-9)
+        hit = np.flatnonzero(ok)
+        if not len(hit):
+            continue
+        e = s + 1 + int(hit[0])
+        # Isolated: steady work at least as long as the dip on either side; and the ranks
+        # stopped together (one rank idle beside others at work for most of a dip longer
+        # than a moment is that rank's input falling behind, however steady in between).
+        dip = e - (s - lead)
+        if (not deep[s - lead:e].any() or run_after[e] < dip or run_before[s - lead] < dip
+                or (lone := int(split[s - lead:e].sum())) > LONE_DIP_S / th.bin_s
+                and 2 * lone > dip):
+            continue
+        if starving is not None and int((starving[s:e] & drop[s:e]).sum()) > startup:
+            continue
+        out[s - lead:e] = True
+    return out
+
