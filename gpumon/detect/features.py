@@ -121,10 +121,13 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     bidle = np.where(have, 1.0 - N.nan_to_num(bduty), 0.0)
     mean_idle = bidle.mean(axis=0)
     min_idle = bidle.min(axis=0)
-    sm = wsum(np.stack([min_idle, mean_idle, have.astype(float)]), W, ends)
+    # Seconds in which some GPU fell below steady work (see Thresholds.steady_bin_duty).
+    low = have & (1.0 - bidle.max(axis=0) < th.steady_bin_duty)
+    sm = wsum(np.stack([min_idle, mean_idle, have.astype(float), low.astype(float)]), W, ends)
     f["gap_sync"] = _div(sm[0], sm[1])
     f["job_idle"] = _div(sm[1], sm[2])
     f["bins"] = sm[2]
+    f["low_bins"] = sm[3]
 
     bpw = _div(g[GI["pw"]], g[GI["pn"]])            # mean power per bin (W), NaN if none
     blim = _div(g[GI["pl"]], g[GI["pln"]])

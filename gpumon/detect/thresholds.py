@@ -60,6 +60,12 @@ class Thresholds:
                                        "loaders, the gaps are the step's own batch uploads and "
                                        "launches (a 200 MB batch at 10 GB/s is 20 ms of a 50 ms "
                                        "step).")
+    steady_bin_duty: float = th(0.76, "share", "Without host counters, a window in which "
+                                "every GPU stays at this duty or more in every second is busy "
+                                "even below duty_starved: its gaps are the step's own uploads "
+                                "and launches, steady to the second; a starving input "
+                                "pipeline's jitter leaves some seconds lower (none of the "
+                                "simulator's starved windows at 1 s stayed above it).")
     gap_sync_min: float = th(0.6, "ratio", "Idle time shared by every GPU of the job over the "
                              "mean idle time per GPU: starvation idles all ranks together; a "
                              "straggler idles alone.")
