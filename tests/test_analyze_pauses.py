@@ -76,3 +76,14 @@ def test_two_sided_marks_the_dip_only():
     assert not m[:60].any() and not m[100:].any()
     # Too short a steady stretch after it (the log ends): nothing is known, nothing marked.
     assert not two_sided(util[:, :105], n[:105], u[:105], DEFAULT).any()
+
+
+def test_a_change_is_dated_from_when_the_new_verdict_first_appeared(tmp_path):
+    """Live, a verdict changes after winning for hold_s; analyze dates the change from when
+    the new verdict first appeared (never before the onset). Onset at 60 s: steady work, then
+    2 s bursts and 2 s gaps on both GPUs."""
+    util = [[98, 98]] * 60 + [[100, 100] if (k // 2) % 2 == 0 else [1, 2] for k in range(60)]
+    _, tl = analyze_file(_smi(tmp_path, util))
+    starts = [d.start - tl.start for d in tl.segments if d.verdict == "data_starvation"]
+    assert starts and 60 <= starts[0] <= 66, [(d.verdict, d.start - tl.start)
+                                              for d in tl.segments]

@@ -2,6 +2,7 @@
 grouping, degradation to 1 s utilization, hysteresis, pauses, live == offline."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -445,3 +446,50 @@ def test_onset_after_steady_work_is_judged_on_the_recent_window():
             seen = t - onset
             assert d.cause == "io_fetch", d.cause
     assert seen is not None and seen <= 6.0, seen
+
+
+def _job_start(starved: bool) -> list:
+    """4 GPUs idle for 10 s, then a job starts: its processes hold every GPU at once, but the
+    ranks get their first batches one every 2 s, their new loader workers at a full core. It then runs steady, or (starved) in 1 s bursts and
+    1.5 s gaps on every rank."""
+    def util(g, t):
+        if t < 10 + 2 * g:
+            return 0.0
+        if not starved or t < 18:
+            return 100.0
+        return 100.0 if ((t - 18) % 2.5) < 1.0 else 0.0
+    ticks = window(45, 4, util, power=lambda g, t: 300.0 if util(g, t) > 50 else 70.0,
+                   pids=lambda g: (100 + g,), mem=lambda g: 30000.0)
+    out = []
+    for tk in ticks:
+        t = tk.time - T0
+        on = t > 10
+        # No process and no memory on a GPU before its rank starts.
+        gpus = tuple(x if x.time - T0 >= 10 else dataclasses.replace(
+            x, pids=(), mem_used_mib=3.0) for x in tk.gpus)
+        jobs = tuple(JobProcs(gpu=g, main_pid=100 + g, main_cpu_pct=30.0,
+                              main_thread_max_pct=None, loader_workers=4 if on else 0,
+                              loader_cpu_pct=396.0 if on else 0.0, loader_busy=4 if on else 0,
+                              loader_age_s=(t - 9.5) if on else None)
+                     for g in range(4) if on)
+        out.append(Tick(time=tk.time, gpus=gpus,
+                        host=HostSample(time=tk.time, cpu_pct=50.0, iowait_pct=0.0,
+                                        disk_read_mbps=0.0, disk_write_mbps=0.0, jobs=jobs)))
+    return out
+
+
+def test_a_job_seen_starting_is_not_starving_while_its_ranks_come_up():
+    det = StreamingDetector()
+    for tk in _job_start(starved=False):
+        d = det.update(tk)[0]
+        assert d.verdict in ("idle", "busy", "insufficient_data"), (tk.time - T0, d.verdict)
+
+
+def test_a_job_that_starts_starving_is_called_starving_soon():
+    det = StreamingDetector()
+    seen = None
+    for tk in _job_start(starved=True):
+        d = det.update(tk)[0]
+        if d.verdict == "data_starvation" and seen is None:
+            seen = tk.time - T0 - 18
+    assert seen is not None and seen <= 10, seen

@@ -186,13 +186,19 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
         v, c, s, sticky = r["verdict"], r["cause"], r["straggler"], r["sticky"]
         times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
         held, keys = hold(Hysteresis(th.hold_s, th.bin_s), times, v, c, s, sticky)
+        # Live, a verdict changes once it has won for hold_s; a log knows when the new one
+        # first appeared: date each change from there (the windows judged at bin e + L).
+        L = min(int(round(th.hold_s / th.bin_s)), nb - 1)
+        if L > 0:
+            held = np.concatenate([held[L:], np.full(L, held[-1])])
         # Segments: runs of one held verdict.
         bounds = [0] + (np.flatnonzero(held[1:] != held[:-1]) + 1).tolist() + [nb]
         spans = list(zip(bounds[:-1], bounds[1:]))
         picks = []
         for a, b in spans:
             k = min(EVIDENCE_POINTS, b - a)
-            picks.append(np.unique(np.linspace(a, b - 1, k).round().astype(int)))
+            picks.append(np.unique(np.minimum(np.linspace(a, b - 1, k).round().astype(int)
+                                              + L, nb - 1)))
         pts = np.unique(np.concatenate(picks))
         outs2, feats = _judge_points(st, rows, shared, pause, th, pts, excl)
         f_all, r_all = _cat(feats), _cat(outs2)
@@ -201,8 +207,9 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
             key = keys[held[a]]
             ds = [make_diagnosis(f_all, r_all, where[int(p)], gpus, None, None, th) for p in pk]
             vcode, ccode, scode = key
-            same = (v[a:b] == vcode) & (c[a:b] == ccode) & (s[a:b] == scode)
-            conf = r["confidence"][a:b][same].tolist()
+            a2, b2 = min(a + L, nb - 1), min(b + L, nb)
+            same = (v[a2:b2] == vcode) & (c[a2:b2] == ccode) & (s[a2:b2] == scode)
+            conf = r["confidence"][a2:b2][same].tolist()
             seg = _merge(ds, key, gpus, st.bin_time(a), min(st.bin_time(b), end), conf)
             tl.segments.append(seg)
     tl.segments.sort(key=lambda d: (d.start, d.gpus))

@@ -59,6 +59,7 @@ class PauseTracker:
         self.cooldown = 0
         self.on_bins = 0          # bins with every GPU at work since the pause began
         self.extra = False        # more loader workers than steady work had, last bin
+        self.starting = False     # the current pause is the job's start (see begin())
 
     def step(self, duties: np.ndarray, n: float, u: float,
              host: Optional[tuple] = None) -> bool:
@@ -101,7 +102,7 @@ class PauseTracker:
             if self.in_pause:
                 self.length += 1
                 if self.length >= self.pmax:
-                    self.in_pause = False
+                    self.in_pause = self.starting = False
             return self.in_pause
         stop = all_idle
         duty = u / n
@@ -126,10 +127,14 @@ class PauseTracker:
             # a choppy restart (ranks and loaders coming back one by one) is not.
             back = self.on_bins >= BACK_BINS
             slow = slow and back
+            # A job's start: its workers are all new, so they explain nothing; a start that
+            # goes on at a starved rhythm once every rank runs is starvation.
+            if self.starting:
+                explained = known and (changed or writing or main_busy)
             hungry = not explained and (slow or (all_idle and (back or starved_now or (
                 starving and self.length > self.startup))))
             if self.length >= self.pmax or hungry or not present:
-                self.in_pause = False           # too long, or starving: judge it normally
+                self.in_pause = self.starting = False   # too long, or starving: judge it
                 if hungry:
                     self.unmark = range(self.start, self.i)
                     # A job found starving gets no new pause for a while: its long gaps recur.
@@ -138,7 +143,7 @@ class PauseTracker:
                   and sum(self.recent) / RESUME_BINS >= th.duty_starved):
                 # Back to steady work; not while the extra DataLoader that came with the
                 # pause (a validation pass's) is still there: its first batches come fast.
-                self.in_pause = False
+                self.in_pause = self.starting = False
             else:
                 if duty >= ACTIVE_DUTY and not self.resumed:
                     # Work came back during this second: a partial second, not yet the
@@ -165,6 +170,16 @@ class PauseTracker:
         if known and duty >= th.duty_starved:
             self.workers = workers              # the loader of steady work
         return False
+
+    def begin(self) -> None:
+        """The job starts now (seen starting live): its first seconds, while ranks and loader
+        workers come up one by one, are a pause until work runs steady, as after an epoch
+        boundary, unless the ranks then run at a starved rhythm."""
+        self.in_pause, self.starting, self.length, self.resumed = True, True, 0, False
+        self.start = self.i + 1
+        self.after.clear()
+        self.recent.clear()
+        self.on_bins = 0
 
     def _steady_since_pause(self) -> bool:
         """Work since the last pause (or stop) ran at a steady duty for RESUME_BINS bins."""

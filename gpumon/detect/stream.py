@@ -160,7 +160,10 @@ class StreamingDetector:
             duty, n, u = bin_duty(g)
             job = self._jobs.get(key)
             if job is None:
-                job = self._jobs[key] = _Job(self.th, st.b0 + lo + active_since(g, self.th))
+                since = active_since(g, self.th)
+                job = self._jobs[key] = _Job(self.th, st.b0 + lo + since)
+                if since > 0:               # seen starting, not already running
+                    job.pauses.begin()
             b_first = max(job.next, st.b0 + lo)
             if b_first <= last:
                 i0 = b_first - st.b0 - lo
