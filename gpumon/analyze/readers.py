@@ -26,6 +26,7 @@ import numpy as np
 from gpumon.detect.bins import HostCols, JobCols, SampleCols
 from gpumon.errors import UserError
 from gpumon.analyze.log import Log, Malformed
+from gpumon.analyze.memory import small_pages
 from gpumon.analyze.threads import map_threads
 
 KINDS = ("gpumon", "nvidia-smi", "dmon", "plain")
@@ -814,6 +815,11 @@ def _dmon_time(date: Optional[str], t: str) -> float:
 
 def read_log(path: str, interval: Optional[float] = None) -> Log:
     """Any supported log, its kind detected from its first lines."""
+    with small_pages():
+        return _read_log(path, interval)
+
+
+def _read_log(path: str, interval: Optional[float]) -> Log:
     lines = head_lines(path)
     if not lines:
         raise UserError(f"{path}: empty file, nothing to analyse")

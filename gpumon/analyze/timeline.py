@@ -25,6 +25,7 @@ from gpumon.detect.rules import judge
 from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.analyze.log import Log
+from gpumon.analyze.memory import small_pages
 from gpumon.analyze.pauses import two_sided
 from gpumon.analyze.threads import map_threads
 
@@ -159,6 +160,12 @@ def _cat(parts: list[dict]) -> dict:
 
 
 def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
+    """The log's segments (per job, in time order), its jobs and its span."""
+    with small_pages():
+        return _timeline(log, th)
+
+
+def _timeline(log: Log, th: Thresholds) -> Timeline:
     rate = _rate(log)
     if rate and rate < 2.0:
         th = replace(th, window_s=max(th.window_s, th.window_1hz_s))
