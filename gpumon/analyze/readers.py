@@ -65,14 +65,26 @@ PLAIN_LIMIT = ("power_limit", "power_limit_w", "power.limit")
 _NUMBER_RE = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 
 
+_MODULES: Optional[tuple] = None
+
+
 def _pa():
-    try:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.csv as pcsv
-    except ImportError:
-        raise UserError("gpumon analyze needs pyarrow: pip install 'gpumon[analyze]'") from None
-    return pa, pc, pcsv
+    """(pyarrow, its compute kernels, pyarrow.csv), imported once."""
+    global _MODULES
+    if _MODULES is None:
+        try:
+            import pyarrow as pa
+            import pyarrow.csv as pcsv
+        except ImportError:
+            raise UserError("gpumon analyze needs pyarrow: pip install 'gpumon[analyze]'"
+                            ) from None
+        try:
+            from gpumon.analyze.compute import Compute
+            pc = Compute()
+        except (ImportError, AttributeError):
+            import pyarrow.compute as pc
+        _MODULES = (pa, pc, pcsv)
+    return _MODULES
 
 
 def _pc():
@@ -249,10 +261,10 @@ def num(col, trimmed: bool = False) -> tuple[np.ndarray, np.ndarray]:
     if trimmed:
         return _text_num(col)
     if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
-        return _np(col.cast(pa.float64())), np.zeros(len(col), bool)
+        return _np(pc.cast(col, pa.float64())), np.zeros(len(col), bool)
     if pa.types.is_null(col.type):
         return np.full(len(col), np.nan), np.zeros(len(col), bool)
-    return _text_num(pc.utf8_trim_whitespace(col.cast(pa.string())))
+    return _text_num(pc.utf8_trim_whitespace(pc.cast(col, pa.string())))
 
 
 def _text_num(s) -> tuple[np.ndarray, np.ndarray]:
@@ -459,7 +471,7 @@ def _gpu_codes(col) -> np.ndarray:
     """GPU identifiers (UUID, bus id) -> 0..n-1 in order of first appearance."""
     pa, pc, _ = _pa()
     arr = col.combine_chunks() if hasattr(col, "combine_chunks") else col
-    arr = pc.utf8_trim_whitespace(arr.cast(pa.string()))
+    arr = pc.utf8_trim_whitespace(pc.cast(arr, pa.string()))
     uniq = pc.unique(arr)
     idx = _np(pc.index_in(arr, value_set=uniq))
     return np.nan_to_num(idx.astype(float), nan=-1).astype(np.int64)
@@ -682,7 +694,7 @@ def _empty(col) -> np.ndarray:
     if hasattr(col, "combine_chunks"):
         col = col.combine_chunks()
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-        return _np(col.is_null())   # a missing trailing field
+        return _np(pc.is_null(col))   # a missing trailing field
     length = _np(pc.utf8_length(pc.utf8_trim_whitespace(col)))
     return (length == 0) | np.isnan(length.astype(float))
 
