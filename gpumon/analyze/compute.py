@@ -61,14 +61,18 @@ class Compute:
     def utf8_slice_codeunits(self, s, start: int, stop: int):
         return self._call("utf8_slice_codeunits", [s], self._c.SliceOptions(start, stop))
 
+    def utf8_replace_slice(self, s, start: int, stop: int, replacement: str):
+        return self._call("utf8_replace_slice", [s],
+                          self._c.ReplaceSliceOptions(start, stop, replacement))
+
     def strptime(self, s, format: str, unit: str, error_is_null: bool = False):
         return self._call("strptime", [s], self._c.StrptimeOptions(format, unit, error_is_null))
 
 
 # Kernels called with their default options (or none): the name is enough.
 _PLAIN = frozenset((
-    "and_kleene", "any", "ascii_trim_whitespace", "binary_length", "filter", "if_else",
-    "invert", "is_null", "is_valid", "not_equal", "or_", "or_kleene", "unique", "utf8_length",
-    "utf8_lower", "utf8_trim_whitespace"))
+    "and_kleene", "any", "ascii_trim_whitespace", "binary_length", "dictionary_encode", "filter",
+    "if_else", "invert", "is_null", "is_valid", "not_equal", "or_", "or_kleene", "unique",
+    "utf8_length", "utf8_lower", "utf8_trim_whitespace"))
 # Kernels whose pyarrow.compute name differs (a Python keyword).
 _KERNEL = {"or_": "or"}
