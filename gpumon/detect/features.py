@@ -109,7 +109,9 @@ def _live_sums(g: np.ndarray, keep: np.ndarray):
     live = np.flatnonzero(g.any(axis=tuple(range(1, g.ndim))))
     L = len(live)
     C = np.zeros((L + 1,) + g.shape[1:-1] + (g.shape[-1] + 1,))
-    np.cumsum(g[live] * keep, axis=-1, out=C[:L, ..., 1:])
+    body = C[:L, ..., 1:]
+    np.multiply(g[live], keep, out=body)
+    np.cumsum(body, axis=-1, out=body)
     pos = np.full(F, L)
     pos[live] = np.arange(L)
     return C, pos, L
@@ -123,7 +125,9 @@ def _ratios(S: np.ndarray, num: np.ndarray, den: np.ndarray, L: int) -> np.ndarr
         return _div(S[num], S[den])
     R = np.full((len(num),) + S.shape[1:], np.nan)
     if ok.any():
-        R[ok] = _div(S[num[ok]], S[den[ok]])
+        b = S[den[ok]]
+        # _div's numbers (a / b where b > 0, else NaN) in one pass over the rows with data.
+        R[ok] = np.divide(S[num[ok]], b, out=np.full(b.shape, np.nan), where=b > 0)
     return R
 
 
