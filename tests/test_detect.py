@@ -373,3 +373,44 @@ def test_stop_while_new_loader_workers_start_is_a_pause():
     for tk in _stop_behind_saturated_loaders(new_workers=True):
         d = det.update(tk)[0]
         assert d.verdict == "busy", (tk.time - T0, d.verdict)
+
+
+def _validation_with_its_own_loader() -> list:
+    """2 GPUs busy for 25 s with 4 old loader workers; a validation DataLoader adds 4 young
+    workers, the GPUs stop 3 s, run its prefetched batches for 5 s, wait on it for 8 s, and
+    when its workers are gone training ramps up and runs on."""
+    def util(g, t):
+        if t < 25 or t >= 43:
+            return 100.0
+        if 28 <= t < 33:
+            return 100.0
+        if 41 <= t < 42:
+            return 30.0
+        if 42 <= t < 43:
+            return 60.0
+        return 0.0
+    ticks = window(60, 2, util, power=lambda g, t: 320.0 if util(g, t) > 50 else 60.0,
+                   pids=lambda g: (100 + g,))
+    out = []
+    for tk in ticks:
+        t = tk.time - T0
+        val = 25 <= t < 41
+        jobs = tuple(JobProcs(gpu=g, main_pid=100 + g, main_cpu_pct=40.0,
+                              main_thread_max_pct=None, loader_workers=8 if val else 4,
+                              loader_cpu_pct=700.0 if val else 250.0,
+                              loader_busy=7 if val else 1,
+                              loader_age_s=(t - 25) if val else 300.0 + t)
+                     for g in range(2))
+        out.append(Tick(time=tk.time, gpus=tk.gpus,
+                        host=HostSample(time=tk.time, cpu_pct=30.0, iowait_pct=0.0,
+                                        disk_read_mbps=0.0, disk_write_mbps=0.0, jobs=jobs)))
+    return out
+
+
+def test_validation_pass_with_its_own_loader_is_one_pause():
+    """The pause lasts while the validation DataLoader's extra workers are there, even through
+    a few seconds of its fast first batches (fails if a burst of steady work ends the pause)."""
+    det = StreamingDetector()
+    for tk in _validation_with_its_own_loader():
+        d = det.update(tk)[0]
+        assert d.verdict == "busy", (tk.time - T0, d.verdict)

@@ -58,6 +58,7 @@ class PauseTracker:
         self.workers: Optional[float] = None   # loader workers during steady work
         self.cooldown = 0
         self.on_bins = 0          # bins with every GPU at work since the pause began
+        self.extra = False        # more loader workers than steady work had, last bin
 
     def step(self, duties: np.ndarray, n: float, u: float,
              host: Optional[tuple] = None) -> bool:
@@ -104,6 +105,12 @@ class PauseTracker:
         self.recent.append(duty)
         if self.in_pause:
             self.length += 1
+            if self.extra and not changed:
+                # The extra DataLoader (a validation pass's) is gone: training restarts now,
+                # its ramp-up is not a starved rhythm.
+                self.resumed, self.on_bins = False, 0
+                self.after.clear()
+            self.extra = changed
             if self.resumed and (all_on or self.after):
                 self.after.append(duty)     # counted from when every rank is back
             # Work came back at a starved rhythm with nothing to explain it (host known):
@@ -124,9 +131,11 @@ class PauseTracker:
                     self.unmark = range(self.start, self.i)
                     # A job found starving gets no new pause for a while: its long gaps recur.
                     self.cooldown = STARVING_COOLDOWN * self.ctx
-            elif (len(self.recent) == RESUME_BINS
+            elif (len(self.recent) == RESUME_BINS and not changed
                   and sum(self.recent) / RESUME_BINS >= th.duty_starved):
-                self.in_pause = False           # back to steady work
+                # Back to steady work; not while the extra DataLoader that came with the
+                # pause (a validation pass's) is still there: its first batches come fast.
+                self.in_pause = False
             else:
                 if duty >= ACTIVE_DUTY and not self.resumed:
                     self.resumed = True
@@ -141,6 +150,7 @@ class PauseTracker:
             # (A new DataLoader's workers appearing after steady work is a validation pass
             # starting, even before the GPUs stop.)
             self.in_pause, self.length, self.resumed = True, 1, False
+            self.extra = changed
             self.after.clear()
             self.on_bins = 0
             self.start = self.i
