@@ -43,6 +43,9 @@ _HDEN = [HI[k] for k in ("ion", "rdn", "wrn", "cpun")]
 _NUM = np.array([GI[a] for a, _ in _RATIO_FIELDS.values()])
 _DEN = np.array([GI[b] for _, b in _RATIO_FIELDS.values()])
 _ALL = np.arange(len(GI))
+# Rows of the running sums read by name, when every field has its own (see _live_sums).
+_DENSE_ROWS = {"ctx": np.array(_CTX_FIELDS), "num": _NUM, "den": _DEN,
+               "recent": np.array(_RECENT_NUM + _RECENT_DEN)}
 
 
 def _div(a, b):
@@ -120,6 +123,8 @@ def _live_sums(g: np.ndarray, keep: np.ndarray):
 def _ratios(S: np.ndarray, num: np.ndarray, den: np.ndarray, L: int) -> np.ndarray:
     """_div(S[num], S[den]), row by row; rows whose denominator is S's zero row ``L`` (no
     data) are NaN without dividing."""
+    if L == len(S):                  # every field has a row of its own (no zero row)
+        return _div(S[num], S[den])
     ok = den < L
     if ok.all():
         return _div(S[num], S[den])
@@ -146,7 +151,8 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     keep = ~out if keep is None else (~out & keep)
     ctx = max(1, int(round(th.context_s / th.bin_s)))
     C, pos, L = _live_sums(g, keep)                 # running sums, shared by the windows
-    Sc = wsum_c(C, ctx, ends, pos[_CTX_FIELDS])     # (6, G, E)
+    ix = _DENSE_ROWS if pos is _ALL else {k: pos[v] for k, v in _DENSE_ROWS.items()}
+    Sc = wsum_c(C, ctx, ends, ix["ctx"])            # (6, G, E)
     tot = Sc.sum(axis=1)                            # (6, E)
     ctx_duty = _div(tot[1], tot[0])
     cycle = _div(tot[3] + tot[5], tot[2])           # s per (burst + gap)
@@ -163,13 +169,13 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     S = wsum_c(C, W, ends)                         # (L + 1, G, E): pos[field] -> row
     f = {"n": S[pos[GI["n"]]], "gap_n": S[pos[GI["gapn"]]]}
     # Every per-GPU ratio in one division (a few numpy calls instead of twenty).
-    R = _ratios(S, pos[_NUM], pos[_DEN], L)         # (len(_RATIOS), G, E)
+    R = _ratios(S, ix["num"], ix["den"], L)         # (len(_RATIOS), G, E)
     for i, name in enumerate(_RATIOS):
         f[name] = R[i]
     # The host over the last seconds only: at an onset the window's mean lags the change.
     k = len(_RECENT)
-    rr = pos[_RECENT_NUM + _RECENT_DEN]
-    if (rr[k:] < L).any():
+    rr = ix["recent"]
+    if L == len(S) or (rr[k:] < L).any():
         Sr = wsum_c(C, min(RECENT_BINS, int(W.min())), ends, rr)
         Rr = _div(Sr[:k], Sr[k:])
     else:                                           # no host readings: all NaN, as divided
