@@ -633,7 +633,7 @@ def per_value(col, f: Callable) -> Optional[tuple[np.ndarray, np.ndarray]]:
         return None
     idx = np.concatenate([_np1(ch.indices, copy=False) for ch in chunks])
     v, b = f(chunks[0].dictionary)       # one dictionary, shared by every chunk
-    return v[idx], b[idx]
+    return v[idx], (b[idx] if b.any() else np.zeros(len(idx), bool))
 
 
 def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -> Log:
