@@ -214,7 +214,8 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     f["rel_power"] = _div(rs[0], rs[1])            # (G, E): power over the hottest's, all busy
     f["all_busy_bins"] = rs[1][0] if rs.shape[1] else np.zeros(len(ends))
 
-    H = wsum(h * keep, W, ends)
+    # (A log without host counters: sums of zeros are zeros, without summing.)
+    H = wsum(h * keep, W, ends) if h.any() else np.zeros(h.shape[:-1] + (len(ends),))
     HR = _div(H[_HNUM], H[_HDEN])
     f["iowait"], f["disk_read"], f["disk_write"], f["host_cpu"] = HR
     f["pause"] = pause[ends]
