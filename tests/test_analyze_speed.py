@@ -57,6 +57,19 @@ def test_window_features_sparse_and_slices_match_plain(monkeypatch, seed):
         _same(a, b)
 
 
+def test_window_features_host_sums_without_host_counters_are_zeros():
+    g, h, pause, excl = _bins(2, 500, 4)
+    hh = np.random.default_rng(4).random(h.shape)          # with host counters: summed
+    f = F.window_features(g, hh, np.arange(30, 500), pause, DEFAULT, excluded=excl)
+    W = f["window"]
+    want = F.wsum(hh * ~excl, W, np.arange(30, 500))
+    with np.errstate(all="ignore"):
+        assert np.array_equal(f["iowait"], want[0] / want[1], equal_nan=True)
+    f0 = F.window_features(g, h, np.arange(30, 500), pause, DEFAULT, excluded=excl)
+    assert np.isnan(f0["iowait"]).all() and np.isnan(f0["host_cpu"]).all()
+    assert np.array_equal(F.wsum(h * ~excl, W, np.arange(30, 500)), np.zeros((len(h), 470)))
+
+
 def test_live_sums_leave_out_only_empty_fields():
     g, _, _, excl = _bins(2, 40000, 3)
     C, pos, L = F._live_sums(g, ~excl)
