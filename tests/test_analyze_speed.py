@@ -189,3 +189,20 @@ def test_analyze_command_imports_only_what_it_needs():
     out = subprocess.run([sys.executable, "-c", code, path], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert out.stdout.strip() == "0 []", out.stdout + out.stderr
+
+
+def test_bench_in_process_runs_the_command_and_the_library(tmp_path):
+    """bench.analysis times `gpumon analyze` in-process through the command's entry point and
+    through the library calls; both run, and the report prints both ratios to pandas."""
+    from bench import analysis
+    path = os.path.join(ROOT, "tests", "data", "analyze", "nvsmi_starved.csv")
+    for what in ("command", "library"):
+        out = subprocess.run([sys.executable, "-c", analysis.INPROC, what, path], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert float(out.stdout.strip().splitlines()[-1]) > 0
+    t = [analysis.Timed(x, seconds=[s], wall=[s], rss_mib=[100.0])
+         for x, s in (("ours", 2.0), ("pandas", 1.0), ("ip", 0.6), ("ii", 0.4), ("lib", 0.8))]
+    lines = analysis.only_lines(t[0], t[1], (t[2], t[3], t[4]), 1.5, 10)
+    assert any("1.50x" in x for x in lines) and any("library" in x and "2.00x" in x
+                                                     for x in lines)
