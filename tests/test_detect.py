@@ -414,3 +414,34 @@ def test_validation_pass_with_its_own_loader_is_one_pause():
     for tk in _validation_with_its_own_loader():
         d = det.update(tk)[0]
         assert d.verdict == "busy", (tk.time - T0, d.verdict)
+
+
+def test_onset_after_steady_work_is_judged_on_the_recent_window():
+    """1 GPU busy for 40 s, then storage cannot keep up: 2 s steps, the GPU idle half of
+    each, iowait with disk reads. The window is not stretched back over the busy 40 s (its
+    long burst would make the rhythm look slow and the duty high): starvation within 6 s."""
+    onset = 40.0
+    gap = burst_gap(1.0, 1.0)
+    util = (lambda g, t: 100.0 if t < onset else gap(g, t - onset))
+    jobs = (lambda g: JobProcs(gpu=g, main_pid=100, main_cpu_pct=30.0, main_thread_max_pct=None,
+                               loader_workers=4, loader_cpu_pct=80.0, loader_busy=0,
+                               loader_age_s=500.0))
+    ticks = window(60, 1, util, power=lambda g, t: 300.0 if util(g, t) > 50 else 80.0,
+                   pids=lambda g: (100,), jobs=jobs)
+    out = []
+    for tk in ticks:
+        late = tk.time - T0 > onset
+        out.append(Tick(time=tk.time, gpus=tk.gpus, host=HostSample(
+            time=tk.time, cpu_pct=20.0, iowait_pct=6.0 if late else 0.0,
+            disk_read_mbps=25.0 if late else 0.0, disk_write_mbps=0.0, jobs=tk.host.jobs)))
+    det = StreamingDetector()
+    seen = None
+    for tk in out:
+        d = det.update(tk)[0]
+        t = tk.time - T0
+        if t <= onset:
+            assert d.verdict == "busy", (t, d.verdict)
+        elif d.verdict == "data_starvation" and seen is None:
+            seen = t - onset
+            assert d.cause == "io_fetch", d.cause
+    assert seen is not None and seen <= 6.0, seen

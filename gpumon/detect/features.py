@@ -40,6 +40,8 @@ _RECENT_DEN = [GI[_RATIO_FIELDS[k][1]] for k in _RECENT]
 RECENT_BINS = 2
 _HNUM = [HI[k] for k in ("io", "rd", "wr", "cpu")]
 _HDEN = [HI[k] for k in ("ion", "rdn", "wrn", "cpun")]
+_HIO_NUM = [HI[k] for k in ("io", "rd")]
+_HIO_DEN = [HI[k] for k in ("ion", "rdn")]
 _NUM = np.array([GI[a] for a, _ in _RATIO_FIELDS.values()])
 _DEN = np.array([GI[b] for _, b in _RATIO_FIELDS.values()])
 _ALL = np.arange(len(GI))
@@ -161,9 +163,14 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     else:
         w0 = max(1, int(round(th.window_s / th.bin_s)))
         wmax = max(w0, int(round(th.window_max_s / th.bin_s)))
-        # Stretch only for a job whose context already looks starved: a busy job's rare
-        # short dips would otherwise stretch its window and slow the answer at an onset.
-        slow = N.nan_to_num(ctx_duty, nan=1.0) < th.duty_starved
+        # Stretch only for a job whose context already looked starved before the last
+        # window_s: a busy job's rare short dips, or a change of regime within the last
+        # window_s, would otherwise stretch the window back over the old regime and slow
+        # the answer at an onset.
+        t0 = tot - wsum_c(C, w0, ends, ix["ctx"]).sum(axis=1)
+        old_duty = _div(t0[1], t0[0])
+        before = np.where(np.isnan(old_duty), ctx_duty, old_duty)
+        slow = N.nan_to_num(before, nan=1.0) < th.duty_starved
         want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
         W = np.clip(want, w0, wmax).astype(int)
     S = wsum_c(C, W, ends)                         # (L + 1, G, E): pos[field] -> row
@@ -214,10 +221,13 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     f["rel_power"] = _div(rs[0], rs[1])            # (G, E): power over the hottest's, all busy
     f["all_busy_bins"] = rs[1][0] if rs.shape[1] else np.zeros(len(ends))
 
-    # (A log without host counters: sums of zeros are zeros, without summing.)
-    H = wsum(h * keep, W, ends) if h.any() else np.zeros(h.shape[:-1] + (len(ends),))
+    hk = h * keep
+    H = wsum(hk, W, ends)
     HR = _div(H[_HNUM], H[_HDEN])
     f["iowait"], f["disk_read"], f["disk_write"], f["host_cpu"] = HR
+    # Storage over the last seconds too (as the loaders' _recent readings above).
+    Hr = wsum(hk[_HIO_NUM + _HIO_DEN], min(RECENT_BINS, int(W.min())), ends)
+    f["iowait_recent"], f["disk_read_recent"] = _div(Hr[:2], Hr[2:])
     f["pause"] = pause[ends]
     # Memory held in the last bin of each window (NaN where unknown).
     f["mem_last"] = _div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])

@@ -88,6 +88,9 @@ class PauseTracker:
         aged = known and (not math.isnan(age) or workers < 0.5)   # (no workers: none new)
         fresh = aged and age <= (self.length if self.in_pause else 0) * th.bin_s + FRESH_SLACK_S
         explained = known and (changed or writing or fresh or main_busy)
+        # A new DataLoader or a checkpoint being written: a stop that is a pause even soon
+        # after the last one (a job with slow loader start-up pauses at every epoch end).
+        new_work = known and (changed or writing or fresh)
         # Saturated loaders that are not new, behind GPUs that all stopped, with nothing else
         # to explain it: the input pipeline cannot keep up. Not a pause, from its first second.
         # (Without worker ages, new workers at an epoch boundary look the same for up to
@@ -138,15 +141,16 @@ class PauseTracker:
                 self.in_pause = False
             else:
                 if duty >= ACTIVE_DUTY and not self.resumed:
+                    # Work came back during this second: a partial second, not yet the
+                    # rhythm to judge (the next ones are).
                     self.resumed = True
-                    if all_on:
-                        self.after.append(duty)
                 # A pause blocks the next one for context_s: a job stopping every few seconds
                 # starves, it does not checkpoint.
                 self.hist.append((0.0, 0.0, True))
                 return True
-        elif ((stop or changed) and present and self.cooldown <= 0 and not (stop and starved_now)
-              and self._healthy_context()):
+        elif ((stop or changed) and present and not (stop and starved_now)
+              and ((self.cooldown <= 0 and self._healthy_context())
+                   or (stop and new_work and self._steady_since_pause()))):
             # (A new DataLoader's workers appearing after steady work is a validation pass
             # starting, even before the GPUs stop.)
             self.in_pause, self.length, self.resumed = True, 1, False
@@ -161,6 +165,17 @@ class PauseTracker:
         if known and duty >= th.duty_starved:
             self.workers = workers              # the loader of steady work
         return False
+
+    def _steady_since_pause(self) -> bool:
+        """Work since the last pause (or stop) ran at a steady duty for RESUME_BINS bins."""
+        recent = []
+        for n, u, stop in reversed(self.hist):
+            if stop:
+                break
+            recent.append((n, u))
+        sn = sum(n for n, _ in recent)
+        return (len(recent) >= RESUME_BINS and sn > 0
+                and sum(u for _, u in recent) / sn >= self.th.pause_context_duty)
 
     def _healthy_context(self) -> bool:
         h = self.hist

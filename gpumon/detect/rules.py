@@ -68,6 +68,7 @@ class Host:
         self.workers, self.loader = f["workers"], f["loader_cpu"]
         self.lbusy, self.main, self.thread = f["loader_busy"], f["main_cpu"], f["main_thread"]
         self.io, self.rd = f["iowait"], f["disk_read"]
+        self.io_r, self.rd_r = f.get("iowait_recent"), f.get("disk_read_recent")
         self.views = [(f["workers"], f["loader_cpu"], f["loader_busy"], f["main_cpu"],
                        f["main_thread"])]
         if "workers_recent" in f:
@@ -79,12 +80,18 @@ class Host:
                               np.full(self.io.shape, np.nan))
                           for k in ("workers", "loader", "lbusy", "main", "thread")}
 
+    def storage(self) -> np.ndarray:
+        """(E,): storage feeds the job, over the window or over its last seconds."""
+        out = storage_bound(self.io, self.rd, self.th)
+        if self.io_r is not None:
+            out = out | storage_bound(self.io_r, self.rd_r, self.th)
+        return out
+
     def starving_any(self) -> np.ndarray:
         """(E,): any rank's host shows starvation (loaders saturated, main at a core, storage),
         over the window or over its last seconds."""
         th = self.th
-        io = storage_bound(self.io, self.rd, th)
-        out = io.copy()
+        out = self.storage()
         for wk, ld, lb, mc, mt in self.views:
             with _CALM:
                 per = np.maximum(wk, 1)
@@ -119,7 +126,7 @@ class Host:
             no_workers = workers < 0.5
             main_bound = (np.fmax(main, thread) >= th.core_busy_pct) & no_workers
             thread_bound = thread >= th.core_busy_pct
-            storage = storage_bound(self.io, self.rd, th)
+            storage = self.storage()
         return np.select([main_bound, storage & ~cpu, cpu, thread_bound, storage],
                          [C["main_process"], C["io_fetch"], C["cpu_preprocessing"],
                           C["main_process"], C["io_fetch"]], C["input_pipeline"])
