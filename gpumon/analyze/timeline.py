@@ -32,6 +32,8 @@ from gpumon.analyze.threads import map_threads
 CHUNK_BINS = 4096
 STORE_CHUNK = 1 << 17          # samples binned at once
 POINTS_PER_CALL = 512          # evidence windows judged at once (x W bins each)
+# Bins given to host_bins at once (see job_flags).
+HOST_BINS_CHUNK = 1 << 13
 # Evidence of a segment: the median over at most this many evenly spaced seconds of it.
 EVIDENCE_POINTS = 9
 
@@ -223,7 +225,11 @@ def job_flags(st: Store, rows: list[int], th: Thresholds) -> tuple[np.ndarray, n
     """(pause, excluded) per bin of the job on these store rows (see pauses.pause_flags)."""
     g, hb = st.view(rows, raw=True)
     duty, n, u = bin_duty(g)
-    hostb = host_bins(g, hb, th)
+    # host_bins reads each bin on its own: a slice of bins at a time gives the same tuples,
+    # with scratch arrays a few MB in size, reused, rather than ~100 MB faulted in at once.
+    hostb = []
+    for a in range(0, g.shape[-1], HOST_BINS_CHUNK):
+        hostb += host_bins(g[..., a:a + HOST_BINS_CHUNK], hb[..., a:a + HOST_BINS_CHUNK], th)
     pause, excl = pause_flags(duty, n, u, th, hostb)
     # A log also holds what followed each stop (analyze/pauses.py).
     both = two_sided(duty, n, u, th, hostb)
