@@ -161,13 +161,21 @@ PANDAS_LOAD = ("import sys, time, pandas\n"
                "print(f'{time.perf_counter() - t:.6f}')\n")
 
 
-# The same two jobs timed inside one process each, from before their imports (the
-# interpreter's own start-up left out on both sides).
+# The same jobs timed inside one process each, from before their imports (the interpreter's
+# own start-up left out on both sides): pandas.read_csv; `gpumon analyze FILE --format json`
+# through the command's entry point (what the command does, its memory settings included,
+# output to a discarded buffer); and the library calls alone (analyze_file, to_json).
 INPROC = ("import sys, time\n"
           "t = time.perf_counter()\n"
           "if sys.argv[1] == 'pandas':\n"
           "    import pandas\n"
           "    assert len(pandas.read_csv(sys.argv[2])) > 0\n"
+          "elif sys.argv[1] == 'command':\n"
+          "    import contextlib, io\n"
+          "    from gpumon.cli import main\n"
+          "    with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+          "        assert main(['analyze', sys.argv[2], '--format', 'json']) == 0\n"
+          "    assert out.getvalue().startswith('{')\n"
           "else:\n"
           "    import json\n"
           "    from gpumon.analyze import analyze_file, to_json\n"
@@ -175,13 +183,25 @@ INPROC = ("import sys, time\n"
           "print(f'{time.perf_counter() - t:.6f}')\n")
 
 
+def compile_gpumon(python: str, cwd: str) -> None:
+    """Write gpumon's bytecode (__pycache__, ignored by git) before timing it, as installing a
+    package does: pandas and numpy are timed with theirs, and where PYTHONDONTWRITEBYTECODE
+    is set (this project's sandboxes) gpumon would otherwise compile its ~40 modules from
+    source on every run (~25 ms)."""
+    import gpumon
+    subprocess.run([python, "-m", "compileall", "-q", os.path.dirname(gpumon.__file__)],
+                   cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+
 def bench_inprocess(path: str, *, python: str, cwd: str, repeats: int = 3,
-                    env=None) -> tuple[Timed, Timed]:
-    """(gpumon analyze, pandas.read_csv) each timed inside its process, imports included,
-    runs interleaved so a busy machine weighs on both alike."""
+                    env=None) -> tuple[Timed, Timed, Timed]:
+    """(gpumon analyze's command, pandas.read_csv, gpumon's library calls) each timed inside
+    its process, imports included, runs interleaved so a busy machine weighs on all alike."""
+    compile_gpumon(python, cwd)
     ours, pandas = Timed("gpumon analyze (in-process)"), Timed("pandas (in-process)")
+    lib = Timed("analyze_file + to_json (in-process)")
     for _ in range(repeats):
-        for t, what in ((ours, "ours"), (pandas, "pandas")):
+        for t, what in ((ours, "command"), (pandas, "pandas"), (lib, "library")):
             wall, rss, rc, out = rusage_run([python, "-c", INPROC, what, path], cwd=cwd, env=env)
             if rc != 0:
                 t.error = f"exit {rc}: {' '.join(out.split())[-300:]}"
@@ -189,7 +209,7 @@ def bench_inprocess(path: str, *, python: str, cwd: str, repeats: int = 3,
             t.seconds.append(float(out.strip().splitlines()[-1]))
             t.wall.append(wall)
             t.rss_mib.append(rss)
-    return ours, pandas
+    return ours, pandas, lib
 
 
 def only_lines(ours: Timed, pandas: Timed, inproc: tuple[Timed, Timed], max_ratio: float,
@@ -210,10 +230,14 @@ def only_lines(ours: Timed, pandas: Timed, inproc: tuple[Timed, Timed], max_rati
                 f"  ratio to the read_csv call:           {a / min(pandas.seconds):.2f}x "
                 f"(target {max_ratio:g}x)",
                 f"  ratio to the whole pandas command:    {a / min(pandas.wall):.2f}x"]
-    io, ip = inproc
+    io, ip = inproc[:2]
     if io.seconds and ip.seconds:
         out += [f"  in-process, imports included: gpumon analyze {spread(io.seconds)}, "
                 f"pandas {spread(ip.seconds)}: {min(io.seconds) / min(ip.seconds):.2f}x"]
+    lib = inproc[2] if len(inproc) > 2 else None
+    if lib is not None and lib.seconds and ip.seconds:
+        out += [f"  in-process, the library calls alone (analyze_file, to_json): "
+                f"{spread(lib.seconds)}: {min(lib.seconds) / min(ip.seconds):.2f}x"]
     return out
 
 
@@ -225,6 +249,7 @@ ANALYZE_BUDGET_S = 45.0
 def bench_analysis(path: str, *, python: str, cwd: str, repeats: int = 3,
                    env=None) -> tuple[Timed, Timed]:
     """(gpumon analyze, pandas.read_csv) timings of ``path``."""
+    compile_gpumon(python, cwd)
     ours = Timed("gpumon analyze")
     for _ in range(repeats):
         if sum(ours.seconds) > ANALYZE_BUDGET_S:

@@ -26,6 +26,7 @@ import numpy as np
 from gpumon.detect.bins import HostCols, JobCols, SampleCols
 from gpumon.errors import UserError
 from gpumon.analyze.log import Log, Malformed
+from gpumon.analyze.memory import small_pages
 from gpumon.analyze.threads import map_threads
 
 KINDS = ("gpumon", "nvidia-smi", "dmon", "plain")
@@ -64,14 +65,26 @@ PLAIN_LIMIT = ("power_limit", "power_limit_w", "power.limit")
 _NUMBER_RE = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 
 
+_MODULES: Optional[tuple] = None
+
+
 def _pa():
-    try:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.csv as pcsv
-    except ImportError:
-        raise UserError("gpumon analyze needs pyarrow: pip install 'gpumon[analyze]'") from None
-    return pa, pc, pcsv
+    """(pyarrow, its compute kernels, pyarrow.csv), imported once."""
+    global _MODULES
+    if _MODULES is None:
+        try:
+            import pyarrow as pa
+            import pyarrow.csv as pcsv
+        except ImportError:
+            raise UserError("gpumon analyze needs pyarrow: pip install 'gpumon[analyze]'"
+                            ) from None
+        try:
+            from gpumon.analyze.compute import Compute
+            pc = Compute()
+        except (ImportError, AttributeError):
+            import pyarrow.compute as pc
+        _MODULES = (pa, pc, pcsv)
+    return _MODULES
 
 
 def _pc():
@@ -248,10 +261,10 @@ def num(col, trimmed: bool = False) -> tuple[np.ndarray, np.ndarray]:
     if trimmed:
         return _text_num(col)
     if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
-        return _np(col.cast(pa.float64())), np.zeros(len(col), bool)
+        return _np(pc.cast(col, pa.float64())), np.zeros(len(col), bool)
     if pa.types.is_null(col.type):
         return np.full(len(col), np.nan), np.zeros(len(col), bool)
-    return _text_num(pc.utf8_trim_whitespace(col.cast(pa.string())))
+    return _text_num(pc.utf8_trim_whitespace(pc.cast(col, pa.string())))
 
 
 def _text_num(s) -> tuple[np.ndarray, np.ndarray]:
@@ -358,9 +371,14 @@ def _parse_times(s) -> tuple[np.ndarray, np.ndarray]:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         t = np.full(len(s), np.nan)
     if pc.any(pc.is_valid(frac)).as_py():
-        fr = pc.replace_substring_regex(frac, r"^(\.\d+).*$", "0\\1")
-        fr = _nulls_where(pc.invert(_fill(pc.match_substring_regex(fr, r"^0\.\d+$"),
-                                          False)), fr)
+        if not frac.null_count and _np(pc.match_substring_regex(frac, r"^\.\d+$")).all():
+            # Every stamp ends in ".<digits>" (what nvidia-smi writes): "0" in front is what
+            # the regular expressions below make of each, for a fifth of the work.
+            fr = pc.utf8_replace_slice(frac, 0, 0, "0")
+        else:
+            fr = pc.replace_substring_regex(frac, r"^(\.\d+).*$", "0\\1")
+            fr = _nulls_where(pc.invert(_fill(pc.match_substring_regex(fr, r"^0\.\d+$"),
+                                              False)), fr)
         f = _np(pc.cast(fr, pa.float64()))
         t = t + np.nan_to_num(f)
     nulls = _np(pc.is_null(s))
@@ -458,7 +476,7 @@ def _gpu_codes(col) -> np.ndarray:
     """GPU identifiers (UUID, bus id) -> 0..n-1 in order of first appearance."""
     pa, pc, _ = _pa()
     arr = col.combine_chunks() if hasattr(col, "combine_chunks") else col
-    arr = pc.utf8_trim_whitespace(arr.cast(pa.string()))
+    arr = pc.utf8_trim_whitespace(pc.cast(arr, pa.string()))
     uniq = pc.unique(arr)
     idx = _np(pc.index_in(arr, value_set=uniq))
     return np.nan_to_num(idx.astype(float), nan=-1).astype(np.int64)
@@ -582,6 +600,40 @@ def _gpumon_row_ok(row: list[str], names: list[str]) -> bool:
 
 # How a detector column of an nvidia-smi log is read (the others: num).
 NVSMI_READ = {"time": times, "events": hex_or_num}
+# Columns converted once per distinct text (see per_value): few distinct values, or (power)
+# a tenth as many as rows. Timestamps are nearly all distinct per poll: times() already
+# parses each run of equal stamps once.
+NVSMI_BY_VALUE = {"util", "mem", "power", "power_limit", "clock", "clock_max", "events"}
+
+
+def _nvsmi_text(c, fn) -> tuple[np.ndarray, np.ndarray]:
+    """(values, bad) of a text column of an nvidia-smi log (or of its distinct texts)."""
+    if fn is num:
+        v = _num_fast(c)
+        if v is not None:
+            return v, np.zeros(len(c), bool)
+    s = _pc().utf8_trim_whitespace(c)
+    v, b = fn(s, trimmed=True)
+    # nvidia-smi never writes an empty field: an empty one is a short line.
+    return v, b | (_np(_pc().binary_length(s)) == 0)
+
+
+def per_value(col, f: Callable) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """``f(texts) -> (values, flags)`` for every row of the text column ``col``, with ``f``
+    called once on its distinct texts (an Arrow array) and the results spread back to the
+    rows: the same arrays, when ``f`` reads each text on its own. None when ``col`` has no
+    rows or a null (then call ``f(col)``)."""
+    pc = _pc()
+    if len(col) == 0:
+        return None
+    d = pc.dictionary_encode(col)
+    chunks = d.chunks if hasattr(d, "chunks") else [d]
+    chunks = [ch for ch in chunks if len(ch)]
+    if any(ch.indices.null_count for ch in chunks):
+        return None
+    idx = np.concatenate([_np1(ch.indices, copy=False) for ch in chunks])
+    v, b = f(chunks[0].dictionary)       # one dictionary, shared by every chunk
+    return v[idx], (b[idx] if b.any() else np.zeros(len(idx), bool))
 
 
 def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -> Log:
@@ -611,19 +663,15 @@ def read_nvsmi(path: str, header: list[str], interval: Optional[float] = None) -
     def convert(target):
         c = table.column(cols[target])
         fn = NVSMI_READ.get(target, num)
-        if fn is num and _is_text(c.type):
-            v = _num_fast(c)
-            if v is not None:
-                return v, np.zeros(n, bool)
-        s = _trimmed_text(c)
-        if s is None:
+        if not _is_text(c.type):
             v, b = fn(c)
-            e = _empty(c)
-        else:
-            v, b = fn(s, trimmed=True)
-            # nvidia-smi never writes an empty field: an empty one is a short line.
-            e = _np(_pc().binary_length(s)) == 0
-        return v, b | e
+            return v, b | _empty(c)
+        if target in NVSMI_BY_VALUE:
+            # Each distinct text once (a column holds few: 0-100 %, a handful of clocks).
+            r = per_value(c, lambda d: _nvsmi_text(d, fn))
+            if r is not None:
+                return r
+        return _nvsmi_text(c, fn)
 
     # Every column at once (each converts on its own; the bad rows of all are or-ed).
     wanted = [x for x in cols if x != "gpu_id"]
@@ -681,7 +729,7 @@ def _empty(col) -> np.ndarray:
     if hasattr(col, "combine_chunks"):
         col = col.combine_chunks()
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-        return _np(col.is_null())   # a missing trailing field
+        return _np(pc.is_null(col))   # a missing trailing field
     length = _np(pc.utf8_length(pc.utf8_trim_whitespace(col)))
     return (length == 0) | np.isnan(length.astype(float))
 
@@ -814,6 +862,11 @@ def _dmon_time(date: Optional[str], t: str) -> float:
 
 def read_log(path: str, interval: Optional[float] = None) -> Log:
     """Any supported log, its kind detected from its first lines."""
+    with small_pages():
+        return _read_log(path, interval)
+
+
+def _read_log(path: str, interval: Optional[float]) -> Log:
     lines = head_lines(path)
     if not lines:
         raise UserError(f"{path}: empty file, nothing to analyse")

@@ -25,12 +25,15 @@ from gpumon.detect.rules import judge
 from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.analyze.log import Log
+from gpumon.analyze.memory import small_pages
 from gpumon.analyze.pauses import two_sided
 from gpumon.analyze.threads import map_threads
 
 CHUNK_BINS = 4096
 STORE_CHUNK = 1 << 17          # samples binned at once
 POINTS_PER_CALL = 512          # evidence windows judged at once (x W bins each)
+# Bins given to host_bins at once (see job_flags).
+HOST_BINS_CHUNK = 1 << 13
 # Evidence of a segment: the median over at most this many evenly spaced seconds of it.
 EVIDENCE_POINTS = 9
 
@@ -74,7 +77,10 @@ def build_store(log: Log, th: Thresholds) -> Store:
 def _gpu_time_order(gpu: np.ndarray, t: np.ndarray) -> np.ndarray:
     """np.lexsort((t, gpu)): by GPU, then time, ties in file order. A log is in time order
     per GPU already, so a stable sort by GPU alone gives the same order, much faster."""
-    order = np.argsort(gpu, kind="stable")
+    key = gpu
+    if len(gpu) and -(1 << 15) <= gpu.min() and gpu.max() < 1 << 15:
+        key = gpu.astype(np.int16)      # numpy sorts 16-bit keys by radix: the same order
+    order = np.argsort(key, kind="stable")
     ts, gs = t[order], gpu[order]
     if len(ts) > 1 and not bool(((gs[1:] != gs[:-1]) | (ts[1:] >= ts[:-1])).all()):
         return np.lexsort((t, gpu))
@@ -134,8 +140,8 @@ def _judge_points(st: Store, rows: list[int], shared: bool, pause: np.ndarray,
         idx = (p[:, None] - (W - 1) + np.arange(W)[None, :]).ravel()
         before = idx < 0
         idx = np.maximum(idx, 0)
-        g = g_all[:, :, idx].astype(np.float64)
-        h = h_all[:, idx].astype(np.float64)
+        g = np.take(g_all, idx, axis=2).astype(np.float64)     # (take: faster than [..., idx])
+        h = np.take(h_all, idx, axis=1).astype(np.float64)
         ps = pause[idx]
         ex = excl[idx]
         if before.any():
@@ -159,6 +165,12 @@ def _cat(parts: list[dict]) -> dict:
 
 
 def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
+    """The log's segments (per job, in time order), its jobs and its span."""
+    with small_pages():
+        return _timeline(log, th)
+
+
+def _timeline(log: Log, th: Thresholds) -> Timeline:
     rate = _rate(log)
     if rate and rate < 2.0:
         th = replace(th, window_s=max(th.window_s, th.window_1hz_s))
@@ -220,7 +232,11 @@ def job_flags(st: Store, rows: list[int], th: Thresholds) -> tuple[np.ndarray, n
     """(pause, excluded) per bin of the job on these store rows (see pauses.pause_flags)."""
     g, hb = st.view(rows, raw=True)
     duty, n, u = bin_duty(g)
-    hostb = host_bins(g, hb, th)
+    # host_bins reads each bin on its own: a slice of bins at a time gives the same tuples,
+    # with scratch arrays a few MB in size, reused, rather than ~100 MB faulted in at once.
+    hostb = []
+    for a in range(0, g.shape[-1], HOST_BINS_CHUNK):
+        hostb += host_bins(g[..., a:a + HOST_BINS_CHUNK], hb[..., a:a + HOST_BINS_CHUNK], th)
     pause, excl = pause_flags(duty, n, u, th, hostb)
     # A log also holds what followed each stop (analyze/pauses.py).
     both = two_sided(duty, n, u, th, hostb)

@@ -201,8 +201,9 @@ class Store:
         self.nb = max(self.nb, need)
 
     def _scatter(self, arr: np.ndarray, fidx: np.ndarray, rows: Optional[np.ndarray],
-                 slots: np.ndarray, m: np.ndarray) -> None:
-        """arr[fidx[k], row, slot] += m[k, i] for every sample i (one reduceat, one add)."""
+                 slots: np.ndarray, m) -> None:
+        """arr[fidx[k], row, slot] += m[k, i] for every sample i (one reduceat, one add).
+        ``m``: a float array, or a list of its rows (numbers or booleans, as 1.0 and 0.0)."""
         width = arr.shape[-1]
         ok = (slots >= 0) & (slots < width)
         if arr.ndim == 2:
@@ -213,7 +214,8 @@ class Store:
         else:
             idx = slots
         if not ok.all():
-            idx, m = idx[ok], m[:, ok]
+            idx = idx[ok]
+            m = [r[ok] for r in m] if isinstance(m, list) else m[:, ok]
         if len(idx) == 0:
             return
         flat = arr.reshape(arr.shape[0], -1)
@@ -229,7 +231,7 @@ class Store:
                     for a, b in zip([0] + brk.tolist(), brk.tolist() + [len(idx)]):
                         lo = int(idx[a])
                         for k, f in live:
-                            flat[f, lo:lo + b - a] += m[k, a:b]
+                            flat[f, lo:lo + b - a] += m[k][a:b]
                     return
                 for k, f in live:
                     flat[f, idx] += m[k]
@@ -242,6 +244,8 @@ class Store:
                 if w.any():
                     flat[f, lo:hi] += np.bincount(idx, w, hi - lo)
             return
+        if isinstance(m, list):
+            m = np.array(m, dtype=float)
         if len(idx) <= 64 and len(set(idx.tolist())) == len(idx):
             # One sample per slot (a tick's host and job readings): nothing to sum first.
             flat[fidx[:, None], idx[None, :]] += m
@@ -282,22 +286,19 @@ class Store:
         ok = ~np.isnan(vals)
         v0 = np.where(ok, vals, 0.0)
         util = vals[0]
-        # Only the fields samples feed (the others are the host's and the runs').
-        m = np.empty((len(_SAMPLE_FIELDS), n))
-        m[_S_N] = ok[0]
-        m[_S_U] = v0[0] / 100.0
-        m[_S_BUSY] = ok[0] & (util >= th.seg_util_pct)
-        m[_S_IDLE] = ok[0] & (util <= th.idle_util_pct)
-        m[_S_VAL] = v0[1:7]
-        m[_S_CNT] = ok[1:7]
+        # Only the fields samples feed (the others are the host's and the runs'), in the
+        # order of _SAMPLE_FIELDS: one row each, the values' own rows where they are the sums'
+        # terms as they stand (_scatter makes them one float array where it needs one).
         bits = v0[7].astype(np.int64)
-        m[_S_EN] = ok[7]
-        m[_S_THERM] = (bits & _THERMAL) != 0
-        m[_S_PCAP] = (bits & _PCAP) != 0
-        m[_S_HWS] = (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0
+        m = [ok[0], v0[0] / 100.0, ok[0] & (util >= th.seg_util_pct),
+             ok[0] & (util <= th.idle_util_pct), *v0[1:7], *ok[1:7], ok[7],
+             (bits & _THERMAL) != 0, (bits & _PCAP) != 0, (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0]
         self._scatter(self.g, _SAMPLE_FIELDS, rows, slots, m)
         have_u = ok[0]
-        self._runs(t[have_u], gpu[have_u], rows[have_u], util[have_u])
+        if have_u.all():
+            self._runs(t, gpu, rows, util)
+        else:
+            self._runs(t[have_u], gpu[have_u], rows[have_u], util[have_u])
 
     def _runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray) -> None:
         """Bursts and gaps: runs of samples above / below seg_util_pct, per GPU, across calls.

@@ -42,8 +42,12 @@ _HNUM = [HI[k] for k in ("io", "rd", "wr", "cpu")]
 _HDEN = [HI[k] for k in ("ion", "rdn", "wrn", "cpun")]
 _HIO_NUM = [HI[k] for k in ("io", "rd")]
 _HIO_DEN = [HI[k] for k in ("ion", "rdn")]
-_NUM = [GI[a] for a, _ in _RATIO_FIELDS.values()]
-_DEN = [GI[b] for _, b in _RATIO_FIELDS.values()]
+_NUM = np.array([GI[a] for a, _ in _RATIO_FIELDS.values()])
+_DEN = np.array([GI[b] for _, b in _RATIO_FIELDS.values()])
+_ALL = np.arange(len(GI))
+# Rows of the running sums read by name, when every field has its own (see _live_sums).
+_DENSE_ROWS = {"ctx": np.array(_CTX_FIELDS), "num": _NUM, "den": _DEN,
+               "recent": np.array(_RECENT_NUM + _RECENT_DEN)}
 
 
 def _div(a, b):
@@ -65,10 +69,73 @@ def csum(a: np.ndarray) -> np.ndarray:
     return c
 
 
-def wsum_c(c: np.ndarray, w, ends: np.ndarray) -> np.ndarray:
-    """wsum from running sums ``c = csum(a)``."""
+def wsum_c(c: np.ndarray, w, ends: np.ndarray, rows=None) -> np.ndarray:
+    """wsum from running sums ``c = csum(a)`` (of the rows ``rows`` of c's first axis only,
+    when given)."""
     lo = np.maximum(ends + 1 - w, 0)
-    return c[..., ends + 1] - c[..., lo]
+    if len(ends) < SPAN_MIN:
+        if rows is not None:
+            c = c[rows]
+        return c[..., ends + 1] - c[..., lo]
+    # Many windows (a log): consecutive ends (and starts) are read as slices, not gathered.
+    r = slice(None) if rows is None else rows
+    a, b = _span(ends + 1), _span(lo)
+    hi = c[r, ..., a] if a is not None else np.take(c[r], ends + 1, axis=-1)
+    if b is not None:
+        return hi - c[r, ..., b]
+    return hi - np.take(c[r], lo, axis=-1)
+
+
+# Windows (ends) from which wsum_c looks for runs of consecutive indices to read as slices
+# (the same numbers; a live call has one window, where the check would only cost).
+SPAN_MIN = 64
+
+
+def _span(idx: np.ndarray) -> Optional[slice]:
+    """The slice equal to ``idx`` when it is consecutive integers, else None."""
+    i0 = int(idx[0])
+    if int(idx[-1]) - i0 != len(idx) - 1 or not bool((np.diff(idx) == 1).all()):
+        return None
+    return slice(i0, i0 + len(idx))
+
+
+# Arrays of bins with at least this many values skip the fields that hold no data (an
+# nvidia-smi log has no host or process fields): their sums are zeros either way, so the
+# numbers are the same, for about half the work. A live window is too small to gain.
+SPARSE_MIN = 1 << 16
+
+
+def _live_sums(g: np.ndarray, keep: np.ndarray):
+    """(C, pos, L): csum(g * keep) of the fields that hold data, then a row of zeros;
+    ``pos[field]`` is that field's row in C (the zero row, L, for a field without data)."""
+    F = g.shape[0]
+    if g.size < SPARSE_MIN:
+        return csum(g * keep), _ALL, F
+    live = np.flatnonzero(g.any(axis=tuple(range(1, g.ndim))))
+    L = len(live)
+    C = np.zeros((L + 1,) + g.shape[1:-1] + (g.shape[-1] + 1,))
+    body = C[:L, ..., 1:]
+    np.multiply(g[live], keep, out=body)
+    np.cumsum(body, axis=-1, out=body)
+    pos = np.full(F, L)
+    pos[live] = np.arange(L)
+    return C, pos, L
+
+
+def _ratios(S: np.ndarray, num: np.ndarray, den: np.ndarray, L: int) -> np.ndarray:
+    """_div(S[num], S[den]), row by row; rows whose denominator is S's zero row ``L`` (no
+    data) are NaN without dividing."""
+    if L == len(S):                  # every field has a row of its own (no zero row)
+        return _div(S[num], S[den])
+    ok = den < L
+    if ok.all():
+        return _div(S[num], S[den])
+    R = np.full((len(num),) + S.shape[1:], np.nan)
+    if ok.any():
+        b = S[den[ok]]
+        # _div's numbers (a / b where b > 0, else NaN) in one pass over the rows with data.
+        R[ok] = np.divide(S[num[ok]], b, out=np.full(b.shape, np.nan), where=b > 0)
+    return R
 
 
 def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.ndarray,
@@ -84,10 +151,10 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     """
     out = pause if excluded is None else excluded
     keep = ~out if keep is None else (~out & keep)
-    gk = g * keep
     ctx = max(1, int(round(th.context_s / th.bin_s)))
-    C = csum(gk)                                    # running sums, shared by the windows
-    Sc = wsum_c(C[_CTX_FIELDS], ctx, ends)          # (6, G, E)
+    C, pos, L = _live_sums(g, keep)                 # running sums, shared by the windows
+    ix = _DENSE_ROWS if pos is _ALL else {k: pos[v] for k, v in _DENSE_ROWS.items()}
+    Sc = wsum_c(C, ctx, ends, ix["ctx"])            # (6, G, E)
     tot = Sc.sum(axis=1)                            # (6, E)
     ctx_duty = _div(tot[1], tot[0])
     cycle = _div(tot[3] + tot[5], tot[2])           # s per (burst + gap)
@@ -100,22 +167,26 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
         # window_s: a busy job's rare short dips, or a change of regime within the last
         # window_s, would otherwise stretch the window back over the old regime and slow
         # the answer at an onset.
-        t0 = tot - wsum_c(C[_CTX_FIELDS], w0, ends).sum(axis=1)
+        t0 = tot - wsum_c(C, w0, ends, ix["ctx"]).sum(axis=1)
         old_duty = _div(t0[1], t0[0])
         before = np.where(np.isnan(old_duty), ctx_duty, old_duty)
         slow = N.nan_to_num(before, nan=1.0) < th.duty_starved
         want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
         W = np.clip(want, w0, wmax).astype(int)
-    S = wsum_c(C, W, ends)                         # (F, G, E)
-    f = {"n": S[GI["n"]], "gap_n": S[GI["gapn"]]}
+    S = wsum_c(C, W, ends)                         # (L + 1, G, E): pos[field] -> row
+    f = {"n": S[pos[GI["n"]]], "gap_n": S[pos[GI["gapn"]]]}
     # Every per-GPU ratio in one division (a few numpy calls instead of twenty).
-    R = _div(S[_NUM], S[_DEN])                      # (len(_RATIOS), G, E)
+    R = _ratios(S, ix["num"], ix["den"], L)         # (len(_RATIOS), G, E)
     for i, name in enumerate(_RATIOS):
         f[name] = R[i]
     # The host over the last seconds only: at an onset the window's mean lags the change.
-    Sr = wsum_c(C[_RECENT_NUM + _RECENT_DEN], min(RECENT_BINS, int(W.min())), ends)
     k = len(_RECENT)
-    Rr = _div(Sr[:k], Sr[k:])
+    rr = ix["recent"]
+    if L == len(S) or (rr[k:] < L).any():
+        Sr = wsum_c(C, min(RECENT_BINS, int(W.min())), ends, rr)
+        Rr = _div(Sr[:k], Sr[k:])
+    else:                                           # no host readings: all NaN, as divided
+        Rr = np.full((k,) + S.shape[1:], np.nan)
     for i, name in enumerate(_RECENT):
         f[name + "_recent"] = Rr[i]
     f["power_frac"] = _div(f["power_w"], f["power_limit"])

@@ -1,0 +1,230 @@
+"""`gpumon analyze`'s shortcuts give exactly what the plain computations give: window features
+without the fields that hold no data, windows read as slices, texts converted once per
+distinct value, pyarrow's kernels called by name, the 16-bit sort; and the command imports
+only what it needs."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+
+from gpumon.analyze import readers  # noqa: E402
+from gpumon.detect import features as F  # noqa: E402
+from gpumon.detect.bins import GI, GPU_FIELDS, HOST_FIELDS  # noqa: E402
+from gpumon.detect.thresholds import DEFAULT  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        assert x.dtype == y.dtype and x.shape == y.shape, k
+        assert np.array_equal(x, y, equal_nan=True), k
+
+
+def _bins(G: int, T: int, seed: int, dead=("ld", "ldn", "mc", "mcn", "pid", "pidn")):
+    rng = np.random.default_rng(seed)
+    g = np.round(rng.random((len(GPU_FIELDS), G, T)) * 6, 1)
+    g[GI["n"]] = rng.integers(0, 3, (G, T))           # some bins without samples
+    for k in dead:
+        g[GI[k]] = 0.0
+    h = np.zeros((len(HOST_FIELDS), T))
+    pause = rng.random(T) < 0.05
+    excl = pause | (rng.random(T) < 0.05)
+    return g, h, pause, excl
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_window_features_sparse_and_slices_match_plain(monkeypatch, seed):
+    g, h, pause, excl = _bins(4, 3000, seed)
+    assert g.size >= F.SPARSE_MIN
+    ends = np.arange(20, 3000)                        # consecutive: slices
+    pts = np.sort(np.random.default_rng(seed).choice(3000, 200, replace=False))   # gathered
+    fast = [F.window_features(g, h, e, pause, DEFAULT, excluded=excl) for e in (ends, pts)]
+    fast.append(F.window_features(g, h, ends, pause, DEFAULT, w=12, excluded=excl))
+    monkeypatch.setattr(F, "SPARSE_MIN", 1 << 62)
+    monkeypatch.setattr(F, "SPAN_MIN", 1 << 62)
+    plain = [F.window_features(g, h, e, pause, DEFAULT, excluded=excl) for e in (ends, pts)]
+    plain.append(F.window_features(g, h, ends, pause, DEFAULT, w=12, excluded=excl))
+    for a, b in zip(fast, plain):
+        _same(a, b)
+
+
+def test_window_features_host_sums_without_host_counters_are_zeros():
+    g, h, pause, excl = _bins(2, 500, 4)
+    hh = np.random.default_rng(4).random(h.shape)          # with host counters: summed
+    f = F.window_features(g, hh, np.arange(30, 500), pause, DEFAULT, excluded=excl)
+    W = f["window"]
+    want = F.wsum(hh * ~excl, W, np.arange(30, 500))
+    with np.errstate(all="ignore"):
+        assert np.array_equal(f["iowait"], want[0] / want[1], equal_nan=True)
+    f0 = F.window_features(g, h, np.arange(30, 500), pause, DEFAULT, excluded=excl)
+    assert np.isnan(f0["iowait"]).all() and np.isnan(f0["host_cpu"]).all()
+    assert np.array_equal(F.wsum(h * ~excl, W, np.arange(30, 500)), np.zeros((len(h), 470)))
+
+
+def test_live_sums_leave_out_only_empty_fields():
+    g, _, _, excl = _bins(2, 40000, 3)
+    C, pos, L = F._live_sums(g, ~excl)
+    dead = [GI[k] for k in ("ld", "ldn", "mc", "mcn", "pid", "pidn")]
+    assert L == len(GPU_FIELDS) - len(dead) and (pos[dead] == L).all()
+    assert not C[L].any()
+    want = F.csum(g * ~excl)
+    for f in range(len(GPU_FIELDS)):
+        assert np.array_equal(C[pos[f]], want[f])
+
+
+def test_wsum_c_slices_and_rows_match_gathering():
+    rng = np.random.default_rng(5)
+    c = F.csum(rng.random((6, 3, 500)))
+    ends = np.arange(10, 400)
+    for w in (7, rng.integers(1, 30, len(ends))):
+        want = c[..., ends + 1] - c[..., np.maximum(ends + 1 - w, 0)]
+        assert np.array_equal(F.wsum_c(c, w, ends), want)
+        assert np.array_equal(F.wsum_c(c, w, ends, np.array([4, 1])), want[[4, 1]])
+    assert F._span(np.array([3, 4, 5])) == slice(3, 6)
+    assert F._span(np.array([3, 5, 4])) is None and F._span(np.array([0, 2, 1, 3])) is None
+
+
+def test_per_value_matches_each_row():
+    col = pa.chunked_array([pa.array([" 97 %", " 3 %", " 97 %"]), pa.array([" 3 %", " 50 %"])])
+    v, b = readers.per_value(col, lambda d: readers._nvsmi_text(d, readers.num))
+    w, c = readers._nvsmi_text(col, readers.num)
+    assert np.array_equal(v, w) and np.array_equal(b, c) and v.tolist() == [97, 3, 97, 3, 50]
+    ev = pa.chunked_array([pa.array([" 0x0000000000000004", " 0x20", ""]), pa.array([" zz"])])
+    v, b = readers.per_value(ev, lambda d: readers._nvsmi_text(d, readers.hex_or_num))
+    w, c = readers._nvsmi_text(ev, readers.hex_or_num)
+    assert np.array_equal(v, w, equal_nan=True) and np.array_equal(b, c)
+    assert b.tolist() == [False, False, True, True]
+    assert readers.per_value(pa.chunked_array([pa.array(["1", None])]), lambda d: None) is None
+
+
+def test_compute_kernels_by_name_match_pyarrow_compute():
+    import pyarrow.compute as pc
+    from gpumon.analyze.compute import Compute
+    k = Compute()
+    s = pa.array([" 1.5 W", "x", None, "[N/A]", "2024-01-15T10:00:01.25"])
+    t = pa.array(["2024/01/15 10:00:01", "bad", None])
+    cases = [
+        (k.utf8_trim_whitespace(s), pc.utf8_trim_whitespace(s)),
+        (k.ascii_rtrim(s, characters=" W"), pc.ascii_rtrim(s, characters=" W")),
+        (k.utf8_rtrim(s, characters=" W"), pc.utf8_rtrim(s, characters=" W")),
+        (k.cast(pa.array(["1.5", None]), pa.float64()), pc.cast(pa.array(["1.5", None]),
+                                                               pa.float64())),
+        (k.is_in(s, value_set=pa.array(["x"])), pc.is_in(s, value_set=pa.array(["x"]))),
+        (k.index_in(s, value_set=pa.array(["x", None])),
+         pc.index_in(s, value_set=pa.array(["x", None]))),
+        (k.starts_with(s, "["), pc.starts_with(s, "[")),
+        (k.match_substring_regex(s, r"^\d"), pc.match_substring_regex(s, r"^\d")),
+        (k.replace_substring(s, "-", "/"), pc.replace_substring(s, "-", "/")),
+        (k.replace_substring_regex(s, r"(\d)", "<\\1>"),
+         pc.replace_substring_regex(s, r"(\d)", "<\\1>")),
+        (k.utf8_slice_codeunits(s, 1, 4), pc.utf8_slice_codeunits(s, 1, 4)),
+        (k.utf8_replace_slice(s, 0, 0, "0"), pc.utf8_replace_slice(s, 0, 0, "0")),
+        (k.strptime(t, format="%Y/%m/%d %H:%M:%S", unit="s", error_is_null=True),
+         pc.strptime(t, format="%Y/%m/%d %H:%M:%S", unit="s", error_is_null=True)),
+        (k.or_(k.is_null(s), k.is_valid(s)), pc.or_(pc.is_null(s), pc.is_valid(s))),
+        (k.dictionary_encode(s), pc.dictionary_encode(s)),
+        (k.unique(s), pc.unique(s)),
+        (k.any(k.is_null(s)), pc.any(pc.is_null(s))),
+    ]
+    for mine, theirs in cases:
+        assert mine.equals(theirs)
+    with pytest.raises(AttributeError):
+        k.no_such_kernel
+
+
+def test_fractions_of_seconds_either_way():
+    stamps = ["2024/01/15 10:00:01.250", "2024/01/15 10:00:02.5", "2024/01/15 10:00:03"]
+    odd = stamps + ["2024/01/15 10:00:04.75 UTC"]          # not all ".<digits>": regexes
+    t, bad = readers._parse_times(pa.array(stamps))
+    t2, _ = readers._parse_times(pa.array(odd))
+    assert not bad.any() and np.array_equal(t, t2[:3])
+    assert np.diff(t).tolist() == [1.25, 0.5] and t2[3] - t2[2] == 1.75
+
+
+def test_gpu_time_order_16_bit_keys_match_lexsort():
+    from gpumon.analyze.timeline import _gpu_time_order
+    rng = np.random.default_rng(2)
+    gpu = rng.integers(-1, 9, 5000)
+    t = np.sort(rng.random(5000))
+    assert np.array_equal(_gpu_time_order(gpu, t), np.lexsort((t, gpu)))
+    big = gpu * 100_000                                   # beyond 16 bits: sorted as they are
+    assert np.array_equal(_gpu_time_order(big, t), np.lexsort((t, big)))
+
+
+def test_small_pages_put_numpy_setting_back():
+    from gpumon.analyze.memory import small_pages
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage as switch
+    except ImportError:
+        pytest.skip("numpy without the huge-page switch")
+    before = switch(True)
+    try:
+        with small_pages():
+            assert switch(False) is False         # off inside
+        assert switch(True) is True               # back on after
+    finally:
+        switch(before)
+
+
+def test_analyze_command_imports_only_what_it_needs():
+    """`gpumon analyze` loads neither the other commands' modules (UI, exporter, monitor) nor
+    pyarrow.compute nor pandas."""
+    path = os.path.join(ROOT, "tests", "data", "analyze", "nvsmi_starved.csv")
+    code = ("import sys, io, contextlib\n"
+            "from gpumon.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    rc = main(['analyze', '--format', 'json', sys.argv[1]])\n"
+            "bad = [m for m in ('gpumon.ui', 'gpumon.export', 'gpumon.monitor', "
+            "'pyarrow.compute', 'pandas') if m in sys.modules]\n"
+            "print(rc, bad)\n")
+    out = subprocess.run([sys.executable, "-c", code, path], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "0 []", out.stdout + out.stderr
+
+
+def test_bench_in_process_runs_the_command_and_the_library(tmp_path):
+    """bench.analysis times `gpumon analyze` in-process through the command's entry point and
+    through the library calls; both run, and the report prints both ratios to pandas."""
+    from bench import analysis
+    path = os.path.join(ROOT, "tests", "data", "analyze", "nvsmi_starved.csv")
+    for what in ("command", "library"):
+        out = subprocess.run([sys.executable, "-c", analysis.INPROC, what, path], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert float(out.stdout.strip().splitlines()[-1]) > 0
+    t = [analysis.Timed(x, seconds=[s], wall=[s], rss_mib=[100.0])
+         for x, s in (("ours", 2.0), ("pandas", 1.0), ("ip", 0.6), ("ii", 0.4), ("lib", 0.8))]
+    lines = analysis.only_lines(t[0], t[1], (t[2], t[3], t[4]), 1.5, 10)
+    assert any("1.50x" in x for x in lines) and any("library" in x and "2.00x" in x
+                                                     for x in lines)
+
+
+def test_host_bins_read_each_bin_on_its_own():
+    """job_flags gives host_bins a slice of bins at a time: that is the whole call's answer
+    only while host_bins reads each bin on its own (a change that looks across bins must
+    drop the slicing in gpumon/analyze/timeline.py:job_flags)."""
+    from gpumon.detect.pauses import host_bins
+    rng = np.random.default_rng(7)
+    G, T = 3, 700
+    g = np.zeros((len(GPU_FIELDS), G, T), np.float32)
+    for k in ("wk", "ld", "lb", "mc", "mt", "mem", "pid", "age"):
+        g[GI[k]] = np.where(rng.random((G, T)) < 0.8, rng.random((G, T)) * 400, 0)
+        g[GI[k + "n"] if k + "n" in GI else GI["memn"]] = rng.integers(0, 3, (G, T))
+    h = (rng.random((len(HOST_FIELDS), T)) * 300).astype(np.float32)
+    h[1::2] = rng.integers(0, 2, h[1::2].shape)            # counts
+    whole = host_bins(g, h, DEFAULT)
+    parts = []
+    for a in range(0, T, 64):
+        parts += host_bins(g[..., a:a + 64], h[..., a:a + 64], DEFAULT)
+    assert len(parts) == len(whole)
+    for x, y in zip(whole, parts):
+        assert all(a == b or (a != a and b != b) for a, b in zip(x, y))
