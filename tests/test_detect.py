@@ -493,3 +493,30 @@ def test_a_job_that_starts_starving_is_called_starving_soon():
         if d.verdict == "data_starvation" and seen is None:
             seen = tk.time - T0 - 18
     assert seen is not None and seen <= 10, seen
+
+
+def test_a_host_reading_is_binned_with_the_gpu_samples_of_its_tick():
+    """A tick at time T carries GPU samples from (T - 1, T] and a host reading taken at T
+    that describes the same second: both land in one per-second bin (the host used to land
+    one bin later, a second behind the GPUs it explains)."""
+    from gpumon.detect.bins import Store
+    from gpumon.detect.engine import tick_columns
+    from gpumon.detect.thresholds import DEFAULT
+    jobs = lambda g: JobProcs(gpu=g, main_pid=100, main_cpu_pct=97.0, main_thread_max_pct=None,
+                              loader_workers=0, loader_cpu_pct=0.0, loader_busy=0)
+    ticks = window(3, 1, lambda g, t: 0.0, pids=lambda g: (100,), jobs=jobs,
+                   host={"cpu_pct": 10.0, "iowait_pct": 40.0})
+    samples, jc, hc, _, _ = tick_columns(ticks)
+    st = Store(math.floor(T0), DEFAULT)
+    st.add_samples(samples)
+    st.add_host(hc)
+    st.add_jobs(jc)
+    g, h = st.view()
+    from gpumon.detect.bins import GI, HI
+    n = g[GI["n"]][0]
+    have_gpu = np.flatnonzero(n >= 5)           # the bins holding a tick's samples
+    have_host = np.flatnonzero(h[HI["ion"]] > 0)
+    have_job = np.flatnonzero(g[GI["mcn"]][0] > 0)
+    assert list(have_gpu) == [0, 1, 2], n
+    assert list(have_host) == [0, 1, 2], h[HI["ion"]]
+    assert list(have_job) == [0, 1, 2]

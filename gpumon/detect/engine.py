@@ -50,7 +50,12 @@ def tick_columns(ticks: Sequence[Tick]):
         host = tick.host
         if host is None:
             continue
+        # A host reading at tick time T describes the tick's interval, the seconds its GPU
+        # samples fill: date it inside them (at most half a second back), so it lands in the
+        # same per-second bin as the GPU samples it goes with, not the next one.
         ht = host.time
+        if gs:
+            ht -= min(0.5, max(0.0, ht - min(s.time for s in gs)) / 2)
         hrows.append((ht, host.iowait_pct, host.disk_read_mbps, host.disk_write_mbps,
                       host.cpu_pct))
         jrows += [(ht, j.gpu, j.loader_cpu_pct, j.main_cpu_pct, j.main_thread_max_pct,
