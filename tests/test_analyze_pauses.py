@@ -87,3 +87,31 @@ def test_a_change_is_dated_from_when_the_new_verdict_first_appeared(tmp_path):
     starts = [d.start - tl.start for d in tl.segments if d.verdict == "data_starvation"]
     assert starts and 60 <= starts[0] <= 66, [(d.verdict, d.start - tl.start)
                                               for d in tl.segments]
+
+
+def _smi_mem(tmp_path, util, mem):
+    rows = ["timestamp, index, utilization.gpu [%], memory.used [MiB]"]
+    for k, (us, ms) in enumerate(zip(util, mem)):
+        for g, (u, m) in enumerate(zip(us, ms)):
+            rows.append(f"2024/05/01 00:{k // 60:02d}:{k % 60:02d}.000, {g}, {u:.0f} %, "
+                        f"{m:.0f} MiB")
+    p = tmp_path / "start.csv"
+    p.write_text("\n".join(rows) + "\n")
+    return str(p)
+
+
+def test_a_job_starting_in_the_log_is_not_starving_while_its_ranks_come_up(tmp_path,
+                                                                           monkeypatch):
+    """4 GPUs free for 20 s; then the job's processes take every GPU at once and the ranks
+    get their first batches one every 3 s, then run steady: busy, as live (the job is seen
+    starting). Without that, the ranks' staggered start reads as starvation."""
+    util = [[0] * 4] * 20 + [[0 if k < 3 * g else 98 for g in range(4)] for k in range(90)]
+    mem = [[2] * 4] * 20 + [[20000] * 4] * 90
+    path = _smi_mem(tmp_path, util, mem)
+    _, tl = analyze_file(path)
+    assert not {"data_starvation", "sync_stall"} & _verdicts(tl, 20, 110), [
+        (d.verdict, d.start - tl.start) for d in tl.segments]
+    orig = T.pause_flags
+    monkeypatch.setattr(T, "pause_flags", lambda *a, **k: orig(*a[:5]))
+    _, tl2 = analyze_file(path)
+    assert {"data_starvation", "sync_stall"} & _verdicts(tl2, 20, 110)

@@ -237,14 +237,17 @@ def job_flags(st: Store, rows: list[int], th: Thresholds) -> tuple[np.ndarray, n
     hostb = []
     for a in range(0, g.shape[-1], HOST_BINS_CHUNK):
         hostb += host_bins(g[..., a:a + HOST_BINS_CHUNK], hb[..., a:a + HOST_BINS_CHUNK], th)
-    pause, excl = pause_flags(duty, n, u, th, hostb)
+    # A job seen starting in the log (it did not hold its GPUs, then does) starts paused,
+    # as it does live.
+    present = np.array([x[3] for x in hostb], dtype=bool)
+    starts = present & ~np.concatenate(([True], present[:-1]))
+    pause, excl = pause_flags(duty, n, u, th, hostb, starts)
     # A log also holds what followed each stop (analyze/pauses.py).
     both = two_sided(duty, n, u, th, hostb)
     pause, excl = pause | both, excl | both
     # Seconds in which the job did not hold its GPUs (before it started, after it ended)
     # are left out of its windows, as the live detector only judges a job once it exists.
-    absent = ~np.array([x[3] for x in hostb], dtype=bool)
-    return pause, excl | absent
+    return pause, excl | ~present
 
 
 def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.ndarray,

@@ -254,12 +254,13 @@ def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
 
 
 def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
-                th: Thresholds = DEFAULT, host: Optional[list] = None
-                ) -> tuple[np.ndarray, np.ndarray]:
+                th: Thresholds = DEFAULT, host: Optional[list] = None,
+                starts: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
     """(pause, excluded) per bin of a job from per-GPU duty (G, T) and job n, u sums (T,).
 
     ``pause`` is what was known at each bin (the verdict there is busy); ``excluded`` drops
     the bins of pauses later found to be starvation, so windows after that see the gaps.
+    ``starts``: bins at which the job is seen starting (PauseTracker.begin), as live.
     """
     tr = PauseTracker(th)
     out = np.zeros(len(n), dtype=bool)
@@ -271,7 +272,10 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
         all_on = ((np.where(np.isnan(duty), 1.0, duty) >= ALL_ON_DUTY).all(axis=0)).tolist()
     nl, ul = n.tolist(), u.tolist()
     step = tr.step_bin
+    begin = set() if starts is None else set(np.flatnonzero(starts).tolist())
     for i in range(len(nl)):
+        if i in begin:
+            tr.begin()
         out[i] = excl[i] = step(has[i], all_idle[i], nl[i], ul[i],
                                 host[i] if host is not None else None, all_on[i])
         if tr.unmark:
