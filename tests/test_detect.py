@@ -520,3 +520,24 @@ def test_a_host_reading_is_binned_with_the_gpu_samples_of_its_tick():
     assert list(have_gpu) == [0, 1, 2], n
     assert list(have_host) == [0, 1, 2], h[HI["ion"]]
     assert list(have_job) == [0, 1, 2]
+
+
+def test_a_job_that_starts_starving_below_a_second_without_host_counters_is_starving():
+    """No host counters, and the GPUs idle part of every second (0.4 s bursts, 0.6 s gaps:
+    no second is all idle): a job seen starting like this is starving within seconds, not
+    held as a start-up pause (fails if only an all-idle second can end a start)."""
+    def util(g, t):
+        if t < 8:
+            return 0.0
+        return 100.0 if (t % 1.0) < 0.4 else 0.0
+    ticks = window(30, 2, util, power=lambda g, t: 300.0 if util(g, t) > 50 else 70.0,
+                   pids=lambda g: (100 + g,))
+    ticks = [Tick(time=tk.time, gpus=tuple(x if x.time - T0 >= 8 else dataclasses.replace(
+        x, pids=(), mem_used_mib=3.0) for x in tk.gpus), host=None) for tk in ticks]
+    det = StreamingDetector()
+    seen = None
+    for tk in ticks:
+        d = det.update(tk)[0]
+        if d.verdict == "data_starvation" and seen is None:
+            seen = tk.time - T0 - 8
+    assert seen is not None and seen <= 10, seen

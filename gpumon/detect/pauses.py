@@ -117,9 +117,10 @@ class PauseTracker:
             self.extra = changed
             if self.resumed and (all_on or self.after):
                 self.after.append(duty)     # counted from when every rank is back
-            # Work came back at a starved rhythm with nothing to explain it (host known):
+            # Work came back at a starved rhythm with nothing to explain it (host known; at a
+            # job's start, host or not: a start has no choppy validation rhythm to excuse):
             # this was the onset of starvation, not a pause.
-            slow = (known and len(self.after) == RESUME_BINS
+            slow = ((known or self.starting) and len(self.after) == RESUME_BINS
                     and sum(self.after) / RESUME_BINS < th.duty_starved)
             if all_on:
                 self.on_bins += 1
