@@ -121,11 +121,28 @@ class Timed:
     wall: list[float] = field(default_factory=list)      # the whole command, start-up included
     rss_mib: list[float] = field(default_factory=list)
     error: Optional[str] = None
-    output: str = ""
 
     @property
     def best(self) -> Optional[float]:
         return min(self.seconds) if self.seconds else None
+
+
+def run_into(t: Timed, argv: Sequence[str], *, cwd: str, env=None,
+             reported: bool = False) -> bool:
+    """One run of ``argv`` recorded into ``t``: its wall time (or, ``reported``, the seconds
+    it prints last), wall time and peak RSS. False, with ``t.error`` set, when it failed."""
+    try:
+        wall, rss, rc, out = rusage_run(argv, cwd=cwd, env=env)
+    except RuntimeError as exc:
+        t.error = str(exc)
+        return False
+    if rc != 0:
+        t.error = f"exit {rc}: {' '.join(out.split())[-300:]}"
+        return False
+    t.seconds.append(float(out.strip().splitlines()[-1]) if reported else wall)
+    t.wall.append(wall)
+    t.rss_mib.append(rss)
+    return True
 
 
 def rusage_run(argv: Sequence[str], *, cwd: str, env=None,
@@ -202,13 +219,7 @@ def bench_inprocess(path: str, *, python: str, cwd: str, repeats: int = 3,
     lib = Timed("analyze_file + to_json (in-process)")
     for _ in range(repeats):
         for t, what in ((ours, "command"), (pandas, "pandas"), (lib, "library")):
-            wall, rss, rc, out = rusage_run([python, "-c", INPROC, what, path], cwd=cwd, env=env)
-            if rc != 0:
-                t.error = f"exit {rc}: {' '.join(out.split())[-300:]}"
-                continue
-            t.seconds.append(float(out.strip().splitlines()[-1]))
-            t.wall.append(wall)
-            t.rss_mib.append(rss)
+            run_into(t, [python, "-c", INPROC, what, path], cwd=cwd, env=env, reported=True)
     return ours, pandas, lib
 
 
@@ -252,32 +263,13 @@ def bench_analysis(path: str, *, python: str, cwd: str, repeats: int = 3,
     compile_gpumon(python, cwd)
     ours = Timed("gpumon analyze")
     for _ in range(repeats):
-        if sum(ours.seconds) > ANALYZE_BUDGET_S:
+        if sum(ours.seconds) > ANALYZE_BUDGET_S or not run_into(
+                ours, [python, "-m", "gpumon", "analyze", path, "--format", "json"],
+                cwd=cwd, env=env):
             break
-        try:
-            wall, rss, rc, out = rusage_run([python, "-m", "gpumon", "analyze", path,
-                                             "--format", "json"], cwd=cwd, env=env)
-        except RuntimeError as exc:
-            ours.error = str(exc)
-            break
-        if rc != 0:
-            ours.error = f"exit {rc}: {' '.join(out.split())[-300:]}"
-            break
-        ours.seconds.append(wall)
-        ours.wall.append(wall)
-        ours.rss_mib.append(rss)
-        ours.output = out
     pandas = Timed("pandas.read_csv")
     for _ in range(repeats):
-        try:
-            wall, rss, rc, out = rusage_run([python, "-c", PANDAS_LOAD, path], cwd=cwd, env=env)
-        except RuntimeError as exc:
-            pandas.error = str(exc)
+        if not run_into(pandas, [python, "-c", PANDAS_LOAD, path], cwd=cwd, env=env,
+                        reported=True):
             break
-        if rc != 0:
-            pandas.error = f"exit {rc}: {' '.join(out.split())[-300:]}"
-            break
-        pandas.seconds.append(float(out.strip().splitlines()[-1]))
-        pandas.wall.append(wall)
-        pandas.rss_mib.append(rss)
     return ours, pandas

@@ -50,6 +50,20 @@ def burst_gap(burst, gap):
     return lambda g, t: 100.0 if (t % (burst + gap)) < burst - 1e-9 else 0.0
 
 
+def with_host(ticks, jobs_at, **host):
+    """The ticks with a HostSample each: ``jobs_at(t)`` gives its JobProcs (t in seconds from
+    T0); host fields (a value, or a function of t) default to a calm host."""
+    fields = {"cpu_pct": 30.0, "iowait_pct": 0.0, "disk_read_mbps": 0.0,
+              "disk_write_mbps": 0.0, **host}
+    out = []
+    for tk in ticks:
+        t = tk.time - T0
+        vals = {k: v(t) if callable(v) else v for k, v in fields.items()}
+        out.append(Tick(time=tk.time, gpus=tk.gpus,
+                        host=HostSample(time=tk.time, jobs=tuple(jobs_at(t)), **vals)))
+    return out
+
+
 # -- thresholds ---------------------------------------------------------------------------------
 def test_every_threshold_has_unit_and_reason():
     rows = describe()
@@ -341,20 +355,15 @@ def _stop_behind_saturated_loaders(new_workers: bool) -> list:
     stop_at = 25.0
     ticks = window(35, 2, lambda g, t: 100.0 if t < stop_at else 0.0,
                    power=lambda g, t: 320.0 if t < stop_at else 60.0, pids=lambda g: (100 + g,))
-    out = []
-    for tk in ticks:
-        t = tk.time - T0
+
+    def jobs(t):
         stopped = t > stop_at
         age = (t - stop_at) if (new_workers and stopped) else 300.0 + t
-        jobs = tuple(JobProcs(gpu=g, main_pid=100 + g, main_cpu_pct=10.0 if stopped else 40.0,
-                              main_thread_max_pct=None, loader_workers=4,
-                              loader_cpu_pct=398.0 if stopped else 250.0,
-                              loader_busy=4 if stopped else 1, loader_age_s=age)
-                     for g in range(2))
-        out.append(Tick(time=tk.time, gpus=tk.gpus,
-                        host=HostSample(time=tk.time, cpu_pct=30.0, iowait_pct=0.0,
-                                        disk_read_mbps=0.0, disk_write_mbps=0.0, jobs=jobs)))
-    return out
+        return [JobProcs(gpu=g, main_pid=100 + g, main_cpu_pct=10.0 if stopped else 40.0,
+                         main_thread_max_pct=None, loader_workers=4,
+                         loader_cpu_pct=398.0 if stopped else 250.0,
+                         loader_busy=4 if stopped else 1, loader_age_s=age) for g in range(2)]
+    return with_host(ticks, jobs)
 
 
 def test_stop_behind_old_saturated_loaders_is_starvation_at_once():
@@ -392,20 +401,14 @@ def _validation_with_its_own_loader() -> list:
         return 0.0
     ticks = window(60, 2, util, power=lambda g, t: 320.0 if util(g, t) > 50 else 60.0,
                    pids=lambda g: (100 + g,))
-    out = []
-    for tk in ticks:
-        t = tk.time - T0
+
+    def jobs(t):
         val = 25 <= t < 41
-        jobs = tuple(JobProcs(gpu=g, main_pid=100 + g, main_cpu_pct=40.0,
-                              main_thread_max_pct=None, loader_workers=8 if val else 4,
-                              loader_cpu_pct=700.0 if val else 250.0,
-                              loader_busy=7 if val else 1,
-                              loader_age_s=(t - 25) if val else 300.0 + t)
-                     for g in range(2))
-        out.append(Tick(time=tk.time, gpus=tk.gpus,
-                        host=HostSample(time=tk.time, cpu_pct=30.0, iowait_pct=0.0,
-                                        disk_read_mbps=0.0, disk_write_mbps=0.0, jobs=jobs)))
-    return out
+        return [JobProcs(gpu=g, main_pid=100 + g, main_cpu_pct=40.0, main_thread_max_pct=None,
+                         loader_workers=8 if val else 4, loader_cpu_pct=700.0 if val else 250.0,
+                         loader_busy=7 if val else 1,
+                         loader_age_s=(t - 25) if val else 300.0 + t) for g in range(2)]
+    return with_host(ticks, jobs)
 
 
 def test_validation_pass_with_its_own_loader_is_one_pause():
@@ -424,17 +427,13 @@ def test_onset_after_steady_work_is_judged_on_the_recent_window():
     onset = 40.0
     gap = burst_gap(1.0, 1.0)
     util = (lambda g, t: 100.0 if t < onset else gap(g, t - onset))
-    jobs = (lambda g: JobProcs(gpu=g, main_pid=100, main_cpu_pct=30.0, main_thread_max_pct=None,
-                               loader_workers=4, loader_cpu_pct=80.0, loader_busy=0,
-                               loader_age_s=500.0))
+    job = JobProcs(gpu=0, main_pid=100, main_cpu_pct=30.0, main_thread_max_pct=None,
+                   loader_workers=4, loader_cpu_pct=80.0, loader_busy=0, loader_age_s=500.0)
     ticks = window(60, 1, util, power=lambda g, t: 300.0 if util(g, t) > 50 else 80.0,
-                   pids=lambda g: (100,), jobs=jobs)
-    out = []
-    for tk in ticks:
-        late = tk.time - T0 > onset
-        out.append(Tick(time=tk.time, gpus=tk.gpus, host=HostSample(
-            time=tk.time, cpu_pct=20.0, iowait_pct=6.0 if late else 0.0,
-            disk_read_mbps=25.0 if late else 0.0, disk_write_mbps=0.0, jobs=tk.host.jobs)))
+                   pids=lambda g: (100,))
+    out = with_host(ticks, lambda t: [job], cpu_pct=20.0,
+                    iowait_pct=lambda t: 6.0 if t > onset else 0.0,
+                    disk_read_mbps=lambda t: 25.0 if t > onset else 0.0)
     det = StreamingDetector()
     seen = None
     for tk in out:
@@ -450,8 +449,8 @@ def test_onset_after_steady_work_is_judged_on_the_recent_window():
 
 def _job_start(starved: bool) -> list:
     """4 GPUs idle for 10 s, then a job starts: its processes hold every GPU at once, but the
-    ranks get their first batches one every 2 s, their new loader workers at a full core. It then runs steady, or (starved) in 1 s bursts and
-    1.5 s gaps on every rank."""
+    ranks get their first batches one every 2 s, their new loader workers at a full core. It
+    then runs steady, or (starved) in 1 s bursts and 1.5 s gaps on every rank."""
     def util(g, t):
         if t < 10 + 2 * g:
             return 0.0
@@ -460,22 +459,15 @@ def _job_start(starved: bool) -> list:
         return 100.0 if ((t - 18) % 2.5) < 1.0 else 0.0
     ticks = window(45, 4, util, power=lambda g, t: 300.0 if util(g, t) > 50 else 70.0,
                    pids=lambda g: (100 + g,), mem=lambda g: 30000.0)
-    out = []
-    for tk in ticks:
-        t = tk.time - T0
-        on = t > 10
-        # No process and no memory on a GPU before its rank starts.
-        gpus = tuple(x if x.time - T0 >= 10 else dataclasses.replace(
-            x, pids=(), mem_used_mib=3.0) for x in tk.gpus)
-        jobs = tuple(JobProcs(gpu=g, main_pid=100 + g, main_cpu_pct=30.0,
-                              main_thread_max_pct=None, loader_workers=4 if on else 0,
-                              loader_cpu_pct=396.0 if on else 0.0, loader_busy=4 if on else 0,
-                              loader_age_s=(t - 9.5) if on else None)
-                     for g in range(4) if on)
-        out.append(Tick(time=tk.time, gpus=gpus,
-                        host=HostSample(time=tk.time, cpu_pct=50.0, iowait_pct=0.0,
-                                        disk_read_mbps=0.0, disk_write_mbps=0.0, jobs=jobs)))
-    return out
+    # No process and no memory on the GPUs before the job starts.
+    ticks = [Tick(time=tk.time, gpus=tuple(x if x.time - T0 >= 10 else dataclasses.replace(
+        x, pids=(), mem_used_mib=3.0) for x in tk.gpus)) for tk in ticks]
+
+    def jobs(t):
+        return [JobProcs(gpu=g, main_pid=100 + g, main_cpu_pct=30.0, main_thread_max_pct=None,
+                         loader_workers=4, loader_cpu_pct=396.0, loader_busy=4,
+                         loader_age_s=t - 9.5) for g in range(4) if t > 10]
+    return with_host(ticks, jobs, cpu_pct=50.0)
 
 
 def test_a_job_seen_starting_is_not_starving_while_its_ranks_come_up():

@@ -1,6 +1,5 @@
 """HostSource over a real process tree: a 'main' process with loader-worker children."""
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -9,6 +8,7 @@ import psutil
 import pytest
 
 from gpumon.host import HostSource
+from proc_util import own_session
 from gpumon.samples import HostSample
 
 TREE = r"""
@@ -29,15 +29,9 @@ if __name__ == "__main__":
 def tree(tmp_path):
     script = tmp_path / "tree.py"
     script.write_text(TREE)
-    # Its own session, so teardown ends the whole tree (a killed parent orphans its workers).
-    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
+    with own_session([sys.executable, str(script)]) as p:
         assert p.stdout.readline().strip() == "ready"
         yield p
-    finally:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
 
 
 def _cpu_s(pid):

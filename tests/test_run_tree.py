@@ -18,6 +18,7 @@ import pytest
 
 from gpumon.host import ProcessTree
 from gpumon.monitor import EVERY, OWN, WAITING, CommandScope, Monitor, command_gpus
+from proc_util import own_session
 from gpumon.samples import GpuSample, HostSample, JobProcs, ProcSample, Tick
 
 # A launcher and two ranks that sleep; prints the PIDs (launcher first) and waits.
@@ -34,14 +35,9 @@ def foreign(tmp_path):
     """Another user's job: a launcher with two ranks, in its own session."""
     script = tmp_path / "foreign.py"
     script.write_text(LAUNCHER)
-    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
+    with own_session([sys.executable, str(script)]) as p:
         pids = [int(x) for x in p.stdout.readline().split()]
         yield SimpleNamespace(launcher=pids[0], ranks=pids[1:])
-    finally:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
 
 
 # -- the process tree ------------------------------------------------------------------------
@@ -59,9 +55,8 @@ def test_process_tree_keeps_a_member_whose_parent_exited(tmp_path):
     script = tmp_path / "mid.py"
     script.write_text(LAUNCHER)
     # root (sh) -> launcher -> ranks; the launcher is killed, the ranks go to init.
-    root = subprocess.Popen(["sh", "-c", f"{sys.executable} {script}; sleep 60"],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
-    try:
+    # (Orphaned ranks keep the session's process group: the session's end kills them too.)
+    with own_session(["sh", "-c", f"{sys.executable} {script}; sleep 60"]) as root:
         launcher, r0, r1 = (int(x) for x in root.stdout.readline().split())
         tree = ProcessTree(root.pid)
         assert tree.members([r0]) == {r0}
@@ -75,14 +70,6 @@ def test_process_tree_keeps_a_member_whose_parent_exited(tmp_path):
         # r0 is remembered. (Whether r1 counts depends on whether the parent map read it
         # before the launcher died: both answers are right, so only r0 is asserted.)
         assert r0 in tree.members([r0, r1])
-    finally:
-        os.killpg(root.pid, signal.SIGKILL)
-        for pid in (r0, r1):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        root.wait()
 
 
 # -- which GPUs are CMD's --------------------------------------------------------------------
@@ -219,12 +206,14 @@ def test_fake_pids_file_is_read_again_when_it_changes(fake_nvml_env, tmp_path):
 
 # -- end to end over the fake library ----------------------------------------------------------
 def _node_trace(path, seconds=30):
-    """A 4-GPU trace: data_starvation on GPUs 0-1, sync_stall on GPUs 2-3."""
+    """A 4-GPU trace: data_starvation on GPUs 0-1, sync_stall on GPUs 2-3. The starved job
+    uses gloo, whose waiting ranks idle: with NCCL its ranks drift apart and, depending on
+    which seconds of the trace a run happens to replay, read for a moment as a straggler."""
     from gpumon.sim.trace import write_trace
     parts = []
-    for name in ("data_starvation", "sync_stall"):
+    for name, params in (("data_starvation", {"backend": "gloo"}), ("sync_stall", None)):
         buf = io.StringIO()
-        write_trace(buf, name, gpus=2, seconds=seconds)
+        write_trace(buf, name, gpus=2, seconds=seconds, params=params)
         parts.append([line.split("\t") for line in buf.getvalue().splitlines()
                       if line and not line.startswith("#")])
     (h, *_), (h2, *_) = parts

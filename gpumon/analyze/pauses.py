@@ -18,6 +18,7 @@ from typing import Optional
 
 import numpy as np
 
+from gpumon.detect.features import csum
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 # Steady work after the dip must reach the level before it less this (share of the time).
@@ -37,7 +38,7 @@ LEAD_IN = 3
 
 def _window_sums(x: np.ndarray, w: int) -> np.ndarray:
     """s[i] = x[i:i + w].sum() for every i with i + w <= len(x) (float64)."""
-    c = np.concatenate(([0.0], np.cumsum(x, dtype=np.float64)))
+    c = csum(x.astype(np.float64))
     return c[w:] - c[:-w] if len(x) >= w else np.zeros(0)
 
 
