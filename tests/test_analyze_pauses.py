@@ -74,8 +74,41 @@ def test_two_sided_marks_the_dip_only():
     idx = np.flatnonzero(m)
     assert idx[0] == 60 and idx[-1] < 100 and m[60:90].all(), idx
     assert not m[:60].any() and not m[100:].any()
-    # Too short a steady stretch after it (the log ends): nothing is known, nothing marked.
-    assert not two_sided(util[:, :105], n[:105], u[:105], DEFAULT).any()
+    # The log ends 7 s after steady work came back: too short to know, nothing marked.
+    assert not two_sided(util[:, :100], n[:100], u[:100], DEFAULT).any()
+    # It ends 12 s after (TAIL_MIN_S = 10): the return is seen, the dip is a pause.
+    m = two_sided(util[:, :105], n[:105], u[:105], DEFAULT)
+    assert m[60:93].all() and not m[:60].any(), np.flatnonzero(m)
+
+
+def test_a_checkpoint_just_before_the_log_ends_is_a_pause(tmp_path, monkeypatch):
+    """A simulated 8-GPU job at ~86% (a steady plateau) with a 15 s checkpoint about every
+    minute, rendered as nvidia-smi logs it (a tuning seed of the detector benchmark); the
+    log ends 14 s after the second checkpoint: a pause too, though the log ends before
+    context_s of work after it. Without that, the second checkpoint reads as starvation."""
+    from bench.detect import render_nvsmi, simulate_run
+    ticks, change, _ = simulate_run("checkpoint", 8, 7070098)
+    path = tmp_path / "ckpt.csv"
+    path.write_text(render_nvsmi(ticks, "mean"))
+    _, tl = analyze_file(str(path))
+    bad = [(d.verdict, d.start - change) for d in tl.segments if d.verdict != "busy"]
+    assert not bad, bad
+    monkeypatch.setattr("gpumon.analyze.pauses.TAIL_MIN_S", 1e9)
+    _, tl2 = analyze_file(str(path))
+    assert "data_starvation" in {d.verdict for d in tl2.segments if d.start > change + 80}
+
+
+def test_one_rank_stalling_just_before_the_log_ends_is_not_a_pause(tmp_path, monkeypatch):
+    """One rank of four stalls 8 s in every 30 while the others spin; its last stall, 5 s,
+    comes 14 s before the log ends: a lone rank's stall is not excused at the end of a log
+    (the end-of-log return is for ranks that stopped together)."""
+    util = [[98] * 4] * 60
+    for _ in range(3):
+        util += [[0, 100, 100, 100]] * 8 + [[98] * 4] * 22
+    util += [[0, 100, 100, 100]] * 5 + [[98] * 4] * 14
+    _, tl = analyze_file(_smi(tmp_path, util))
+    assert {"data_starvation", "sync_stall"} & _verdicts(tl, len(util) - 19, len(util)), [
+        (d.verdict, d.start - tl.start) for d in tl.segments]
 
 
 def test_a_change_is_dated_from_when_the_new_verdict_first_appeared(tmp_path):
@@ -115,3 +148,46 @@ def test_a_job_starting_in_the_log_is_not_starving_while_its_ranks_come_up(tmp_p
     monkeypatch.setattr(T, "pause_flags", lambda *a, **k: orig(*a[:5]))
     _, tl2 = analyze_file(path)
     assert {"data_starvation", "sync_stall"} & _verdicts(tl2, 20, 110)
+
+
+def test_the_second_after_a_pause_belongs_to_it(monkeypatch):
+    """A simulated 2-GPU job (a tuning seed of the detector benchmark) whose ranks restart
+    one after the other after a stop: the late rank's first second reads the pause's cold
+    power beside a rank already at work. That second belongs to the pause (RAMP); judged
+    as work, the window after it calls the restart a sync stall."""
+    from bench.detect import render_nvsmi, simulate_run
+    import gpumon.analyze.pauses as P
+    ticks, change, _ = simulate_run("checkpoint", 2, 7150092)
+    text = render_nvsmi(ticks, "mean")
+
+    def verdicts(tmp):
+        path = tmp / "restart.csv"
+        path.write_text(text)
+        _, tl = analyze_file(str(path))
+        return {d.verdict for d in tl.segments if d.end > change and d.start < change + 20}
+
+    import pathlib
+    import tempfile
+    tmp = pathlib.Path(tempfile.mkdtemp())
+    assert verdicts(tmp) == {"busy"}
+    monkeypatch.setattr(P, "RAMP", 0)
+    assert "sync_stall" in verdicts(tmp)
+
+
+def test_a_log_that_starts_with_the_job_starts_paused(tmp_path):
+    """The log starts as the job does: its four ranks get their first batches one every
+    3 s, then run steady. As for a job seen starting, that is busy, not starvation."""
+    util = [[0 if k < 3 * g else 98 for g in range(4)] for k in range(90)]
+    mem = [[20000] * 4] * 90
+    _, tl = analyze_file(_smi_mem(tmp_path, util, mem))
+    assert not {"data_starvation", "sync_stall"} & _verdicts(tl, 0, 90), [
+        (d.verdict, d.start - tl.start) for d in tl.segments]
+
+
+def test_a_log_that_starts_in_starvation_says_so_at_once(tmp_path):
+    """The log starts while a job starves (2 s bursts, 2 s gaps on both GPUs): treated as a
+    start, it is still starvation within 10 s, not a start-up pause."""
+    util = [[100, 100] if (k // 2) % 2 == 0 else [1, 2] for k in range(90)]
+    _, tl = analyze_file(_smi(tmp_path, util))
+    starts = [d.start - tl.start for d in tl.segments if d.verdict == "data_starvation"]
+    assert starts and starts[0] <= 10, [(d.verdict, d.start - tl.start) for d in tl.segments]

@@ -34,6 +34,14 @@ DEEP_DUTY = 0.3
 LONE_DIP_S = 5.0
 # Seconds between the end of steady work and the first second with every GPU stopped.
 LEAD_IN = 3
+# Seconds after a pause that still belong to it: power is a 1 s average, so the first second
+# of work reads the pause's cold power on ranks that came back late, and its ranks restart
+# one after another (a moment of one rank waiting for another is the restart, not a stall).
+RAMP = 2
+# At the end of the log, steady work up to its last second, at least this long (s), is a
+# return (the log ends before a full context_s of it) after a dip in which the ranks stopped
+# together (no more than LEAD_IN seconds of one idle beside others at work).
+TAIL_MIN_S = 10.0
 
 
 def _window_sums(x: np.ndarray, w: int) -> np.ndarray:
@@ -87,6 +95,7 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
         wk = np.array([x[0] for x in host], dtype=float)
         starving = np.array([x[1] for x in host], dtype=bool) & ~np.isnan(wk)
     startup = int(round(th.loader_startup_s / th.bin_s))
+    tail = int(round(TAIL_MIN_S / th.bin_s))
     for s in first.tolist():
         # Ranks stop one after another: the steady work may end a few seconds before all do.
         lead = next((k for k in range(LEAD_IN + 1)
@@ -98,23 +107,40 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
             continue
         bar = min(level, th.duty_starved) - RETURN_TOL     # back at the same level
         hi = min(s + pmax, T - need)
-        if hi <= s:
-            continue
         ok = (bad_w[s + 1:hi + 1] == 0) & (jd_w[s + 1:hi + 1] >= bar * need - 1e-9)
-        hit = np.flatnonzero(ok)
-        if not len(hit):
+        hit = np.flatnonzero(ok) if hi > s else ()
+        at_end = not len(hit)
+        if not at_end:
+            e = s + 1 + int(hit[0])
+        elif (e := _tail_return(good, jd, s, bar, tail, pmax)) is None:
             continue
-        e = s + 1 + int(hit[0])
-        # Isolated: steady work at least as long as the dip on either side; and the ranks
-        # stopped together (one rank idle beside others at work for most of a dip longer
-        # than a moment is that rank's input falling behind, however steady in between).
+        # Isolated: steady work at least as long as the dip on either side (after it, up to
+        # the end of the log where that comes first); and the ranks stopped together (one
+        # rank idle beside others at work for most of a dip longer than a moment is that
+        # rank's input falling behind, however steady in between).
         dip = e - (s - lead)
-        if (not deep[s - lead:e].any() or run_after[e] < dip or run_before[s - lead] < dip
+        if (not deep[s - lead:e].any() or run_after[e] < min(dip, T - e)
+                or run_before[s - lead] < dip
                 or (lone := int(split[s - lead:e].sum())) > LONE_DIP_S / th.bin_s
-                and 2 * lone > dip):
+                and 2 * lone > dip or at_end and lone > LEAD_IN):
             continue
         if starving is not None and int((starving[s:e] & drop[s:e]).sum()) > startup:
             continue
-        out[s - lead:e] = True
+        out[s - lead:e + RAMP] = True
     return out
 
+
+def _tail_return(good: np.ndarray, jd: np.ndarray, s: int, bar: float, tail: int,
+                 pmax: int):
+    """The bin at which steady work at ``bar`` or more resumed after the dip starting at
+    ``s`` and ran to the end of the log, at least ``tail`` bins of it; None if it did not."""
+    T = len(good)
+    if T - s > pmax + 2 * tail + pmax:
+        return None                 # (cheap exit: far from the end)
+    bad = np.flatnonzero(~good[s:]) + s
+    if not len(bad):
+        return None
+    e = int(bad[-1]) + 1
+    if e - s > pmax or T - e < tail or jd[e:].mean() < bar:
+        return None
+    return e

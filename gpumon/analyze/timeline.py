@@ -240,7 +240,7 @@ def job_flags(st: Store, rows: list[int], th: Thresholds) -> tuple[np.ndarray, n
     # A job seen starting in the log (it did not hold its GPUs, then does) starts paused,
     # as it does live.
     present = np.array([x[3] for x in hostb], dtype=bool)
-    starts = present & ~np.concatenate(([True], present[:-1]))
+    starts = present & ~np.concatenate(([False], present[:-1]))
     pause, excl = pause_flags(duty, n, u, th, hostb, starts)
     # A log also holds what followed each stop (analyze/pauses.py).
     both = two_sided(duty, n, u, th, hostb)
