@@ -150,28 +150,35 @@ def test_a_job_starting_in_the_log_is_not_starving_while_its_ranks_come_up(tmp_p
     assert {"data_starvation", "sync_stall"} & _verdicts(tl2, 20, 110)
 
 
-def test_the_second_after_a_pause_belongs_to_it(monkeypatch):
-    """A simulated 2-GPU job (a tuning seed of the detector benchmark) whose ranks restart
-    one after the other after a stop: the late rank's first second reads the pause's cold
-    power beside a rank already at work. That second belongs to the pause (RAMP); judged
-    as work, the window after it calls the restart a sync stall."""
-    from bench.detect import render_nvsmi, simulate_run
+def _smi_power(tmp_path, rows):
+    """An nvidia-smi log at 1 s with power: rows[second][gpu] = (util %, power W of 400)."""
+    out = ["timestamp, index, utilization.gpu [%], memory.used [MiB], power.draw [W], "
+           "power.limit [W]"]
+    for k, gs in enumerate(rows):
+        for g, (u, w) in enumerate(gs):
+            out.append(f"2024/05/01 00:{k // 60:02d}:{k % 60:02d}.000, {g}, {u:.0f} %, "
+                       f"20000 MiB, {w:.1f} W, 400.0 W")
+    p = tmp_path / "power.csv"
+    p.write_text("\n".join(out) + "\n")
+    return str(p)
+
+
+def test_the_seconds_after_a_pause_belong_to_it(tmp_path, monkeypatch):
+    """Rank 0 stops for 2 s while rank 1 finishes its step, then rank 1 waits for rank 0:
+    in the first seconds back its 1 s power average still reads cold beside rank 0 at work.
+    Those seconds belong to the pause (RAMP); judged as work, they read as a sync stall."""
     import gpumon.analyze.pauses as P
-    ticks, change, _ = simulate_run("checkpoint", 2, 7150092)
-    text = render_nvsmi(ticks, "mean")
-
-    def verdicts(tmp):
-        path = tmp / "restart.csv"
-        path.write_text(text)
-        _, tl = analyze_file(str(path))
-        return {d.verdict for d in tl.segments if d.end > change and d.start < change + 20}
-
-    import pathlib
-    import tempfile
-    tmp = pathlib.Path(tempfile.mkdtemp())
-    assert verdicts(tmp) == {"busy"}
+    work = [[(100, 320), (100, 322)], [(100, 300), (100, 305)]] * 30
+    rows = work + [[(0, 32), (92, 300)], [(0, 32), (100, 280)]]
+    rows += [[(96, 316), (100, 116)], [(100, 316), (100, 164)]] + work
+    path = _smi_power(tmp_path, rows)
+    _, tl = analyze_file(path)
+    assert _verdicts(tl, 0, len(rows)) == {"busy"}, [(d.verdict, d.start - tl.start)
+                                                   for d in tl.segments]
     monkeypatch.setattr(P, "RAMP", 0)
-    assert "sync_stall" in verdicts(tmp)
+    _, tl2 = analyze_file(path)
+    assert "sync_stall" in _verdicts(tl2, 60, 80), [(d.verdict, d.start - tl2.start)
+                                                     for d in tl2.segments]
 
 
 def test_a_log_that_starts_with_the_job_starts_paused(tmp_path):
@@ -191,3 +198,13 @@ def test_a_log_that_starts_in_starvation_says_so_at_once(tmp_path):
     _, tl = analyze_file(_smi(tmp_path, util))
     starts = [d.start - tl.start for d in tl.segments if d.verdict == "data_starvation"]
     assert starts and starts[0] <= 10, [(d.verdict, d.start - tl.start) for d in tl.segments]
+
+
+def test_a_job_that_ends_during_a_pause_leaves_its_gpus_idle(tmp_path):
+    """Steady work, every GPU stops with its memory held (a pause), then the job exits and
+    frees its memory: the GPUs are idle from then on, not held at the pause's `busy`."""
+    util = [[98, 98]] * 60 + [[0, 0]] * 70
+    mem = [[20000, 20000]] * 70 + [[2, 2]] * 60
+    _, tl = analyze_file(_smi_mem(tmp_path, util, mem))
+    assert _verdicts(tl, 80, 130) == {"idle"}, [(d.verdict, d.start - tl.start)
+                                               for d in tl.segments]

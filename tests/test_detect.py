@@ -140,6 +140,23 @@ def test_one_busy_hot_gpu_beside_idling_ones_is_a_sync_stall():
     assert d.straggler_gpu == 0
 
 
+def test_one_busy_gpu_beside_ranks_whose_loaders_are_saturated_is_starvation():
+    """The same shape (one GPU at 100%, the others bursting), but every rank's loader
+    workers are saturated: the idle ranks wait for input and the busy one spins waiting for
+    them (a data-starved NCCL job's ranks drift apart). Without host counters it is the
+    sync stall above."""
+    def util(g, t):
+        return 100.0 if g == 0 else burst_gap(0.4, 0.6)(g, t)
+
+    def power(g, t):
+        return 340.0 if g == 0 else 150.0
+    ticks = window(20, 3, util, power=power, pids=lambda g: (100 + g,), jobs=lambda g: JobProcs(
+        gpu=g, main_pid=100 + g, main_cpu_pct=20.0, main_thread_max_pct=15.0,
+        loader_workers=2, loader_cpu_pct=196.0, loader_busy=2))
+    [d] = diagnose(ticks)
+    assert (d.verdict, d.cause) == ("data_starvation", "cpu_preprocessing")
+
+
 def test_throttled_gpu_named():
     def events(g, t):
         return CLOCK_EVENT_SW_THERMAL if g == 1 else 0

@@ -169,6 +169,18 @@ def test_busy():
     assert {tk.truth.verdict for tk in ticks} == {dx.BUSY}
 
 
+def test_a_healthy_job_is_warmed_up_at_the_start():
+    """A scenario starts from a job in steady state: its loader workers' first batches
+    (slow ones: 11 workers, each batch ~9 s of preprocessing, heavy jitter) landed during the
+    warm-up, so no rank waits for data in the first seconds of a healthy run."""
+    params = {"workers": 11, "prep_load": 0.56, "prep_cv": 0.4, "step_s": 1.5,
+              "backend": "nccl"}
+    for seed in range(1, 6):
+        ticks = run("busy", gpus=4, seconds=15, seed=seed, params=params)
+        waiting = max(truth_states(ticks, g, "waiting_data") for g in range(4))
+        assert waiting < 0.05, (seed, waiting)
+
+
 def test_idle():
     ticks = run("idle")
     assert (per_gpu(ticks, "util_gpu_pct") == 0).all()

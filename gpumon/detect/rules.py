@@ -132,15 +132,16 @@ class Host:
                           C["main_process"], C["io_fetch"]], C["input_pipeline"])
 
 
-def _host_starved(f: dict, th: Thresholds) -> np.ndarray:
-    """(G, E): NaN where the GPU's job processes are unknown, else 1.0 / 0.0 (starving)."""
-    w = f["workers"]
+def _host_starved(f: dict, th: Thresholds, suffix: str = "") -> np.ndarray:
+    """(G, E): NaN where the GPU's job processes are unknown, else 1.0 / 0.0 (starving);
+    over the window, or with suffix "_recent" over its last seconds."""
+    w, main, thread = f["workers" + suffix], f["main_cpu" + suffix], f["main_thread" + suffix]
     with _CALM:
-        per_worker = f["loader_cpu"] / (100.0 * np.maximum(w, 1))
+        per_worker = f["loader_cpu" + suffix] / (100.0 * np.maximum(w, 1))
         starving = (((w >= 0.5) & (per_worker >= th.loader_busy_share))
-                    | ((w < 0.5) & (np.fmax(f["main_cpu"], f["main_thread"]) >= th.core_busy_pct))
-                    | (f["main_thread"] >= th.core_busy_pct))
-    return np.where(np.isnan(w) & np.isnan(f["main_cpu"]), np.nan, starving.astype(float))
+                    | ((w < 0.5) & (np.fmax(main, thread) >= th.core_busy_pct))
+                    | (thread >= th.core_busy_pct))
+    return np.where(np.isnan(w) & np.isnan(main), np.nan, starving.astype(float))
 
 
 def hs_known(f: dict) -> np.ndarray:
@@ -197,6 +198,12 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
             conf[m] = cf[m] if isinstance(cf, np.ndarray) else cf
         decided[m] = True
 
+    # The job has let go of its GPUs (no memory held where memory is known): idle, however
+    # few of the window's seconds are left to judge (a job that ends during a pause has
+    # every second of its last windows set aside).
+    with _CALM:
+        gone = (f["mem_last"] < th.mem_active_mib).all(axis=0) if G else np.zeros(E, bool)
+    decide(gone, IDLE, cf=0.9)
     insufficient = (nmin < th.min_samples) | (f["bins"] < 1) | np.isnan(jduty)
     decide(insufficient & ~f["pause"], INSUFFICIENT_DATA, cf=0.3)
     decide(f["pause"], BUSY, cf=0.6)
@@ -204,10 +211,6 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     # a long gap of a starving job (a paused job's gap is a pause, handled above).
     quiet = dmax < th.idle_duty
     feeding = host.starving_any()
-    # The job has let go of its GPUs (no memory held where memory is known): idle.
-    with _CALM:
-        gone = (f["mem_last"] < th.mem_active_mib).all(axis=0) if G else np.zeros(E, bool)
-    decide(gone, IDLE, cf=0.9)
     decide(quiet & ~(f["ctx_duty"] >= th.idle_duty) & ~feeding, IDLE,
            cf=np.clip(0.7 + 0.3 * (th.idle_duty - dmax) / th.idle_duty, 0.5, 0.99))
     decide(quiet, DATA_STARVATION, c=lambda: host.cause(np.full(E, -1)), cf=0.6)
@@ -263,6 +266,15 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
         nhi = hi.sum(axis=0)
         computes = np.where(nhi > G - nhi, False, np.where(nhi < G - nhi, True, computes))
         computes &= d_hi >= th.spin_duty
+        # Unless the idler ranks' own hosts starve (loaders saturated, main process at a
+        # core): then they wait for input, and the busy one spins in the collective waiting
+        # for them (a data-starved NCCL job's ranks drift apart).
+        starved_g = _host_starved(f, th)
+        if "workers_recent" in f:
+            starved_g = np.fmax(starved_g, _host_starved(f, th, "_recent"))
+        with _CALM:
+            lo_starve = N.nanmax(np.where(~hi, starved_g, np.nan), axis=0)
+        computes &= ~(lo_starve >= 1.0)
         if shared_process:
             computes = d_hi >= th.spin_duty
         asym = spread >= th.duty_spread

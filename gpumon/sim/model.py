@@ -52,6 +52,10 @@ FIRST_PID = 40000
 CLOCK_BIN_MHZ = 15.0
 
 
+# Warm-up before t = 0, in batches' preprocessing times (see Node.__init__).
+WARMUP_PREPS = 3.0
+
+
 class Jitter:
     """Mean-one lognormal multipliers from a pre-drawn pool (one numpy call per 4096)."""
 
@@ -248,7 +252,13 @@ class Node:
             start += secs
         self.cycle = start if (spec.phases and not custom) else math.inf
         # State of the run.
-        self.warmup = max(12.0, 8.0 * self.hw["step_s"])
+        # Run the job before t = 0 until its input pipeline is in steady state: every worker
+        # starts its first batches together, and with per-batch jitter the slowest of that
+        # first wave lands up to ~2x a batch's preprocessing time later. A shorter warm-up
+        # showed a healthy scenario's first seconds as ranks waiting for data.
+        first = self.phases[0] if self.phases else None
+        prep = max(first.prep_s) if first is not None and first.prep_s else 0.0
+        self.warmup = max(12.0, 8.0 * self.hw["step_s"], WARMUP_PREPS * prep)
         self.t = -self.warmup
         self.gsegs: list[list] = [[] for _ in range(n)]   # (t0, t1, kind, phase index)
         self.procs: list[Proc] = []
