@@ -98,6 +98,25 @@ def test_a_checkpoint_just_before_the_log_ends_is_a_pause(tmp_path, monkeypatch)
     assert "data_starvation" in {d.verdict for d in tl2.segments if d.start > change + 80}
 
 
+def test_lone_seconds_that_caught_a_step_boundary_keep_work_steady(tmp_path, monkeypatch):
+    """A simulated 1-GPU job rendered as nvidia-smi samples it at 1 s (the last value of each
+    second, a tuning seed of the detector benchmark): two lone seconds read 0% (the sample
+    fell between two steps) shortly before a 24 s checkpoint. The work before the checkpoint
+    is still steady (BLIPS_MAX), so the checkpoint is a pause, not starvation."""
+    from bench.detect import render_nvsmi, simulate_run
+    import gpumon.analyze.pauses as P
+    ticks, change, _ = simulate_run("checkpoint", 1, 7131091)
+    path = tmp_path / "blips.csv"
+    path.write_text(render_nvsmi(ticks, "last"))
+    _, tl = analyze_file(str(path))
+    bad = [(d.verdict, d.start - change) for d in tl.segments if d.verdict != "busy"
+           and d.start > change + 5]
+    assert not [b for b in bad if b[0] != "idle"], bad
+    monkeypatch.setattr(P, "BLIPS_MAX", 0)
+    _, tl2 = analyze_file(str(path))
+    assert "data_starvation" in {d.verdict for d in tl2.segments if d.end > change + 10}
+
+
 def test_one_rank_stalling_just_before_the_log_ends_is_not_a_pause(tmp_path, monkeypatch):
     """One rank of four stalls 8 s in every 30 while the others spin; its last stall, 5 s,
     comes 14 s before the log ends: a lone rank's stall is not excused at the end of a log

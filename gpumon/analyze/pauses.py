@@ -34,6 +34,10 @@ DEEP_DUTY = 0.3
 LONE_DIP_S = 5.0
 # Seconds between the end of steady work and the first second with every GPU stopped.
 LEAD_IN = 3
+# Lone seconds below steady work allowed in context_s of steady work: at most 2 in 20 s keeps
+# its duty at 0.9 or more, above duty_starved, so a starving job's context never passes.
+BLIPS_MAX = 2
+BLIP_SIDE = 3
 # Seconds after a pause that still belong to it: power is a 1 s average, so the first second
 # of work reads the pause's cold power on ranks that came back late, and its ranks restart
 # one after another (a moment of one rank waiting for another is the restart, not a stall).
@@ -80,6 +84,20 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
         low = np.where(have, duty, 0.0).min(axis=0)     # the least busy GPU per second
     good = has & ~stop & (low >= STEADY_BIN_DUTY)
     bad_w = _window_sums(~good, need)           # bins without steady data in [i, i + need)
+    # Before a dip, a lone second below steady work with BLIP_SIDE seconds of work at full
+    # speed on each side (a 1 s sample that caught the gap between two steps) is steady work
+    # too, up to BLIPS_MAX of them per context. (Not the first second of a validation pass,
+    # whose rhythm after it is slower; not a choppy rhythm's, whose seconds alternate
+    # faster.) What follows a dip must be steady throughout.
+    full = good & (jd >= th.duty_starved)      # steady work at full speed
+    blip = ~good
+    k = BLIP_SIDE
+    blip[:k] = blip[T - k:] = False
+    for j in range(1, k + 1):
+        blip[k:T - k] &= full[k - j:T - k - j] & full[k + j:T - k + j]
+    before = good | blip
+    bad_before = np.where(_window_sums(blip, need) > BLIPS_MAX, need,
+                          _window_sums(~before, need))
     jd_w = _window_sums(jd, need)
     # A dip: a second without steady work (a stop, a validation pass's rhythm, a rank that
     # fell behind for a moment) after one with it.
@@ -88,7 +106,8 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     with np.errstate(invalid="ignore"):
         split = has & (np.where(have, duty, 0.0).max(axis=0) >= STEADY_BIN_DUTY) & (
             low < th.idle_duty)
-    run_after, run_before = _runs(good)
+    run_after = _runs(good)[0]
+    run_before = _runs(before)[1]
     first = np.flatnonzero(drop[need:] & ~drop[need - 1:-1]) + need
     starving = None
     if host is not None:
@@ -99,7 +118,7 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     for s in first.tolist():
         # Ranks stop one after another: the steady work may end a few seconds before all do.
         lead = next((k for k in range(LEAD_IN + 1)
-                     if s - k - need >= 0 and bad_w[s - k - need] == 0), None)
+                     if s - k - need >= 0 and bad_before[s - k - need] == 0), None)
         if lead is None:
             continue
         level = jd_w[s - lead - need] / need
