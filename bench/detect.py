@@ -13,7 +13,7 @@ followed by the scenario, so every run has one change of scenario. Scored throug
 Scored per second on the scenario's part only (>= 60 s), leaving out the first 5 s after the
 change. Prints a confusion matrix, per-verdict precision and recall, the straggler
 identification rate, and the time to a correct verdict after the change; writes
-bench/results/detect.md. Tuning uses TUNING_SEEDS (`--tuning`), the table SCORING_SEEDS.
+bench/results/detect.md. Tuning uses TUNING_SEEDS (`--tuning`; MORE_TUNING_SEEDS with `--tuning-more`), the table SCORING_SEEDS.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from multiprocessing import Pool
 
 import numpy as np
 
-from bench.seeds import SCORING_SEEDS, TUNING_SEEDS
+from bench.seeds import MORE_TUNING_SEEDS, SCORING_SEEDS, TUNING_SEEDS
 from gpumon.diagnosis import VERDICTS
 from gpumon.sim import SCENARIOS, draw_params, simulate
 from gpumon.sim.params import HARDWARE
@@ -273,6 +273,8 @@ def table(score: Score, title: str, target: float) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.detect", description=__doc__.split("\n")[0])
     ap.add_argument("--tuning", action="store_true", help="use the tuning seeds (no table)")
+    ap.add_argument("--tuning-more", action="store_true",
+                    help="use the further tuning seeds, MORE_TUNING_SEEDS (no table)")
     ap.add_argument("--paths", default="abc", help="which paths to run: a, b, c (default abc)")
     ap.add_argument("--only", default=None, help="comma-separated scenarios")
     ap.add_argument("--gpus", default=None, help="comma-separated GPU counts")
@@ -281,7 +283,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-speed", dest="speed", action="store_false",
                     help="skip timing gpumon analyze on a day-long log")
     args = ap.parse_args(argv)
-    seeds = TUNING_SEEDS if args.tuning else SCORING_SEEDS
+    args.tuning = args.tuning or args.tuning_more
+    seeds = (MORE_TUNING_SEEDS if args.tuning_more else
+             TUNING_SEEDS if args.tuning else SCORING_SEEDS)
     runs = plan(seeds)
     if args.only:
         keep = set(args.only.split(","))
