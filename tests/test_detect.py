@@ -550,3 +550,28 @@ def test_a_job_that_starts_starving_below_a_second_without_host_counters_is_star
         if d.verdict == "data_starvation" and seen is None:
             seen = tk.time - T0 - 8
     assert seen is not None and seen <= 10, seen
+
+
+def _live_verdicts(ticks, change):
+    det = StreamingDetector()
+    out = {}
+    for tk in ticks:
+        d = det.update(tk)[0]
+        if tk.time > change + 5:
+            out[round(tk.time - change)] = d.verdict
+    return out
+
+
+def test_a_plateau_job_comes_back_from_a_checkpoint_to_its_own_level(monkeypatch):
+    """A simulated 4-GPU job whose steady work sits at 83% (50 ms steps: the gaps are its own
+    uploads) writes a checkpoint for 13 s (a further tuning seed of the detector benchmark).
+    It comes back to 83%: work is back at its own level, not at a starved rhythm, so the
+    checkpoint stays a pause. Judged against duty_starved (86%), it reads as starvation."""
+    from bench.detect import simulate_run
+    from gpumon.detect.pauses import PauseTracker
+    ticks, change, _ = simulate_run("checkpoint", 4, 7050094)
+    v = _live_verdicts(ticks, change)
+    assert set(v.values()) == {"busy"}, sorted(k for k, x in v.items() if x != "busy")
+    monkeypatch.setattr(PauseTracker, "_return_bar", lambda self: self.th.duty_starved)
+    v2 = _live_verdicts(ticks, change)
+    assert "data_starvation" in set(v2.values())

@@ -3,7 +3,8 @@
 A pause starts when (almost) every GPU of a job stops after a stretch of steady work: the
 ``context_s`` before it was busy (duty >= duty_starved) and had no such stop. It lasts while
 the job is not healthy again (a checkpoint's idle seconds, a validation pass's different
-rhythm, new loader workers starting), at most ``pause_max_s``. Starvation stops the GPUs
+rhythm, new loader workers starting), at most ``pause_max_s``; work is back at duty_starved,
+or at the job's own level before the pause where that is lower. Starvation stops the GPUs
 again and again: a second all-idle stretch after work resumed ends the "pause" at once, so a
 starving job is called starving one cycle later than it would be otherwise.
 
@@ -32,6 +33,8 @@ STARVING_COOLDOWN = 3
 ALL_ON_DUTY = 0.3
 # Bins with every GPU at work, within a pause, before a new stop counts as starvation.
 BACK_BINS = 2
+# Work is back after a pause at the job's level before it less this (share of the time).
+RETURN_TOL = 0.04
 # Bins of steady work that end a pause (the mean duty over them >= duty_starved).
 RESUME_BINS = 4
 # Loader workers younger than the stop plus this (s) were started when the GPUs stopped: a
@@ -60,6 +63,7 @@ class PauseTracker:
         self.on_bins = 0          # bins with every GPU at work since the pause began
         self.extra = False        # more loader workers than steady work had, last bin
         self.starting = False     # the current pause is the job's start (see begin())
+        self.bar = th.duty_starved   # duty at which work is back (see _return_bar)
 
     def step(self, duties: np.ndarray, n: float, u: float,
              host: Optional[tuple] = None) -> bool:
@@ -121,7 +125,7 @@ class PauseTracker:
             # job's start, host or not: a start has no choppy validation rhythm to excuse):
             # this was the onset of starvation, not a pause.
             slow = ((known or self.starting) and len(self.after) == RESUME_BINS
-                    and sum(self.after) / RESUME_BINS < th.duty_starved)
+                    and sum(self.after) / RESUME_BINS < self.bar)
             if all_on:
                 self.on_bins += 1
             # Stopping again after every rank worked for a while is the next starvation gap;
@@ -141,7 +145,7 @@ class PauseTracker:
                     # A job found starving gets no new pause for a while: its long gaps recur.
                     self.cooldown = STARVING_COOLDOWN * self.ctx
             elif (len(self.recent) == RESUME_BINS and not changed
-                  and sum(self.recent) / RESUME_BINS >= th.duty_starved):
+                  and sum(self.recent) / RESUME_BINS >= self.bar):
                 # Back to steady work; not while the extra DataLoader that came with the
                 # pause (a validation pass's) is still there: its first batches come fast.
                 self.in_pause = self.starting = False
@@ -160,6 +164,7 @@ class PauseTracker:
             # (A new DataLoader's workers appearing after steady work is a validation pass
             # starting, even before the GPUs stop.)
             self.in_pause, self.length, self.resumed = True, 1, False
+            self.bar = self._return_bar()
             self.extra = changed
             self.after.clear()
             self.on_bins = 0
@@ -177,10 +182,23 @@ class PauseTracker:
         workers come up one by one, are a pause until work runs steady, as after an epoch
         boundary, unless the ranks then run at a starved rhythm."""
         self.in_pause, self.starting, self.length, self.resumed = True, True, 0, False
+        self.bar = self.th.duty_starved
         self.start = self.i + 1
         self.after.clear()
         self.recent.clear()
         self.on_bins = 0
+
+    def _return_bar(self) -> float:
+        """Duty at which work is back after a pause: duty_starved, or the job's own level
+        before it less RETURN_TOL where that is lower (a job whose steady work sits below
+        duty_starved, its gaps the step's own uploads, comes back to that level)."""
+        sn = su = 0.0
+        for n, u, stop in self.hist:
+            if not stop:
+                sn += n
+                su += u
+        level = su / sn if sn > 0 else 1.0
+        return min(self.th.duty_starved, level - RETURN_TOL)
 
     def _steady_since_pause(self) -> bool:
         """Work since the last pause (or stop) ran at a steady duty for RESUME_BINS bins."""
