@@ -1,6 +1,6 @@
 """Without host counters, a plateau a little below duty_starved that is steady to the second
 is the step's own uploads and launches (busy); a plateau with seconds that dip is starvation
-(Thresholds.steady_bin_duty)."""
+(Thresholds.steady_bin_duty; steady_floor_duty for a plateau flat to the second)."""
 from __future__ import annotations
 
 import importlib
@@ -38,7 +38,7 @@ def test_steady_plateau_below_duty_starved_is_busy(tmp_path):
     log = _log(tmp_path, util)
     assert _share(T.timeline(log), "busy") == 1.0
     # Without the rule the same log is starvation: the test can fail.
-    off = replace(DEFAULT, steady_bin_duty=2.0)     # every second "dips"
+    off = replace(DEFAULT, steady_bin_duty=2.0, steady_floor_duty=2.0)   # every second "dips"
     assert _share(T.timeline(log, off), "data_starvation") > 0.9
 
 
@@ -47,5 +47,25 @@ def test_plateau_with_seconds_that_dip_is_starvation(tmp_path):
     # The same mean, but every fourth second the input ran dry for part of it.
     util = [[u, u] for u in (rng.uniform(62, 70) if k % 4 == 0 else rng.uniform(88, 93)
                              for k in range(120))]
+    log = _log(tmp_path, util)
+    assert _share(T.timeline(log), "data_starvation") > 0.9
+
+
+def test_flat_plateau_at_seventy_odd_percent_is_busy(tmp_path):
+    """74-78% on every GPU, flat to the second (a gloo job with 50 ms steps whose uploads
+    take a quarter of each step): busy by steady_floor_duty, though some seconds are below
+    steady_bin_duty."""
+    rng = np.random.default_rng(3)
+    util = [[rng.uniform(73.5, 78.5) for _ in range(4)] for _ in range(120)]
+    log = _log(tmp_path, util)
+    assert _share(T.timeline(log), "busy") == 1.0
+    off = replace(DEFAULT, steady_duty_sd=0.0)
+    assert _share(T.timeline(log, off), "data_starvation") > 0.9
+
+
+def test_flat_plateau_below_the_floor_is_starvation(tmp_path):
+    """As flat, but at 62-68% (where the simulator's flat starvation sits): starvation."""
+    rng = np.random.default_rng(4)
+    util = [[rng.uniform(62, 68) for _ in range(4)] for _ in range(120)]
     log = _log(tmp_path, util)
     assert _share(T.timeline(log), "data_starvation") > 0.9

@@ -201,11 +201,21 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     min_idle = bidle.min(axis=0)
     # Seconds in which some GPU fell below steady work (see Thresholds.steady_bin_duty).
     low = have & (1.0 - bidle.max(axis=0) < th.steady_bin_duty)
-    sm = wsum(np.stack([min_idle, mean_idle, have.astype(float), low.astype(float)]), W, ends)
+    floor = have & (1.0 - bidle.max(axis=0) < th.steady_floor_duty)
+    sm = wsum(np.stack([min_idle, mean_idle, have.astype(float), low.astype(float),
+                        floor.astype(float)]), W, ends)
     f["gap_sync"] = _div(sm[0], sm[1])
     f["job_idle"] = _div(sm[1], sm[2])
     f["bins"] = sm[2]
     f["low_bins"] = sm[3]
+    f["floor_bins"] = sm[4]
+    # How much each GPU's duty moves from second to second (the largest standard deviation
+    # of any GPU over the window's seconds with data).
+    bd = np.where(have, 1.0 - bidle, 0.0)           # (G, T)
+    sq = wsum(np.stack([bd, bd * bd]), W, ends)     # (2, G, E)
+    mu = _div(sq[0], sm[2])
+    var = np.maximum(_div(sq[1], sm[2]) - mu * mu, 0.0)
+    f["duty_sd"] = np.sqrt(N.nanmax(var, axis=0)) if var.shape[0] else np.full(len(ends), np.nan)
 
     bpw = _div(g[GI["pw"]], g[GI["pn"]])            # mean power per bin (W), NaN if none
     blim = _div(g[GI["pl"]], g[GI["pln"]])

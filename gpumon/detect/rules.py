@@ -293,8 +293,10 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     # core, no iowait), a mild dip is the step's own uploads and launches, not waiting.
     known = ~np.isnan(hs_known(f))
     limit = np.where(known & ~feeding, th.duty_starved_calm_host, th.duty_starved)
-    # Without host counters, every GPU steady in every second: the step's own gaps.
-    steady = ~known & (f["low_bins"] == 0) & (f["bins"] >= th.min_samples)
+    # Without host counters, every GPU steady in every second: the step's own gaps (at
+    # steady_bin_duty or more; or at steady_floor_duty or more, flat to the second).
+    steady = ~known & (f["bins"] >= th.min_samples) & (
+        (f["low_bins"] == 0) | ((f["floor_bins"] == 0) & (f["duty_sd"] <= th.steady_duty_sd)))
     starved = (jduty < limit) & ~steady
     decide(starved, DATA_STARVATION, c=lambda: host.cause(hs), s=hs,
            cf=np.clip(0.6 + (th.duty_starved - jduty), 0.6, 0.95))

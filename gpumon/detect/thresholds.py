@@ -66,6 +66,16 @@ class Thresholds:
                                 "and launches, steady to the second; a starving input "
                                 "pipeline's jitter leaves some seconds lower (none of the "
                                 "simulator's starved windows at 1 s stayed above it).")
+    steady_floor_duty: float = th(0.70, "share", "Without host counters, a window in which "
+                                  "every GPU stays at this duty or more in every second, and "
+                                  "each GPU's duty moves by at most steady_duty_sd from second "
+                                  "to second, is busy too: a plateau flat to the second is the "
+                                  "step's own uploads (on 3,600 tuning runs no starved window "
+                                  "at 1 s was that flat at 70% or more; flat starvation sat "
+                                  "at 62-68%).")
+    steady_duty_sd: float = th(0.025, "share", "Standard deviation of a GPU's per-second duty "
+                               "over the window below which its plateau is flat (see "
+                               "steady_floor_duty).")
     gap_sync_min: float = th(0.6, "ratio", "Idle time shared by every GPU of the job over the "
                              "mean idle time per GPU: starvation idles all ranks together; a "
                              "straggler idles alone.")
