@@ -37,6 +37,7 @@ LEAD_IN = 3
 # Lone seconds below steady work allowed in context_s of steady work: at most 2 in 20 s keeps
 # its duty at 0.9 or more, above duty_starved, so a starving job's context never passes.
 BLIPS_MAX = 2
+# Seconds of work at full speed on each side of such a lone second.
 BLIP_SIDE = 3
 # Seconds after a pause that still belong to it: power is a 1 s average, so the first second
 # of work reads the pause's cold power on ranks that came back late, and its ranks restart
@@ -131,7 +132,7 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
         at_end = not len(hit)
         if not at_end:
             e = s + 1 + int(hit[0])
-        elif (e := _tail_return(good, jd, s, bar, tail, pmax)) is None:
+        elif (e := _tail_return(good, jd, s, bar, tail, pmax, need)) is None:
             continue
         # Isolated: steady work at least as long as the dip on either side (after it, up to
         # the end of the log where that comes first); and the ranks stopped together (one
@@ -150,12 +151,12 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
 
 
 def _tail_return(good: np.ndarray, jd: np.ndarray, s: int, bar: float, tail: int,
-                 pmax: int):
+                 pmax: int, need: int):
     """The bin at which steady work at ``bar`` or more resumed after the dip starting at
     ``s`` and ran to the end of the log, at least ``tail`` bins of it; None if it did not."""
     T = len(good)
-    if T - s > pmax + 2 * tail + pmax:
-        return None                 # (cheap exit: far from the end)
+    if T - s >= pmax + need:
+        return None     # every return within pmax had need bins after it, and none held
     bad = np.flatnonzero(~good[s:]) + s
     if not len(bad):
         return None
