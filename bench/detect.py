@@ -165,11 +165,32 @@ def run_analyze(ticks, mode: str) -> list:
     return out
 
 
+# A GPU waiting for data this share of a second or more: starvation has physically begun.
+ONSET_WAIT_SHARE = 0.5
+
+
+def onset(ticks, change: float) -> float:
+    """When the scenario's problem physically begins. A data-starved job starts with its
+    prefetch queue full, so its GPUs run on until the queue drains: its onset is the end of
+    the first second in which a GPU waits for data ONSET_WAIT_SHARE of it or more. Other
+    scenarios begin at the change."""
+    for tk in ticks:
+        tr = tk.truth
+        if tk.time <= change or tr is None:
+            continue
+        if tr.verdict != "data_starvation":
+            return change
+        if any(st.get("waiting_data", 0.0) >= ONSET_WAIT_SHARE for st in tr.states.values()):
+            return tk.time - 1.0
+    return change
+
+
 def evaluate(job) -> dict:
     name, n, seed, paths = job
     ticks, change, p = simulate_run(name, n, seed)
     res = {"name": name, "n": n, "seed": seed, "step_s": p["step_s"],
-           "backend": p.get("backend"), "truth": [], "t": [], "change": change}
+           "backend": p.get("backend"), "truth": [], "t": [], "change": change,
+           "onset": onset(ticks, change)}
     for tk in ticks:
         tr = tk.truth
         res["truth"].append((tr.verdict, tr.straggler_gpu, tr.pause) if tr else None)
@@ -192,6 +213,7 @@ class Score:
         self.strag_n = 0
         self.spurious = 0
         self.latency: list[float] = []
+        self.from_onset: list[float] = []    # the same, timed from the physical onset
         self.late: list[tuple] = []
         self.neg_bad: Counter = Counter()
         self.per_run_err: list[tuple] = []
@@ -221,6 +243,7 @@ class Score:
                 self.spurious += 1
         lat = first_ok if first_ok is not None else math.inf
         self.latency.append(lat)
+        self.from_onset.append(max(0.0, lat - (res.get("onset", change) - change)))
         if lat > SKIP_S:
             self.late.append((res["name"], res["n"], res["seed"], round(res["step_s"], 3), lat))
         if errs:
@@ -266,6 +289,13 @@ def table(score: Score, title: str, target: float) -> list[str]:
                      f"{np.median(fin) if len(fin) else math.nan:.1f} s, 90th percentile "
                      f"{np.percentile(fin, 90) if len(fin) else math.nan:.1f} s, within 5 s in "
                      f"{(lat <= SKIP_S).mean():.1%} of runs, never in {(~np.isfinite(lat)).sum()}")
+        lo = np.array(score.from_onset)
+        fo = lo[np.isfinite(lo)]
+        lines.append(f"- the same from the physical onset (a starved job runs on its prefetched "
+                     f"batches first: timed from the first second a GPU waits for data "
+                     f"{ONSET_WAIT_SHARE:.0%} of it): median "
+                     f"{np.median(fo) if len(fo) else math.nan:.1f} s, within 5 s in "
+                     f"{(lo <= SKIP_S).mean():.1%} of runs")
     lines.append("")
     return lines
 

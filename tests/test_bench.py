@@ -157,3 +157,19 @@ def test_day_log_is_nvidia_smi_csv(tmp_path):
     # Every phase of the synthetic day occurs in a day.
     phases = set(analysis.phase_of_second(analysis.DAY_S).tolist())
     assert phases == set(range(len(analysis.PHASES)))
+
+
+def test_onset_of_starvation_is_when_a_gpu_first_waits():
+    """bench.detect times verdicts from the change and from the physical onset: a starved
+    job starts on a full prefetch queue, so its first wait comes after the change."""
+    from bench.detect import ONSET_WAIT_SHARE, onset, simulate_run
+    ticks, change, _ = simulate_run("data_starvation", 2, 7001022)
+    t = onset(ticks, change)
+    assert t >= change
+    first = next(tk for tk in ticks if tk.time - 1.0 == t)
+    assert max(st["waiting_data"] for st in first.truth.states.values()) >= ONSET_WAIT_SHARE
+    before = [tk for tk in ticks if change < tk.time <= t]
+    assert all(max(st["waiting_data"] for st in tk.truth.states.values()) < ONSET_WAIT_SHARE
+               for tk in before)
+    ticks2, change2, _ = simulate_run("sync_stall", 2, 7001052)
+    assert onset(ticks2, change2) == change2
