@@ -13,7 +13,8 @@ followed by the scenario, so every run has one change of scenario. Scored throug
 Scored per second on the scenario's part only (>= 60 s), leaving out the first 5 s after the
 change. Prints a confusion matrix, per-verdict precision and recall, the straggler
 identification rate, and the time to a correct verdict after the change; writes
-bench/results/detect.md. Tuning uses TUNING_SEEDS (`--tuning`; MORE_TUNING_SEEDS with `--tuning-more`), the table SCORING_SEEDS.
+bench/results/detect.md. Tuning uses TUNING_SEEDS (`--tuning`; MORE_TUNING_SEEDS with
+`--tuning-more`), the table SCORING_SEEDS.
 """
 from __future__ import annotations
 
@@ -243,7 +244,7 @@ class Score:
                 self.spurious += 1
         lat = first_ok if first_ok is not None else math.inf
         self.latency.append(lat)
-        self.from_onset.append(max(0.0, lat - (res.get("onset", change) - change)))
+        self.from_onset.append(max(0.0, lat - (res["onset"] - change)))
         if lat > SKIP_S:
             self.late.append((res["name"], res["n"], res["seed"], round(res["step_s"], 3), lat))
         if errs:
@@ -282,20 +283,21 @@ def table(score: Score, title: str, target: float) -> list[str]:
               f"(target 0.95); a straggler named where there is none: {score.spurious} s",
               f"- starvation/stall verdicts on busy, idle and negative scenarios: "
               f"{sum(score.neg_bad.values())} s {dict(score.neg_bad) or ''}"]
-    lat = np.array(score.latency)
-    fin = lat[np.isfinite(lat)]
-    if len(lat):
-        lines.append(f"- time to a correct verdict after the change: median "
-                     f"{np.median(fin) if len(fin) else math.nan:.1f} s, 90th percentile "
-                     f"{np.percentile(fin, 90) if len(fin) else math.nan:.1f} s, within 5 s in "
-                     f"{(lat <= SKIP_S).mean():.1%} of runs, never in {(~np.isfinite(lat)).sum()}")
-        lo = np.array(score.from_onset)
-        fo = lo[np.isfinite(lo)]
+    def timing(values):
+        lat = np.array(values)
+        fin = lat[np.isfinite(lat)]
+        pct = (lambda q: np.percentile(fin, q)) if len(fin) else (lambda q: math.nan)
+        return lat, pct(50), pct(90), (lat <= SKIP_S).mean()
+    if score.latency:
+        lat, med, p90, within = timing(score.latency)
+        lines.append(f"- time to a correct verdict after the change: median {med:.1f} s, 90th "
+                     f"percentile {p90:.1f} s, within 5 s in {within:.1%} of runs, never in "
+                     f"{(~np.isfinite(lat)).sum()}")
+        _, med, _, within = timing(score.from_onset)
         lines.append(f"- the same from the physical onset (a starved job runs on its prefetched "
                      f"batches first: timed from the first second a GPU waits for data "
-                     f"{ONSET_WAIT_SHARE:.0%} of it): median "
-                     f"{np.median(fo) if len(fo) else math.nan:.1f} s, within 5 s in "
-                     f"{(lo <= SKIP_S).mean():.1%} of runs")
+                     f"{ONSET_WAIT_SHARE:.0%} of it): median {med:.1f} s, within 5 s in "
+                     f"{within:.1%} of runs")
     lines.append("")
     return lines
 

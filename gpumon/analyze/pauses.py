@@ -19,10 +19,9 @@ from typing import Optional
 import numpy as np
 
 from gpumon.detect.features import csum
+from gpumon.detect.pauses import RETURN_TOL
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
-# Steady work after the dip must reach the level before it less this (share of the time).
-RETURN_TOL = 0.04
 # Steady work: every GPU at this duty or more in every second (a busy rank's seconds stay
 # above it; a starving rank's, or one drifted apart from its waiting peers, fall below).
 STEADY_BIN_DUTY = 0.7

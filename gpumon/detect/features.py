@@ -200,8 +200,9 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     mean_idle = bidle.mean(axis=0)
     min_idle = bidle.min(axis=0)
     # Seconds in which some GPU fell below steady work (see Thresholds.steady_bin_duty).
-    low = have & (1.0 - bidle.max(axis=0) < th.steady_bin_duty)
-    floor = have & (1.0 - bidle.max(axis=0) < th.steady_floor_duty)
+    least = 1.0 - bidle.max(axis=0)                 # the least busy GPU's duty per second
+    low = have & (least < th.steady_bin_duty)
+    floor = have & (least < th.steady_floor_duty)
     sm = wsum(np.stack([min_idle, mean_idle, have.astype(float), low.astype(float),
                         floor.astype(float)]), W, ends)
     f["gap_sync"] = _div(sm[0], sm[1])

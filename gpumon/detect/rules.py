@@ -21,6 +21,7 @@ run the same code. Order of the rules, and why:
 from __future__ import annotations
 
 import warnings
+from typing import Optional
 
 import numpy as np
 
@@ -151,9 +152,11 @@ def hs_known(f: dict) -> np.ndarray:
         known.shape[1], np.nan)
 
 
-def host_straggler(f: dict, th: Thresholds = DEFAULT) -> np.ndarray:
-    """(E,): the row of the only GPU whose rank's host starves, or -1."""
-    hs = _host_starved(f, th)
+def host_straggler(f: dict, th: Thresholds = DEFAULT,
+                   hs: Optional[np.ndarray] = None) -> np.ndarray:
+    """(E,): the row of the only GPU whose rank's host starves, or -1 (``hs``:
+    _host_starved(f, th), where the caller has it)."""
+    hs = _host_starved(f, th) if hs is None else hs
     G = hs.shape[0]
     if G < 2:
         return np.full(hs.shape[1], -1)
@@ -245,7 +248,8 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     if decided.all():
         return result()
     # The rank whose own host counters show starvation while the others' do not.
-    hs = host_straggler(f, th)
+    starved_w = _host_starved(f, th)
+    hs = host_straggler(f, th, starved_w)
     # Straggler by duty cycle: who waits for whom.
     if G > 1:
         mid = (dmax + dmin) / 2.0
@@ -269,7 +273,7 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
         # Unless the idler ranks' own hosts starve (loaders saturated, main process at a
         # core): then they wait for input, and the busy one spins in the collective waiting
         # for them (a data-starved NCCL job's ranks drift apart).
-        starved_g = _host_starved(f, th)
+        starved_g = starved_w
         if "workers_recent" in f:
             starved_g = np.fmax(starved_g, _host_starved(f, th, "_recent"))
         with _CALM:
