@@ -177,6 +177,20 @@ class PauseTracker:
             self.workers = workers              # the loader of steady work
         return False
 
+    def quiet(self, ns: list, us: list) -> None:
+        """step_bin over bins that, outside a pause, can neither start one nor change what
+        the tracker knows of steady work: bins with data, not every GPU idle, host unknown
+        (no loader workers known) and the job present. The same state as stepping each."""
+        k = len(ns)
+        if not k:
+            return
+        assert not self.in_pause
+        self.i += k
+        self.cooldown -= k
+        self.unmark = range(0)
+        self.recent.extend(u / n for n, u in zip(ns[-RESUME_BINS:], us[-RESUME_BINS:]))
+        self.hist.extend((n, u, False) for n, u in zip(ns[-self.ctx:], us[-self.ctx:]))
+
     def begin(self) -> None:
         """The job starts now (seen starting live): its first seconds, while ranks and loader
         workers come up one by one, are a pause until work runs steady, as after an epoch
@@ -292,11 +306,39 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     nl, ul = n.tolist(), u.tolist()
     step = tr.step_bin
     begin = set() if starts is None else set(np.flatnonzero(starts).tolist())
-    for i in range(len(nl)):
+    # Runs of bins that outside a pause change nothing but the tracker's history (see
+    # PauseTracker.quiet) are fed at once: the end of each run (exclusive), per bin.
+    quiet_end = _quiet_runs(has, all_idle, host, begin, len(nl))
+    i = 0
+    while i < len(nl):
+        j = quiet_end[i]
+        if j > i and not tr.in_pause:
+            tr.quiet(nl[i:j], ul[i:j])
+            i = j
+            continue
         if i in begin:
             tr.begin()
         out[i] = excl[i] = step(has[i], all_idle[i], nl[i], ul[i],
                                 host[i] if host is not None else None, all_on[i])
         if tr.unmark:
             excl[tr.unmark.start:tr.unmark.stop] = False
+        i += 1
     return out, excl
+
+
+def _quiet_runs(has: list, all_idle: list, host: Optional[list], begin: set,
+                T: int) -> list:
+    """Per bin, the end (exclusive) of the run of quiet bins it starts (itself when it is
+    not quiet): bins with data, not every GPU idle, no loader workers known, the job present
+    and not seen starting there."""
+    q = np.array(has, dtype=bool) & ~np.array(all_idle, dtype=bool)
+    if host is not None:
+        w = np.fromiter((x[0] for x in host), float, T)
+        pres = np.fromiter((x[3] for x in host), bool, T)
+        q &= np.isnan(w) & pres
+    if begin:
+        q[list(begin)] = False
+    # The next non-quiet bin at or after each bin.
+    idx = np.where(q, T, np.arange(T))
+    end = np.minimum.accumulate(idx[::-1])[::-1]
+    return end.tolist()

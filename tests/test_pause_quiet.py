@@ -1,0 +1,78 @@
+"""pause_flags feeds runs of quiet bins (PauseTracker.quiet) at once; the flags must be the
+same as feeding every bin through PauseTracker.step_bin."""
+import math
+
+import numpy as np
+import pytest
+
+from gpumon.detect import pauses as P
+from gpumon.detect.thresholds import DEFAULT
+
+
+def _bin_by_bin(duty, n, u, host, starts):
+    """The tracker stepped one bin at a time (what pause_flags did before runs were fed)."""
+    th = DEFAULT
+    tr = P.PauseTracker(th)
+    T = len(n)
+    out = np.zeros(T, bool)
+    excl = np.zeros(T, bool)
+    with np.errstate(invalid="ignore"):
+        has = (~np.isnan(duty)).any(axis=0) & (n > 0)
+        idle = (np.where(np.isnan(duty), 0.0, duty) < th.idle_duty) | np.isnan(duty)
+        all_idle = idle.all(axis=0) & (~np.isnan(duty)).any(axis=0)
+        all_on = (np.where(np.isnan(duty), 1.0, duty) >= P.ALL_ON_DUTY).all(axis=0)
+    for i in range(T):
+        if starts is not None and starts[i]:
+            tr.begin()
+        out[i] = excl[i] = tr.step_bin(bool(has[i]), bool(all_idle[i]), float(n[i]),
+                                       float(u[i]), host[i] if host else None, bool(all_on[i]))
+        if tr.unmark:
+            excl[tr.unmark.start:tr.unmark.stop] = False
+    return out, excl
+
+
+def _job(seed, T=900, G=4, with_host=False):
+    rng = np.random.default_rng(seed)
+    duty = np.clip(rng.normal(0.95, 0.03, (G, T)), 0, 1)
+    t = 0
+    while t < T:           # stops of every kind: checkpoints, starved gaps, one rank alone
+        t += int(rng.integers(5, 60))
+        ln = int(rng.integers(1, 25))
+        who = slice(None) if rng.random() < 0.7 else slice(int(rng.integers(G)), None)
+        duty[who, t:t + ln] = rng.uniform(0, 0.04)
+    duty[:, rng.integers(T, size=10)] = np.nan         # seconds without data
+    n = np.full(T, 6.0 * G)
+    n[rng.integers(T, size=5)] = 0
+    u = np.nan_to_num(duty).sum(axis=0) * 6
+    host = None
+    if with_host:
+        host = []
+        for i in range(T):
+            known = rng.random() < 0.3
+            host.append((float(rng.integers(0, 4)) if known else math.nan,
+                         bool(rng.random() < 0.2), bool(rng.random() < 0.05),
+                         bool(rng.random() > 0.01), float(rng.uniform(0, 30)) if known
+                         else math.nan, bool(rng.random() < 0.05)))
+    starts = np.zeros(T, bool)
+    starts[rng.integers(T, size=3)] = True
+    return duty, n, u, host, starts
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("with_host", [False, True])
+def test_feeding_quiet_runs_at_once_gives_the_same_flags(seed, with_host):
+    duty, n, u, host, starts = _job(seed, with_host=with_host)
+    want = _bin_by_bin(duty, n, u, host, starts)
+    got = P.pause_flags(duty, n, u, DEFAULT, host, starts)
+    assert want[0].any() and not want[0].all()        # the jobs do pause, and work
+    assert np.array_equal(got[0], want[0])
+    assert np.array_equal(got[1], want[1])
+
+
+def test_quiet_runs_end_at_every_bin_that_can_change_the_tracker():
+    has = [True] * 8
+    idle = [False, False, True, False, False, False, False, False]
+    host = [(math.nan, False, False, True, math.nan, False)] * 8
+    host[5] = (2.0, False, False, True, 3.0, False)          # loader workers known
+    end = P._quiet_runs(has, idle, host, {7}, 8)
+    assert end == [2, 2, 2, 5, 5, 5, 7, 7]
