@@ -575,3 +575,50 @@ def test_a_plateau_job_comes_back_from_a_checkpoint_to_its_own_level(monkeypatch
     monkeypatch.setattr(PauseTracker, "_return_bar", lambda self: self.th.duty_starved)
     v2 = _live_verdicts(ticks, change)
     assert "data_starvation" in set(v2.values())
+
+
+def _one_slow_batch(stall_s: float, loader_cpu: float = 100.0) -> list:
+    """2 ranks (NCCL) at full speed for 30 s, then rank 1 waits stall_s for one slow batch
+    while rank 0 spins in the all-reduce (100%, cold), then both run on for 30 s. Each rank
+    has 2 loader workers at ``loader_cpu`` % together (100: half their capacity)."""
+    def util(g, t):
+        return 0.0 if g == 1 and 30 <= t < 30 + stall_s else 100.0
+
+    def power(g, t):
+        if 30 <= t < 30 + stall_s:
+            return 60.0 if g == 1 else 130.0
+        return 340.0
+    return window(60 + int(stall_s), 2, util, power=power, pids=lambda g: (100 + g,),
+                  jobs=lambda g: JobProcs(gpu=g, main_pid=100 + g, main_cpu_pct=20.0,
+                                          main_thread_max_pct=15.0, loader_workers=2,
+                                          loader_cpu_pct=loader_cpu, loader_busy=1))
+
+
+def _verdicts(ticks, th=None):
+    det = StreamingDetector() if th is None else StreamingDetector(th)
+    return {round(tk.time - T0): det.update(tk)[0].verdict for tk in ticks}
+
+
+def test_a_lone_stall_with_calm_loaders_is_over_once_every_gpu_runs_full_again():
+    """One slow batch stalls rank 1 for 4 s (its loaders at half their capacity). While it
+    waits the verdict may say so; once both GPUs have run at full speed for recover_s (3 s)
+    the job is busy again (the hold adds 2 s), not for as long as the stall stays in a
+    window stretched to window_max_s. Without the rule it is still starvation (or a stall
+    naming rank 0, which spun cold meanwhile) 10 s after the stall."""
+    from gpumon.detect.thresholds import DEFAULT
+    ticks = _one_slow_batch(4)
+    v = _verdicts(ticks)
+    assert all(v[s] == "busy" for s in range(40, 64)), v
+    assert all(v[s] == "busy" for s in range(5, 30))
+    off = _verdicts(ticks, dataclasses.replace(DEFAULT, lone_stall_s=0.0))
+    assert any(off[s] != "busy" for s in range(40, 46)), off
+
+
+def test_a_long_stall_or_saturated_loaders_keep_the_verdict():
+    """The rule is for a lone short stall behind calm loaders: a 10 s stall (a starving job's
+    first gap drains its prefetch queue) or loaders at full capacity over the window still
+    read as starvation just after work resumed."""
+    long_stall = _verdicts(_one_slow_batch(10))
+    assert any(long_stall[s] == "data_starvation" for s in range(44, 48)), long_stall
+    saturated = _verdicts(_one_slow_batch(4, loader_cpu=196.0))
+    assert any(saturated[s] == "data_starvation" for s in range(38, 42)), saturated

@@ -217,6 +217,20 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     mu = _div(sq[0], sm[2])
     var = np.maximum(_div(sq[1], sm[2]) - mu * mu, 0.0)
     f["duty_sd"] = np.sqrt(N.nanmax(var, axis=0)) if var.shape[0] else np.full(len(ends), np.nan)
+    # The stall before the window's end (Thresholds.recover_s, lone_stall_s): seconds in
+    # which every GPU ran at full speed since it (full_run) and its length (stall_bins).
+    full = have & (least >= th.busy_bin_duty)
+    ix_t = np.arange(full.shape[-1])
+    last_not = np.maximum.accumulate(np.where(full, -1, ix_t))
+    last_full = np.maximum.accumulate(np.where(full, ix_t, -1))
+    # Both are read within window_max_s of the end only (what every caller's view of the
+    # bins holds): a longer run reads wm + 1; a stall that began earlier, wm + 1; none, 0.
+    wm = int(round(th.window_max_s / th.bin_s))
+    j = last_not[ends]
+    f["full_run"] = np.minimum(ends - j, wm + 1)
+    lf = last_full[np.maximum(j, 0)]
+    f["stall_bins"] = np.where(ends - j > wm, 0,
+                               np.where((lf >= 0) & (lf >= ends - wm), j - lf, wm + 1))
 
     bpw = _div(g[GI["pw"]], g[GI["pn"]])            # mean power per bin (W), NaN if none
     blim = _div(g[GI["pl"]], g[GI["pln"]])

@@ -42,6 +42,9 @@ C = {c: i for i, c in enumerate(CAUSE_NAMES)}
 # spinning in a collective ~5-35% more (nccl #968/#1550 readings), so the busier group
 # "computes" above this slope and "spins" below it.
 COMPUTE_SLOPE = 0.38
+# Seconds after a stall in which a GPU that spun through it may still read cold (power is a
+# 1 s average on recent drivers, and a second partly spent spinning averages low).
+POWER_LAG_BINS = 2
 
 
 def _nan(a):
@@ -88,12 +91,12 @@ class Host:
             out = out | storage_bound(self.io_r, self.rd_r, self.th)
         return out
 
-    def starving_any(self) -> np.ndarray:
+    def starving_any(self, recent: bool = True) -> np.ndarray:
         """(E,): any rank's host shows starvation (loaders saturated, main at a core, storage),
-        over the window or over its last seconds."""
+        over the window or (``recent``) over its last seconds."""
         th = self.th
-        out = self.storage()
-        for wk, ld, lb, mc, mt in self.views:
+        out = self.storage() if recent else storage_bound(self.io, self.rd, th)
+        for wk, ld, lb, mc, mt in (self.views if recent else self.views[:1]):
             with _CALM:
                 per = np.maximum(wk, 1)
                 g = (((wk >= 0.5) & ((ld / (100 * per) >= th.loader_busy_share)
@@ -247,6 +250,23 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
 
     if decided.all():
         return result()
+    # A lone stall that is over: every GPU has run at full speed for recover_s since, with
+    # host counters that show no cause over the window. One slow batch stalls a rank for
+    # seconds; its window (stretched up to window_max_s) would hold starvation, or a stall
+    # naming the rank that spun meanwhile, for that long after. (Loaders saturated only in
+    # the last seconds are refilling the prefetch queue the stall drained.) Starvation that
+    # recurs shows on the host, or in the next stall.
+    known = ~np.isnan(hs_known(f))
+    run = f["full_run"]
+    stall = f["stall_bins"]
+    # (The stall ends inside the window and began within the last window_max_s, which
+    # every caller's view of the bins holds: live and offline see the same stall.)
+    lone = (known & ~host.starving_any(recent=False) & (run >= th.recover_s / th.bin_s)
+            & (stall > 0) & (stall <= th.lone_stall_s / th.bin_s)
+            & (run + stall <= th.window_max_s / th.bin_s))
+    over = lone & (run < f["window"])
+    # The GPUs that spun during it read cold a little longer: power is a 1 s average.
+    over_power = lone & (run < f["window"] + POWER_LAG_BINS)
     # The rank whose own host counters show starvation while the others' do not.
     starved_w = _host_starved(f, th)
     hs = host_straggler(f, th, starved_w)
@@ -283,6 +303,7 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
             computes = d_hi >= th.spin_duty
         asym = spread >= th.duty_spread
         sc = np.clip(0.6 + (spread - th.duty_spread), 0.6, 0.95)
+        asym &= ~over
         decide(asym & computes, SYNC_STALL,
                c=C["dataparallel"] if shared_process else C["imbalance"], s=amax, cf=sc)
         # The busier GPUs spin (or nobody runs continuously): someone waits for input. Name
@@ -295,13 +316,12 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
 
     # With host counters that show no cause (loaders not saturated, no main process at a
     # core, no iowait), a mild dip is the step's own uploads and launches, not waiting.
-    known = ~np.isnan(hs_known(f))
     limit = np.where(known & ~feeding, th.duty_starved_calm_host, th.duty_starved)
     # Without host counters, every GPU steady in every second: the step's own gaps (at
     # steady_bin_duty or more; or at steady_floor_duty or more, flat to the second).
     steady = ~known & (f["bins"] >= th.min_samples) & (
         (f["low_bins"] == 0) | ((f["floor_bins"] == 0) & (f["duty_sd"] <= th.steady_duty_sd)))
-    starved = (jduty < limit) & ~steady
+    starved = (jduty < limit) & ~steady & ~over
     decide(starved, DATA_STARVATION, c=lambda: host.cause(hs), s=hs,
            cf=np.clip(0.6 + (th.duty_starved - jduty), 0.6, 0.95))
 
@@ -324,7 +344,8 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
             rel_min = np.where(np.isnan(rel), np.inf, rel).min(axis=0)
         # Without a power limit (dmon logs) the ratio to the hottest GPU decides alone.
         gap = top - med
-        cold = (rel_min <= th.cold_power_ratio) & ((gap >= th.power_spread) | np.isnan(gap))
+        cold = ((rel_min <= th.cold_power_ratio) & ((gap >= th.power_spread) | np.isnan(gap))
+                & ~over_power)      # (the cold GPU spun during the stall that is over)
         decide(cold, SYNC_STALL, c=C["dataparallel"] if shared_process else C["imbalance"],
                s=hot, cf=np.clip(0.55 + N.nan_to_num(gap, nan=0.05), 0.55, 0.95))
     decide(np.ones(E, bool), BUSY,

@@ -26,6 +26,15 @@ class Thresholds:
                                   "when the job's rhythm is slower than window_s allows.")
     window_1hz_s: float = th(12.0, "s", "Span judged when the log has one sample per second "
                              "(nvidia-smi): too few samples in window_s to see a duty cycle.")
+    recover_s: float = th(3.0, "s", "With host counters that show no cause (loaders with "
+                          "capacity to spare, no main process at a core, no storage wait), "
+                          "every GPU at full speed this long means a lone stall (one slow "
+                          "batch) is over: the verdict returns to busy without waiting for "
+                          "the stall to leave a window stretched to window_max_s.")
+    lone_stall_s: float = th(6.0, "s", "Longest stall that recover_s ends: one slow batch "
+                             "delays a rank by part of a batch's preparation time, while the "
+                             "first stall of a starving job drains its prefetch queue and "
+                             "lasts longer (on the tuning seeds, most ran 6 s or more).")
     context_s: float = th(20.0, "s", "History before an all-idle stretch that decides whether it "
                           "is a pause of a healthy run (checkpoint, validation, epoch end).")
     pause_context_duty: float = th(0.7, "share", "Duty cycle of the context_s before a stop that "
