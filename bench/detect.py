@@ -186,6 +186,20 @@ def onset(ticks, change: float) -> float:
     return change
 
 
+# A false verdict on a negative scenario this soon (s) after a second in which the healthy
+# job physically waited for data (outside its pauses) is counted apart: the longest window.
+WAIT_LOOKBACK_S = 20.0
+
+
+def waited(tk) -> bool:
+    """A GPU of this tick waited for data ONSET_WAIT_SHARE of the second or more, outside a
+    pause (a healthy job's loaders fell behind for a moment: one slow batch, a prefetch
+    queue refilling after an epoch restart)."""
+    tr = tk.truth
+    return tr is not None and not tr.pause and any(
+        st.get("waiting_data", 0.0) >= ONSET_WAIT_SHARE for st in tr.states.values())
+
+
 def evaluate(job) -> dict:
     name, n, seed, paths = job
     ticks, change, p = simulate_run(name, n, seed)
@@ -196,6 +210,7 @@ def evaluate(job) -> dict:
         tr = tk.truth
         res["truth"].append((tr.verdict, tr.straggler_gpu, tr.pause) if tr else None)
         res["t"].append(tk.time)
+    res["waits"] = [tk.time for tk in ticks if waited(tk)]
     if "a" in paths:
         res["a"], res["a_cpu_s"] = run_stream(ticks)
         res["ticks"] = len(ticks)
@@ -217,6 +232,7 @@ class Score:
         self.from_onset: list[float] = []    # the same, timed from the physical onset
         self.late: list[tuple] = []
         self.neg_bad: Counter = Counter()
+        self.neg_after_wait = 0     # of neg_bad: soon after the healthy job waited for data
         self.per_run_err: list[tuple] = []
 
     def add(self, res: dict, key: str) -> None:
@@ -237,6 +253,8 @@ class Score:
                 errs += 1
             if res["name"] in NEGATIVE and pv in ("data_starvation", "sync_stall"):
                 self.neg_bad[res["name"]] += 1
+                self.neg_after_wait += any(t - WAIT_LOOKBACK_S <= w <= t
+                                           for w in res.get("waits", ()))
             if tstrag is not None and pv == tv:
                 self.strag_n += 1
                 self.strag_ok += int(ps == tstrag)
@@ -282,7 +300,10 @@ def table(score: Score, title: str, target: float) -> list[str]:
     lines += ["", f"- straggler named correctly: {score.strag_ok}/{score.strag_n} = {rate:.3f} "
               f"(target 0.95); a straggler named where there is none: {score.spurious} s",
               f"- starvation/stall verdicts on busy, idle and negative scenarios: "
-              f"{sum(score.neg_bad.values())} s {dict(score.neg_bad) or ''}"]
+              f"{sum(score.neg_bad.values())} s {dict(score.neg_bad) or ''}; of these, "
+              f"{score.neg_after_wait} s within {WAIT_LOOKBACK_S:.0f} s after a second in "
+              f"which the simulated healthy job's GPU waited for data {ONSET_WAIT_SHARE:.0%} "
+              f"of it or more, outside a pause"]
     def timing(values):
         lat = np.array(values)
         fin = lat[np.isfinite(lat)]

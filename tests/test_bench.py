@@ -173,3 +173,22 @@ def test_onset_of_starvation_is_when_a_gpu_first_waits():
                for tk in before)
     ticks2, change2, _ = simulate_run("sync_stall", 2, 7001052)
     assert onset(ticks2, change2) == change2
+
+
+def test_false_verdicts_after_a_healthy_job_waited_for_data_are_counted_apart():
+    """A negative scenario's false starvation within WAIT_LOOKBACK_S of a second in which
+    the simulated job's GPU waited for data outside a pause is counted apart; one with no
+    such wait before it is not."""
+    from bench.detect import Score, WAIT_LOOKBACK_S
+    t = [100.0 + i for i in range(60)]
+    res = {"name": "busy", "n": 2, "seed": 1, "step_s": 0.5, "backend": "nccl",
+           "change": 100.0, "onset": 100.0, "t": t,
+           "truth": [("busy", None, False)] * 60,
+           "waits": [130.0],
+           "a": [("data_starvation", None) if i in (20, 31, 45, 55) else ("busy", None)
+                 for i in range(60)]}
+    sc = Score()
+    sc.add(res, "a")
+    assert sum(sc.neg_bad.values()) == 4
+    # 131 and 145 follow the wait at 130 within 20 s; 120 comes before it, 155 too late.
+    assert WAIT_LOOKBACK_S == 20.0 and sc.neg_after_wait == 2
