@@ -622,3 +622,34 @@ def test_a_long_stall_or_saturated_loaders_keep_the_verdict():
     assert any(long_stall[s] == "data_starvation" for s in range(44, 48)), long_stall
     saturated = _verdicts(_one_slow_batch(4, loader_cpu=196.0))
     assert any(saturated[s] == "data_starvation" for s in range(38, 42)), saturated
+
+
+def test_power_is_not_compared_in_the_first_seconds_back_at_work(monkeypatch):
+    """A validation pass's forward-only steps run at 250 W; its own loader's 4 extra workers
+    leave at 41 s and the pause ends as training resumes on 4 GPUs at 320 W. GPU 0's power,
+    a 1 s average, still reads 250 W for its first two seconds back. That is a ramp, not a
+    GPU spinning cold: the job is busy throughout. Compared from the first second back, it
+    is a sync stall."""
+    import gpumon.detect.rules as R
+
+    def util(g, t):
+        return 100.0 if t < 25 or t >= 35 or 28 <= t < 31 else 0.0
+
+    def power(g, t):
+        if g == 0 and 40 <= t < 42:
+            return 180.0
+        if 25 <= t < 40:
+            return 250.0 if util(g, t) > 50 else 60.0
+        return 320.0 if util(g, t) > 50 else 60.0
+    ticks = window(60, 4, util, power=power, pids=lambda g: (100 + g,))
+
+    def jobs(t):
+        val = 25 <= t < 41
+        return [JobProcs(gpu=g, main_pid=100 + g, main_cpu_pct=40.0, main_thread_max_pct=None,
+                         loader_workers=8 if val else 4, loader_cpu_pct=700.0 if val else 250.0,
+                         loader_busy=7 if val else 1,
+                         loader_age_s=(t - 25) if val else 300.0 + t) for g in range(4)]
+    ticks = with_host(ticks, jobs)
+    assert set(_verdicts(ticks).values()) == {"busy"}
+    monkeypatch.setattr(R, "POWER_MIN_BINS", 0)
+    assert "sync_stall" in _verdicts(ticks).values()

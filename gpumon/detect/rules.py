@@ -45,6 +45,8 @@ COMPUTE_SLOPE = 0.38
 # Seconds after a stall in which a GPU that spun through it may still read cold (power is a
 # 1 s average on recent drivers, and a second partly spent spinning averages low).
 POWER_LAG_BINS = 2
+# Seconds with every GPU at work needed before their power is compared (busy but cold).
+POWER_MIN_BINS = 3
 
 
 def _nan(a):
@@ -344,8 +346,11 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
             rel_min = np.where(np.isnan(rel), np.inf, rel).min(axis=0)
         # Without a power limit (dmon logs) the ratio to the hottest GPU decides alone.
         gap = top - med
+        # (Power is a 1 s average: a GPU's first seconds back at work after a stop read low
+        # while it ramps, so a few seconds of every GPU at work are needed to compare.)
         cold = ((rel_min <= th.cold_power_ratio) & ((gap >= th.power_spread) | np.isnan(gap))
-                & ~over_power)      # (the cold GPU spun during the stall that is over)
+                & ~over_power       # (the cold GPU spun during the stall that is over)
+                & (f["all_busy_bins"] >= POWER_MIN_BINS))
         decide(cold, SYNC_STALL, c=C["dataparallel"] if shared_process else C["imbalance"],
                s=hot, cf=np.clip(0.55 + N.nan_to_num(gap, nan=0.05), 0.55, 0.95))
     decide(np.ones(E, bool), BUSY,
