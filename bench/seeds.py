@@ -7,5 +7,5 @@ draws every scenario x GPU count once, with physical parameters from the simulat
 TUNING_SEEDS = tuple(range(7001, 7041))
 # More tuning seeds, for a closer look at one scenario's rare cases
 # (`python -m bench.detect --tuning-more --only checkpoint`); never scoring seeds.
-MORE_TUNING_SEEDS = tuple(range(7041, 7601))
+MORE_TUNING_SEEDS = tuple(range(7041, 9001))
 SCORING_SEEDS = (1, 2, 3, 4)

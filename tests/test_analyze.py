@@ -232,7 +232,7 @@ def test_evidence_windows_gathered_match_windows_over_the_whole_log(name):
     log = read_log(path(name))
     st = T.build_store(log, DEFAULT)
     rows = list(range(len(st.gpus)))
-    pause, excl = T.job_flags(st, rows, DEFAULT)
+    pause, excl, _ = T.job_flags(st, rows, DEFAULT)
     pts = np.unique(np.r_[0, 1, 5, np.linspace(0, st.nb - 1, 25).round().astype(int),
                           st.nb - 1])
     outs, feats = T._judge_points(st, rows, False, pause, DEFAULT, pts, excl)

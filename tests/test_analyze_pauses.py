@@ -228,3 +228,35 @@ def test_a_job_that_ends_during_a_pause_leaves_its_gpus_idle(tmp_path):
     _, tl = analyze_file(_smi_mem(tmp_path, util, mem))
     assert _verdicts(tl, 80, 130) == {"idle"}, [(d.verdict, d.start - tl.start)
                                                for d in tl.segments]
+
+
+def _starved_until(tl) -> float:
+    """Seconds from the log's start to the end of its last starvation segment."""
+    ends = [d.end - tl.start for d in tl.segments if d.verdict == "data_starvation"]
+    return max(ends) if ends else 0.0
+
+
+def test_steady_work_long_after_a_lone_stall_ends_the_starvation(tmp_path, monkeypatch):
+    """One rank of four stalls 7 s once (a slow batch) while the others spin, in a minute of
+    steady work on either side. The stall reads as starvation, but the steady work after it
+    outlasts it: starvation ends recover_s (3 s) into that work (with the hold) rather than
+    when the stall leaves the windows."""
+    util = [[98] * 4] * 60 + [[0, 100, 100, 100]] * 7 + [[98] * 4] * 60
+    _, tl = analyze_file(_smi(tmp_path, util))
+    assert 62 <= _starved_until(tl) <= 67 + 3 + 2, [(d.verdict, d.start - tl.start, d.end
+                                                    - tl.start) for d in tl.segments]
+    monkeypatch.setattr(T, "recovered", lambda duty, n, *a, **k: np.zeros(len(n), bool))
+    _, off = analyze_file(_smi(tmp_path, util))
+    assert _starved_until(off) > 67 + 3 + 2
+
+
+def test_stalls_that_come_back_stay_starvation_in_between(tmp_path):
+    """The same rank stalls 8 s in every 30 (steady work between is under 3 times as long):
+    a starving rank, so the seconds between its stalls are not cleared."""
+    util = [[98] * 4] * 60
+    for _ in range(4):
+        util += [[0, 100, 100, 100]] * 8 + [[98] * 4] * 22
+    _, tl = analyze_file(_smi(tmp_path, util))
+    # 6-14 s into the steady work after the second stall (98-120 s).
+    assert _verdicts(tl, 104, 112) == {"data_starvation"}, [
+        (d.verdict, d.start - tl.start) for d in tl.segments]

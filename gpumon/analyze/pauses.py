@@ -46,6 +46,9 @@ RAMP = 2
 # return (the log ends before a full context_s of it) after a dip in which the ranks stopped
 # together (no more than LEAD_IN seconds of one idle beside others at work).
 TAIL_MIN_S = 10.0
+# A dip is isolated (a one-off, see recovered) when the steady work on either side of it is at
+# least this many times as long: a starving job's gaps are a large share of its time.
+ISOLATION = 3
 
 
 def _window_sums(x: np.ndarray, w: int) -> np.ndarray:
@@ -163,3 +166,32 @@ def _tail_return(good: np.ndarray, jd: np.ndarray, s: int, bar: float, tail: int
     if e - s > pmax or T - e < tail or jd[e:].mean() < bar:
         return None
     return e
+
+
+def recovered(duty: np.ndarray, n: np.ndarray, th: Thresholds = DEFAULT,
+              host: Optional[list] = None) -> np.ndarray:
+    """Bins (T,) of a job where starvation is over, as a log shows: the steady work (every
+    GPU at STEADY_BIN_DUTY or more in every second, no rank's host starving) after an
+    isolated dip, from its recover_s-th second. Isolated: steady work on either side at
+    least context_s long and ISOLATION times as long as the dip. Such a dip was a one-off (a
+    rank's slow batch), where a starving job stops again sooner; its windows would hold
+    starvation for up to window_max_s after it."""
+    T = len(n)
+    out = np.zeros(T, dtype=bool)
+    need = max(2, int(round(th.context_s / th.bin_s)))
+    rb = max(1, int(round(th.recover_s / th.bin_s)))
+    with np.errstate(invalid="ignore"):
+        have = ~np.isnan(duty)
+        has = have.any(axis=0) & (n > 0)
+        low = np.where(have, duty, 0.0).min(axis=0)
+    good = has & (low >= STEADY_BIN_DUTY)
+    if host is not None:
+        wk = np.array([x[0] for x in host], dtype=float)
+        good &= ~(np.array([x[1] for x in host], dtype=bool) & ~np.isnan(wk))
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], good.astype(np.int8), [0]))))
+    runs = list(zip(edges[::2].tolist(), edges[1::2].tolist()))    # steady [a, b)
+    for (a0, b0), (a, b) in zip(runs, runs[1:]):
+        span = max(need, ISOLATION * (a - b0))
+        if b0 - a0 >= span and b - a >= span:
+            out[a + rb:b] = True
+    return out

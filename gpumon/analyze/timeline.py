@@ -26,7 +26,7 @@ from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.analyze.log import Log
 from gpumon.analyze.memory import small_pages
-from gpumon.analyze.pauses import two_sided
+from gpumon.analyze.pauses import recovered, two_sided
 from gpumon.analyze.threads import map_threads
 
 CHUNK_BINS = 4096
@@ -36,6 +36,8 @@ POINTS_PER_CALL = 512          # evidence windows judged at once (x W bins each)
 HOST_BINS_CHUNK = 1 << 13
 # Evidence of a segment: the median over at most this many evenly spaced seconds of it.
 EVIDENCE_POINTS = 9
+_STARVED = VERDICTS.index("data_starvation")
+_BUSY = VERDICTS.index("busy")
 
 
 @dataclass
@@ -192,10 +194,14 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
     ends = np.arange(nb)
     for gpus, shared in jobs:
         rows = [st.rows[x] for x in gpus]
-        pause, excl = job_flags(st, rows, th)
+        pause, excl, rec = job_flags(st, rows, th)
         outs = _judge_chunks(st, rows, shared, pause, th, ends, excl=excl)
         r = _cat(outs)
         v, c, s, sticky = r["verdict"], r["cause"], r["straggler"], r["sticky"]
+        # Starvation is over where steady work outlasted the dip (analyze/pauses.recovered).
+        over = rec & (v == _STARVED)
+        if over.any():
+            v, c, s = np.where(over, _BUSY, v), np.where(over, -1, c), np.where(over, -1, s)
         times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
         held, keys = hold(Hysteresis(th.hold_s, th.bin_s), times, v, c, s, sticky)
         # Live, a verdict changes once it has won for hold_s; a log knows when the new one
@@ -228,8 +234,10 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
     return tl
 
 
-def job_flags(st: Store, rows: list[int], th: Thresholds) -> tuple[np.ndarray, np.ndarray]:
-    """(pause, excluded) per bin of the job on these store rows (see pauses.pause_flags)."""
+def job_flags(st: Store, rows: list[int], th: Thresholds
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pause, excluded, recovered) per bin of the job on these store rows (see
+    pauses.pause_flags, analyze.pauses.recovered)."""
     g, hb = st.view(rows, raw=True)
     duty, n, u = bin_duty(g)
     # host_bins reads each bin on its own: a slice of bins at a time gives the same tuples,
@@ -247,7 +255,7 @@ def job_flags(st: Store, rows: list[int], th: Thresholds) -> tuple[np.ndarray, n
     pause, excl = pause | both, excl | both
     # Seconds in which the job did not hold its GPUs (before it started, after it ended)
     # are left out of its windows, as the live detector only judges a job once it exists.
-    return pause, excl | ~present
+    return pause, excl | ~present, recovered(duty, n, th, hostb)
 
 
 def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.ndarray,
