@@ -144,6 +144,15 @@ def render_nvsmi(ticks, mode: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def nvsmi_mode(seed: int) -> str:
+    """How a run's nvidia-smi log reads utilization: "mean" (products whose utilization
+    period is 1 s) or "last" (1/6 s periods: the last one before the sample), half the runs
+    each, for every scenario and GPU count across seeds. (A run's seed is
+    seed * 1000 + scenario * 10 + GPUs, so its own parity would give every 1-GPU run "last"
+    and every multi-GPU run "mean".)"""
+    return ("mean", "last")[(seed // 1000 + seed // 10) % 2]
+
+
 def run_analyze(ticks, mode: str) -> list:
     from gpumon.analyze import analyze_file
     with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as fh:
@@ -216,7 +225,7 @@ def evaluate(job) -> dict:
         res["ticks"] = len(ticks)
         res["gpu_samples"] = sum(len(tk.gpus) for tk in ticks)
     if "b" in paths:
-        mode = "last" if seed % 2 else "mean"
+        mode = nvsmi_mode(seed)
         res["b"] = run_analyze(ticks, mode)
         res["b_mode"] = mode
     return res

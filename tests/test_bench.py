@@ -192,3 +192,16 @@ def test_false_verdicts_after_a_healthy_job_waited_for_data_are_counted_apart():
     assert sum(sc.neg_bad.values()) == 4
     # 131 and 145 follow the wait at 130 within 20 s; 120 comes before it, 155 too late.
     assert WAIT_LOOKBACK_S == 20.0 and sc.neg_after_wait == 2
+
+
+def test_nvidia_smi_logs_read_utilization_both_ways_for_every_gpu_count():
+    """Path (b) renders half the runs with the last 1/6 s utilization period of each second
+    and half with the mean of the second, for every scenario and GPU count (a run's own
+    seed parity is its GPU count's, which would give 1-GPU runs one way only)."""
+    from collections import Counter
+    from bench.detect import nvsmi_mode, plan
+    from bench.seeds import SCORING_SEEDS, TUNING_SEEDS
+    for seeds in (TUNING_SEEDS, SCORING_SEEDS):
+        c = Counter((name, n, nvsmi_mode(s)) for name, n, s in plan(seeds))
+        for name, n, _ in plan(seeds[:1]):
+            assert c[(name, n, "mean")] == c[(name, n, "last")] == len(seeds) // 2
