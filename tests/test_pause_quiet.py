@@ -76,3 +76,24 @@ def test_quiet_runs_end_at_every_bin_that_can_change_the_tracker():
     host[5] = (2.0, False, False, True, 3.0, False)          # loader workers known
     end = P._quiet_runs(has, idle, host, {7}, 8)
     assert end == [2, 2, 2, 5, 5, 5, 7, 7]
+
+
+def test_steady_work_for_a_context_lifts_the_cooldown_of_a_starving_pause(monkeypatch):
+    """An epoch restart with a choppy start (work for 2 s, then another stop) is taken for
+    starvation, and a job found starving gets no new pause for 3 context spans. Steady work
+    for a whole context (20 s) after it shows it was not: the next stop, 24 s later, is a
+    pause again. Without the lift it is not."""
+    def job():
+        d = [0.97] * 30 + [0.0] * 3 + [0.8, 0.7] + [0.0] * 2 + [0.97] * 24 + [0.0] * 8 + \
+            [0.97] * 30
+        duty = np.array([d])
+        n = np.full(duty.shape[1], 6.0)
+        return duty, n, duty[0] * 6
+    duty, n, u = job()
+    pause, _ = P.pause_flags(duty, n, u, DEFAULT)
+    assert not pause[33:37].all()            # the choppy restart: starvation
+    assert pause[61:69].all()                # the next stop: a pause
+    monkeypatch.setattr(P.PauseTracker, "_steady", lambda self, ok: None)
+    monkeypatch.setattr(P, "_quiet_runs", lambda has, idle, host, begin, T: list(range(T)))
+    pause2, _ = P.pause_flags(duty, n, u, DEFAULT)
+    assert not pause2[61:69].any()

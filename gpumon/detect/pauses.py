@@ -60,6 +60,7 @@ class PauseTracker:
         self.unmark: range = range(0)   # bins of a "pause" just found to be starvation
         self.workers: Optional[float] = None   # loader workers during steady work
         self.cooldown = 0
+        self.steady = 0           # bins of steady work in a row, outside pauses
         self.on_bins = 0          # bins with every GPU at work since the pause began
         self.extra = False        # more loader workers than steady work had, last bin
         self.starting = False     # the current pause is the job's start (see begin())
@@ -164,6 +165,7 @@ class PauseTracker:
             # (A new DataLoader's workers appearing after steady work is a validation pass
             # starting, even before the GPUs stop.)
             self.in_pause, self.length, self.resumed = True, 1, False
+            self.steady = 0
             self.bar = self._return_bar()
             self.extra = changed
             self.after.clear()
@@ -173,6 +175,7 @@ class PauseTracker:
             self.hist.append((0.0, 0.0, True))
             return True
         self.hist.append((n, u, stop))
+        self._steady(not stop and duty >= th.duty_starved)
         if known and duty >= th.duty_starved:
             self.workers = workers              # the loader of steady work
         return False
@@ -190,6 +193,28 @@ class PauseTracker:
         self.unmark = range(0)
         self.recent.extend(u / n for n, u in zip(ns[-RESUME_BINS:], us[-RESUME_BINS:]))
         self.hist.extend((n, u, False) for n, u in zip(ns[-self.ctx:], us[-self.ctx:]))
+        # _steady over the run: the longest run of steady bins in it (the first one joined to
+        # the run before) decides whether a cooldown was lifted; the last one carries on.
+        ok = np.asarray(us, float) / np.asarray(ns, float) >= self.th.duty_starved
+        breaks = np.flatnonzero(~ok)
+        if not len(breaks):
+            runs = [self.steady + k]
+            self.steady += k
+        else:
+            b = np.concatenate(([-1], breaks, [k]))
+            runs = (np.diff(b) - 1).tolist()
+            runs[0] += self.steady
+            self.steady = runs[-1]
+        if max(runs) >= self.ctx:
+            self.cooldown = min(self.cooldown, 0)
+
+    def _steady(self, ok: bool) -> None:
+        """One more bin outside a pause, at steady work or not: context_s of steady work in a
+        row lifts the cooldown of a "pause" found to be starvation (a choppy restart after an
+        epoch boundary can look like one; a starving job never runs that long at full duty)."""
+        self.steady = self.steady + 1 if ok else 0
+        if self.steady >= self.ctx:
+            self.cooldown = min(self.cooldown, 0)
 
     def begin(self) -> None:
         """The job starts now (seen starting live): its first seconds, while ranks and loader
