@@ -30,7 +30,9 @@ class Thresholds:
                           "capacity to spare, no main process at a core, no storage wait), "
                           "every GPU at full speed this long means a lone stall (one slow "
                           "batch) is over: the verdict returns to busy without waiting for "
-                          "the stall to leave a window stretched to window_max_s.")
+                          "the stall to leave a window stretched to window_max_s. A log "
+                          "(analyze) clears starvation this far into steady work that "
+                          "outlasts a stall, host counters or not.")
     lone_stall_s: float = th(6.0, "s", "Longest stall that recover_s ends: one slow batch "
                              "delays a rank by part of a batch's preparation time, while the "
                              "first stall of a starving job drains its prefetch queue and "
