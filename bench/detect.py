@@ -190,9 +190,14 @@ def onset(ticks, change: float) -> float:
             continue
         if tr.verdict != "data_starvation":
             return change
-        if any(st.get("waiting_data", 0.0) >= ONSET_WAIT_SHARE for st in tr.states.values()):
+        if _waits_for_data(tr):
             return tk.time - 1.0
     return change
+
+
+def _waits_for_data(tr) -> bool:
+    """A GPU waited for data ONSET_WAIT_SHARE of this interval or more (truth states)."""
+    return any(st.get("waiting_data", 0.0) >= ONSET_WAIT_SHARE for st in tr.states.values())
 
 
 # A false verdict on a negative scenario this soon (s) after a second in which the healthy
@@ -205,8 +210,7 @@ def waited(tk) -> bool:
     pause (a healthy job's loaders fell behind for a moment: one slow batch, a prefetch
     queue refilling after an epoch restart)."""
     tr = tk.truth
-    return tr is not None and not tr.pause and any(
-        st.get("waiting_data", 0.0) >= ONSET_WAIT_SHARE for st in tr.states.values())
+    return tr is not None and not tr.pause and _waits_for_data(tr)
 
 
 def evaluate(job) -> dict:

@@ -418,14 +418,19 @@ def _validation_with_its_own_loader() -> list:
         return 0.0
     ticks = window(60, 2, util, power=lambda g, t: 320.0 if util(g, t) > 50 else 60.0,
                    pids=lambda g: (100 + g,))
+    return with_host(ticks, _validation_loader(2))
 
+
+def _validation_loader(gpus: int):
+    """jobs_at(t) for with_host: each rank has 4 old loader workers; from 25 s to 41 s a
+    validation DataLoader adds 4 young ones, busy."""
     def jobs(t):
         val = 25 <= t < 41
         return [JobProcs(gpu=g, main_pid=100 + g, main_cpu_pct=40.0, main_thread_max_pct=None,
                          loader_workers=8 if val else 4, loader_cpu_pct=700.0 if val else 250.0,
                          loader_busy=7 if val else 1,
-                         loader_age_s=(t - 25) if val else 300.0 + t) for g in range(2)]
-    return with_host(ticks, jobs)
+                         loader_age_s=(t - 25) if val else 300.0 + t) for g in range(gpus)]
+    return jobs
 
 
 def test_validation_pass_with_its_own_loader_is_one_pause():
@@ -553,13 +558,8 @@ def test_a_job_that_starts_starving_below_a_second_without_host_counters_is_star
 
 
 def _live_verdicts(ticks, change):
-    det = StreamingDetector()
-    out = {}
-    for tk in ticks:
-        d = det.update(tk)[0]
-        if tk.time > change + 5:
-            out[round(tk.time - change)] = d.verdict
-    return out
+    """Live verdicts by second after the change, its first 5 s left out."""
+    return {t: v for t, v in _verdicts(ticks, origin=change).items() if t > 5}
 
 
 def test_a_plateau_job_comes_back_from_a_checkpoint_to_its_own_level(monkeypatch):
@@ -594,9 +594,10 @@ def _one_slow_batch(stall_s: float, loader_cpu: float = 100.0) -> list:
                                           loader_cpu_pct=loader_cpu, loader_busy=1))
 
 
-def _verdicts(ticks, th=None):
+def _verdicts(ticks, th=None, origin=T0):
+    """Live verdicts by second from ``origin``."""
     det = StreamingDetector() if th is None else StreamingDetector(th)
-    return {round(tk.time - T0): det.update(tk)[0].verdict for tk in ticks}
+    return {round(tk.time - origin): det.update(tk)[0].verdict for tk in ticks}
 
 
 def test_a_lone_stall_with_calm_loaders_is_over_once_every_gpu_runs_full_again():
@@ -641,15 +642,8 @@ def test_power_is_not_compared_in_the_first_seconds_back_at_work(monkeypatch):
         if 25 <= t < 40:
             return 250.0 if util(g, t) > 50 else 60.0
         return 320.0 if util(g, t) > 50 else 60.0
-    ticks = window(60, 4, util, power=power, pids=lambda g: (100 + g,))
-
-    def jobs(t):
-        val = 25 <= t < 41
-        return [JobProcs(gpu=g, main_pid=100 + g, main_cpu_pct=40.0, main_thread_max_pct=None,
-                         loader_workers=8 if val else 4, loader_cpu_pct=700.0 if val else 250.0,
-                         loader_busy=7 if val else 1,
-                         loader_age_s=(t - 25) if val else 300.0 + t) for g in range(4)]
-    ticks = with_host(ticks, jobs)
+    ticks = with_host(window(60, 4, util, power=power, pids=lambda g: (100 + g,)),
+                      _validation_loader(4))
     assert set(_verdicts(ticks).values()) == {"busy"}
     monkeypatch.setattr(R, "POWER_MIN_BINS", 0)
     assert "sync_stall" in _verdicts(ticks).values()

@@ -51,6 +51,26 @@ TAIL_MIN_S = 10.0
 ISOLATION = 3
 
 
+def _seconds(duty: np.ndarray, n: np.ndarray):
+    """Per bin of a job: which GPUs have data (G, T), whether the job has any (T,), the
+    least busy GPU's duty (a GPU without data reads 0) and whether that is steady work
+    (every GPU at STEADY_BIN_DUTY or more)."""
+    with np.errstate(invalid="ignore"):
+        have = ~np.isnan(duty)
+        has = have.any(axis=0) & (n > 0)
+        low = np.where(have, duty, 0.0).min(axis=0)
+    return have, has, low, has & (low >= STEADY_BIN_DUTY)
+
+
+def _host_starving(host: Optional[list]) -> Optional[np.ndarray]:
+    """Per bin, whether a rank's loaders (host counters known) show starvation, from
+    host_bins' tuples; None without them."""
+    if host is None:
+        return None
+    wk = np.array([x[0] for x in host], dtype=float)
+    return np.array([x[1] for x in host], dtype=bool) & ~np.isnan(wk)
+
+
 def _window_sums(x: np.ndarray, w: int) -> np.ndarray:
     """s[i] = x[i:i + w].sum() for every i with i + w <= len(x) (float64)."""
     c = csum(x.astype(np.float64))
@@ -79,13 +99,9 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     pmax = int(round(th.pause_max_s / th.bin_s))
     if T < 2 * need + 1:
         return out
+    have, has, low, good = _seconds(duty, n)
     with np.errstate(invalid="ignore", divide="ignore"):
-        have = ~np.isnan(duty)
-        has = have.any(axis=0) & (n > 0)
-        stop = has & (np.where(have, duty, 0.0) < th.idle_duty).all(axis=0)
         jd = np.where(has, u / np.where(n > 0, n, 1.0), 0.0)
-        low = np.where(have, duty, 0.0).min(axis=0)     # the least busy GPU per second
-    good = has & ~stop & (low >= STEADY_BIN_DUTY)
     bad_w = _window_sums(~good, need)           # bins without steady data in [i, i + need)
     # Before a dip, a lone second below steady work with BLIP_SIDE seconds of work at full
     # speed on each side (a 1 s sample that caught the gap between two steps) is steady work
@@ -112,10 +128,7 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     run_after = _runs(good)[0]
     run_before = _runs(before)[1]
     first = np.flatnonzero(drop[need:] & ~drop[need - 1:-1]) + need
-    starving = None
-    if host is not None:
-        wk = np.array([x[0] for x in host], dtype=float)
-        starving = np.array([x[1] for x in host], dtype=bool) & ~np.isnan(wk)
+    starving = _host_starving(host)
     startup = int(round(th.loader_startup_s / th.bin_s))
     tail = int(round(TAIL_MIN_S / th.bin_s))
     for s in first.tolist():
@@ -180,14 +193,10 @@ def recovered(duty: np.ndarray, n: np.ndarray, th: Thresholds = DEFAULT,
     out = np.zeros(T, dtype=bool)
     need = max(2, int(round(th.context_s / th.bin_s)))
     rb = max(1, int(round(th.recover_s / th.bin_s)))
-    with np.errstate(invalid="ignore"):
-        have = ~np.isnan(duty)
-        has = have.any(axis=0) & (n > 0)
-        low = np.where(have, duty, 0.0).min(axis=0)
-    good = has & (low >= STEADY_BIN_DUTY)
-    if host is not None:
-        wk = np.array([x[0] for x in host], dtype=float)
-        good &= ~(np.array([x[1] for x in host], dtype=bool) & ~np.isnan(wk))
+    good = _seconds(duty, n)[3]
+    starving = _host_starving(host)
+    if starving is not None:
+        good &= ~starving
     edges = np.flatnonzero(np.diff(np.concatenate(([0], good.astype(np.int8), [0]))))
     runs = list(zip(edges[::2].tolist(), edges[1::2].tolist()))    # steady [a, b)
     for (a0, b0), (a, b) in zip(runs, runs[1:]):

@@ -303,9 +303,8 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
         computes &= ~(lo_starve >= 1.0)
         if shared_process:
             computes = d_hi >= th.spin_duty
-        asym = spread >= th.duty_spread
+        asym = (spread >= th.duty_spread) & ~over
         sc = np.clip(0.6 + (spread - th.duty_spread), 0.6, 0.95)
-        asym &= ~over
         decide(asym & computes, SYNC_STALL,
                c=C["dataparallel"] if shared_process else C["imbalance"], s=amax, cf=sc)
         # The busier GPUs spin (or nobody runs continuously): someone waits for input. Name
