@@ -647,3 +647,42 @@ def test_power_is_not_compared_in_the_first_seconds_back_at_work(monkeypatch):
     assert set(_verdicts(ticks).values()) == {"busy"}
     monkeypatch.setattr(R, "POWER_MIN_BINS", 0)
     assert "sync_stall" in _verdicts(ticks).values()
+
+
+def _late_rank_features(settle_bins: int, monkeypatch):
+    """Features and raw rule output of 4 NCCL ranks at 330 W, where rank 2 starts its step
+    half a second late in second 10 (an epoch restart): ranks 0, 1 and 3 run their kernels
+    and then spin in the all-reduce (100%, 160 W) through second 11, while rank 2 computes
+    (340 W). Judged on the 6 s window ending in second 15."""
+    import gpumon.detect.features as F
+    from gpumon.detect.bins import Store
+    from gpumon.detect.engine import judge_job, tick_columns
+    monkeypatch.setattr(F, "POWER_SETTLE_BINS", settle_bins)
+
+    def util(g, t):
+        return 0.0 if g == 2 and 10 <= t < 10.5 else 100.0
+
+    def power(g, t):
+        if g == 2:
+            return 60.0 if 10 <= t < 10.5 else 340.0 if 10 <= t < 12 else 330.0
+        return 160.0 if 10 <= t < 12 else 330.0
+    ticks = window(16, 4, util, power=power, pids=lambda g: (100 + g,))
+    samples, _, _, _, _ = tick_columns(ticks)
+    st = Store(T0)
+    st.add_samples(samples)
+    g, h = st.view()
+    none = np.zeros(g.shape[-1], bool)
+    return judge_job(g, h, none, np.array([15]), False, excluded=none)
+
+
+def test_power_is_compared_only_in_seconds_after_every_gpu_worked(monkeypatch):
+    """Second 11 is the first with every GPU at work, and the ranks that spun on the late
+    one read cold in it: that is rank 2's late start, not rank 2 computing longer than the
+    others. Power (a 1 s average) is compared only in seconds after one with every GPU at
+    work, so the window is busy; comparing second 11 too, it is a sync stall on GPU 2."""
+    f, r = _late_rank_features(1, monkeypatch)
+    assert f["all_busy_bins"][0] == 4 and f["rel_power"][:, 0].min() > 0.95
+    assert VERDICTS[r["verdict"][0]] == "busy"
+    f, r = _late_rank_features(0, monkeypatch)
+    assert f["all_busy_bins"][0] == 5
+    assert VERDICTS[r["verdict"][0]] == "sync_stall" and r["straggler"][0] == 2

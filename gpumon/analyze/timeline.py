@@ -19,7 +19,7 @@ from gpumon.diagnosis import IDLE, INSUFFICIENT_DATA, VERDICTS, Diagnosis
 from gpumon.detect.bins import Store
 from gpumon.detect.engine import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
 from gpumon.detect.engine import bin_duty
-from gpumon.detect.features import window_features
+from gpumon.detect.features import view_bins, window_features
 from gpumon.detect.pauses import host_bins, pause_flags
 from gpumon.detect.rules import judge
 from gpumon.detect.stream import Hysteresis
@@ -99,7 +99,7 @@ def _take(s, idx):
 def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, th: Thresholds,
                   ends: np.ndarray, excl: Optional[np.ndarray] = None) -> list[dict]:
     """Rule output at ``ends`` (sorted), chunk by chunk."""
-    W = int(math.ceil(max(th.window_s, th.window_max_s, th.context_s) / th.bin_s)) + 1
+    W = view_bins(th)
     spans = []
     i = 0
     while i < len(ends):
@@ -134,7 +134,7 @@ def _judge_points(st: Store, rows: list[int], shared: bool, pause: np.ndarray,
     gathered into a slot of its own, so the cost follows the number of points, not the span
     they are spread over. A window never reaches further back than ``W`` bins (what
     _judge_chunks relies on too); slots before the first bin are empty and left out."""
-    W = int(math.ceil(max(th.window_s, th.window_max_s, th.context_s) / th.bin_s)) + 1
+    W = view_bins(th)
     g_all, h_all = st.view(rows, raw=True)
     outs, feats = [], []
     for a in range(0, len(pts), POINTS_PER_CALL):

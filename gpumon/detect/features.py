@@ -10,6 +10,7 @@ Per job (shape (E,)): synchrony of gaps, iowait and disk rates, seconds of data.
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -38,6 +39,10 @@ _RECENT_NUM = [GI[_RATIO_FIELDS[k][0]] for k in _RECENT]
 _RECENT_DEN = [GI[_RATIO_FIELDS[k][1]] for k in _RECENT]
 # Seconds of host readings that count as "now" (see _recent features).
 RECENT_BINS = 2
+# Seconds with every GPU at work that must come before one whose power is compared across
+# GPUs (rel_power): the driver's power reading is a 1 s average. Callers' views of the bins
+# hold this many bins before the longest window (VIEW_BINS).
+POWER_SETTLE_BINS = 1
 _HNUM = [HI[k] for k in ("io", "rd", "wr", "cpu")]
 _HDEN = [HI[k] for k in ("ion", "rdn", "wrn", "cpun")]
 _HIO_NUM = [HI[k] for k in ("io", "rd")]
@@ -48,6 +53,14 @@ _ALL = np.arange(len(GI))
 # Rows of the running sums read by name, when every field has its own (see _live_sums).
 _DENSE_ROWS = {"ctx": np.array(_CTX_FIELDS), "num": _NUM, "den": _DEN,
                "recent": np.array(_RECENT_NUM + _RECENT_DEN)}
+
+
+def view_bins(th: Thresholds = DEFAULT) -> int:
+    """Bins a view must hold before (and including) a window's last bin for its features to
+    be those of the whole history: the longest window or context, one bin before it (where
+    a stall began) and POWER_SETTLE_BINS more (whether its first seconds' power settled)."""
+    return int(math.ceil(max(th.window_s, th.window_max_s, th.context_s) / th.bin_s)) + 1 \
+        + POWER_SETTLE_BINS
 
 
 def _div(a, b):
@@ -239,12 +252,19 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
                W, ends)
     f["power_frac_busy"] = _div(pfb[0], pfb[1])
     all_busy = busy_bin.all(axis=0) if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
+    # Power is compared across GPUs only in seconds that follow POWER_SETTLE_BINS seconds
+    # with every GPU at work: the driver's power is a 1 s average, so a GPU's first second
+    # back from a wait (its own, or spinning on a rank that waited) still reads cold.
+    settled = all_busy.copy()
+    for k in range(1, POWER_SETTLE_BINS + 1):
+        settled[k:] &= all_busy[:-k]
+        settled[:k] = False
     if True:   # (under the caller's errstate)
         top = N.nanmax(np.where(busy_bin, bpw, np.nan), axis=0) if bpw.shape[0] else bpw[0]
-    rel = np.where(all_busy, _div(bpw, top), 0.0)
-    rs = wsum(np.stack([rel, np.broadcast_to(all_busy.astype(float), rel.shape)]), W, ends)
+    rel = np.where(settled, _div(bpw, top), 0.0)
+    rs = wsum(np.stack([rel, np.broadcast_to(settled.astype(float), rel.shape)]), W, ends)
     f["rel_power"] = _div(rs[0], rs[1])            # (G, E): power over the hottest's, all busy
-    f["all_busy_bins"] = rs[1][0] if rs.shape[1] else np.zeros(len(ends))
+    f["all_busy_bins"] = rs[1][0] if rs.shape[1] else np.zeros(len(ends))   # (settled ones)
 
     hk = h * keep
     H = wsum(hk, W, ends)
