@@ -184,13 +184,16 @@ def _smi_power(tmp_path, rows):
 
 
 def test_the_seconds_after_a_pause_belong_to_it(tmp_path, monkeypatch):
-    """Rank 0 stops for 2 s while rank 1 finishes its step, then rank 1 waits for rank 0:
-    in the first seconds back its 1 s power average still reads cold beside rank 0 at work.
-    Those seconds belong to the pause (RAMP); judged as work, they read as a sync stall."""
+    """Rank 0 stops for 2 s while rank 1 finishes its step, then rank 1 waits for rank 0's
+    long first step back: for 3 s it spins cold beside rank 0 at work. The first 2 s belong
+    to the pause (RAMP), and power is not compared in the first second after one with a GPU
+    idle (features.POWER_SETTLE_BINS): one cold second is left, which is busy. Without
+    RAMP, two cold seconds are judged as work and read as a sync stall."""
     import gpumon.analyze.pauses as P
     work = [[(100, 320), (100, 322)], [(100, 300), (100, 305)]] * 30
     rows = work + [[(0, 32), (92, 300)], [(0, 32), (100, 280)]]
-    rows += [[(96, 316), (100, 116)], [(100, 316), (100, 164)]] + work
+    rows += [[(96, 316), (100, 100)], [(100, 316), (100, 100)], [(100, 316), (100, 110)]]
+    rows += work
     path = _smi_power(tmp_path, rows)
     _, tl = analyze_file(path)
     assert _verdicts(tl, 0, len(rows)) == {"busy"}, [(d.verdict, d.start - tl.start)

@@ -686,3 +686,43 @@ def test_power_is_compared_only_in_seconds_after_every_gpu_worked(monkeypatch):
     f, r = _late_rank_features(0, monkeypatch)
     assert f["all_busy_bins"][0] == 5
     assert VERDICTS[r["verdict"][0]] == "sync_stall" and r["straggler"][0] == 2
+
+
+def _starving_from_44s(epoch_boundary: bool):
+    """1 GPU at full speed, then from 44 s idle half of every second while its 4 loader
+    workers run flat out. With ``epoch_boundary``, every GPU stops from 30 s to 36 s while
+    4 new workers start (and run flat out filling their queue until 40 s)."""
+    def util(g, t):
+        if epoch_boundary and 30 <= t < 36:
+            return 0.0
+        return 0.0 if t >= 44 and t % 1.0 < 0.5 else 100.0
+
+    def jobs(t):
+        new = epoch_boundary and t >= 30
+        hot = t >= 44 or (new and t < 40)
+        return [JobProcs(gpu=0, main_pid=100, main_cpu_pct=40.0, main_thread_max_pct=None,
+                         loader_workers=4, loader_cpu_pct=400.0 if hot else 150.0,
+                         loader_busy=4 if hot else 1,
+                         loader_age_s=(t - 30.0) if new else 300.0 + t)]
+    return with_host(window(64, 1, util, power=lambda g, t: 300.0 if util(g, t) else 80.0,
+                            pids=lambda g: (100,)), jobs)
+
+
+def _first(verdicts, v, after=0):
+    return min(s for s, x in verdicts.items() if x == v and s > after)
+
+
+def test_starvation_with_its_cause_on_the_host_is_taken_at_its_first_verdict(monkeypatch):
+    """Once the GPU waits and its loaders are saturated, busy gives way to data_starvation at
+    the first such verdict rather than after hold_s: a second sooner than when the host's
+    cause is ignored, and than within window_max_s of a pause (an epoch boundary's new
+    workers run flat out while they refill the queue, whether or not they keep up later)."""
+    import gpumon.detect.rules as R
+    steady = _verdicts(_starving_from_44s(False))
+    epoch = _verdicts(_starving_from_44s(True))
+    assert all(v == "busy" for s, v in steady.items() if s < 44)
+    assert all(v == "busy" for s, v in epoch.items() if s < 44)
+    first = _first(steady, "data_starvation")
+    assert first <= 46 and _first(epoch, "data_starvation") == first + 1
+    monkeypatch.setattr(R, "QUICK", False)
+    assert _first(_verdicts(_starving_from_44s(False)), "data_starvation") == first + 1

@@ -274,6 +274,10 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     Hr = wsum(hk[_HIO_NUM + _HIO_DEN], min(RECENT_BINS, int(W.min())), ends)
     f["iowait_recent"], f["disk_read_recent"] = _div(Hr[:2], Hr[2:])
     f["pause"] = pause[ends]
+    # Seconds since the last pause bin, read within window_max_s as full_run is (wm + 1:
+    # none in the last window_max_s).
+    last_pause = np.maximum.accumulate(np.where(pause, ix_t, -1))
+    f["since_pause"] = np.minimum(ends - last_pause[ends], wm + 1)
     # Memory held in the last bin of each window (NaN where unknown).
     f["mem_last"] = _div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])
     f["ctx_duty"] = ctx_duty

@@ -47,6 +47,8 @@ COMPUTE_SLOPE = 0.38
 POWER_LAG_BINS = 2
 # Seconds with every GPU at work needed before their power is compared (busy but cold).
 POWER_MIN_BINS = 3
+# Starvation with its cause on the host replaces busy at its first verdict (see "quick").
+QUICK = True
 
 
 def _nan(a):
@@ -231,7 +233,11 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
                 "duty": jduty, "spread": spread, "slope": slope, "host_starving": feeding,
                 # Keep a starvation verdict through a flat-out stretch only while the host
                 # still starves it and the recent context starved too.
-                "sticky": feeding & (N.nan_to_num(f["ctx_duty"], nan=1.0) < th.duty_starved)}
+                "sticky": feeding & (N.nan_to_num(f["ctx_duty"], nan=1.0) < th.duty_starved),
+                # The host shows the cause now, in a job that has run without a pause for
+                # window_max_s (after an epoch boundary new loader workers refill their queue
+                # flat out, however well they keep up later): Hysteresis.step's ``quick``.
+                "quick": feeding & (f["since_pause"] > th.window_max_s / th.bin_s) & QUICK}
     if decided.all():               # live: one window, often settled here (pause, idle)
         return result()
 

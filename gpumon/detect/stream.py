@@ -20,6 +20,7 @@ from gpumon.detect.advice import advice
 from gpumon.detect.bins import Store
 from gpumon.detect.engine import (active_since, bin_duty, idle_diagnosis, judge_job,
                                   make_diagnosis, store_jobs, tick_columns)
+from gpumon.detect.features import view_bins
 from gpumon.detect.pauses import PauseTracker, host_bins
 from gpumon.detect.rules import CAUSE_NAMES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
@@ -53,13 +54,18 @@ class Hysteresis:
         other is waiting out its hold (a run of equal keys can then be skipped)."""
         return self.current == key and self._cand is None
 
-    def step(self, t: float, key: tuple, sticky: bool = False) -> bool:
+    def step(self, t: float, key: tuple, sticky: bool = False, quick: bool = False) -> bool:
         """Feed the raw verdict key at time ``t``; True when ``current`` changed.
 
         ``sticky``: the host still shows the cause of starvation (saturated loaders, a main
         process at a full core, storage reads with iowait). A starving job whose GPUs run
         flat out for a while is eating its prefetched batches; it will starve again, so
         data_starvation is not given up for busy while its cause persists.
+
+        ``quick``: the host shows the cause now (as for ``sticky``; rules' "quick": not
+        loaders refilling after an epoch boundary): busy gives way to data_starvation at its
+        first verdict. The GPUs waiting and the loaders, main process or storage behind
+        them agree; the hold is for a verdict from the GPUs' counters alone.
         """
         if key[0] == _INSUFFICIENT and self.current is not None:
             return False
@@ -74,6 +80,9 @@ class Hysteresis:
         if key == self.current:
             self._cand = None
             return False
+        if quick and key[0] == _STARVED and self.current[0] == _BUSY:
+            self.current, self.since, self._cand = key, t, None
+            return True
         if key[0] != self.current[0] and self._cand is not None and key[0] == self._cand[0]:
             # Another verdict keeps winning while its cause or straggler wobble: it counts.
             self._cand = key
@@ -108,7 +117,8 @@ class StreamingDetector:
     def __init__(self, th: Thresholds = DEFAULT):
         self.th = th
         self.window = max(1, int(round(th.window_s / th.bin_s)))
-        self.span = int(math.ceil(max(th.window_max_s, th.context_s) / th.bin_s)) + 2
+        self.span = max(int(math.ceil(max(th.window_max_s, th.context_s) / th.bin_s)) + 2,
+                        view_bins(th))
         self.cap = self.span + 8
         self.store: Optional[Store] = None
         self.current: list[Diagnosis] = []
@@ -191,7 +201,7 @@ class StreamingDetector:
             for e in range(len(ends)):
                 t = st.bin_time(lo + int(ends[e]) + 1)
                 raw = (int(r["verdict"][e]), int(r["cause"][e]), int(r["straggler"][e]))
-                hy.step(t, raw, bool(r["sticky"][e]))
+                hy.step(t, raw, bool(r["sticky"][e]), bool(r["quick"][e]))
                 if raw == hy.current:
                     job.conf = float(r["confidence"][e])
             e = len(ends) - 1
