@@ -7,6 +7,7 @@ after gpumon does, so the fake learns their PIDs from FAKE_NVML_PIDS_FILE, which
 import csv
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -273,7 +274,9 @@ def test_run_judges_only_the_commands_gpus(gpumon_cmd, fake_nvml_env, foreign, t
     summary = r.stdout.splitlines()[-1]
     assert summary.startswith("gpumon ran `") and " on 2 GPUs (0,1) for " in summary, summary
     assert "Main finding: data_starvation" in summary and "on GPUs 0,1" in summary
-    assert "sync_stall" not in summary and "GPU 2" not in summary and "GPU 3" not in summary
+    # Nothing of the other job's sync stall on GPUs 2-3. (The command's own starved job may
+    # read as a straggler for a second of a 14 s real-time replay: that names GPU 0 or 1.)
+    assert "GPU 2" not in summary and "GPU 3" not in summary
     assert summary.endswith("The command exited with code 3.")
 
     rows = list(csv.DictReader(log.open()))
@@ -281,9 +284,10 @@ def test_run_judges_only_the_commands_gpus(gpumon_cmd, fake_nvml_env, foreign, t
     judged = {row["gpu"] for row in rows if row["verdict"]}
     assert judged == {"0", "1"}, judged
     assert {row["verdict"] for row in rows if row["verdict"]} >= {"data_starvation"}
-    assert "sync_stall" not in {row["verdict"] for row in rows}
-    # The plain lines never showed the other job's verdict either.
-    assert "sync" not in "\n".join(r.stdout.splitlines()[2:-1])
+    assert {row["straggler_gpu"] for row in rows} <= {"", "0", "1"}
+    # The plain lines never showed the other job's verdict either ("sync imbalance gpu2").
+    verdicts = [line.rsplit("|", 1)[-1] for line in r.stdout.splitlines()[2:-1]]
+    assert verdicts and not any(re.search(r"gpu[23]\b", v) for v in verdicts), verdicts
 
 
 def test_run_of_a_command_that_never_uses_a_gpu(gpumon_cmd, fake_nvml_env, foreign, tmp_path):
