@@ -41,7 +41,7 @@ _RECENT_DEN = [GI[_RATIO_FIELDS[k][1]] for k in _RECENT]
 RECENT_BINS = 2
 # Seconds with every GPU at work that must come before one whose power is compared across
 # GPUs (rel_power): the driver's power reading is a 1 s average. Callers' views of the bins
-# hold this many bins before the longest window (VIEW_BINS).
+# hold this many bins before the longest window (view_bins).
 POWER_SETTLE_BINS = 1
 _HNUM = [HI[k] for k in ("io", "rd", "wr", "cpu")]
 _HDEN = [HI[k] for k in ("ion", "rdn", "wrn", "cpun")]

@@ -117,8 +117,7 @@ class StreamingDetector:
     def __init__(self, th: Thresholds = DEFAULT):
         self.th = th
         self.window = max(1, int(round(th.window_s / th.bin_s)))
-        self.span = max(int(math.ceil(max(th.window_max_s, th.context_s) / th.bin_s)) + 2,
-                        view_bins(th))
+        self.span = view_bins(th)        # bins of history every window's features need
         self.cap = self.span + 8
         self.store: Optional[Store] = None
         self.current: list[Diagnosis] = []
