@@ -244,7 +244,7 @@ with open(pids_file + ".new", "w") as f:
     f.write(f"0:{ranks[0].pid};1:{ranks[1].pid};{foreign}")
 os.replace(pids_file + ".new", pids_file)
 print("ranks started", flush=True)
-time.sleep(11)
+time.sleep(20)                      # long enough that the start-up pause is a small share
 for r in ranks:
     r.kill()
 sys.exit(3)
