@@ -114,6 +114,7 @@ def test_lone_seconds_that_caught_a_step_boundary_keep_work_steady(tmp_path, mon
            and d.start > change + 5]
     assert not [b for b in bad if b[0] != "idle"], bad
     monkeypatch.setattr(P, "BLIPS_MAX", 0)
+    monkeypatch.setattr(P, "BLIPS_AT_WORK_DUTY", False)
     _, tl2 = analyze_file(str(path))
     assert "data_starvation" in {d.verdict for d in tl2.segments if d.end > change + 10}
 
@@ -263,3 +264,62 @@ def test_stalls_that_come_back_stay_starvation_in_between(tmp_path):
     # 6-14 s into the steady work after the second stall (98-120 s).
     assert _verdicts(tl, 104, 112) == {"data_starvation"}, [
         (d.verdict, d.start - tl.start) for d in tl.segments]
+
+
+def _false_after_change(name: str, n: int, seed: int, mode: str) -> list:
+    """Starvation or stall segments of `gpumon analyze` on a simulated healthy run (a tuning
+    seed of the detector benchmark) rendered as nvidia-smi samples it, after the change."""
+    from bench.detect import render_nvsmi, simulate_run
+    import tempfile, os
+    ticks, change, _ = simulate_run(name, n, seed)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "run.csv")
+        with open(path, "w") as f:
+            f.write(render_nvsmi(ticks, mode))
+        _, tl = analyze_file(path)
+    return [(d.verdict, round(d.start - change), round(d.end - change)) for d in tl.segments
+            if d.verdict in ("data_starvation", "sync_stall") and d.end > change + 5]
+
+
+def test_lone_seconds_after_a_pause_do_not_end_the_return():
+    """A 4-GPU gloo job (1.46 s steps) sampled by nvidia-smi at the last instant of each
+    second: after each 6 s checkpoint, one second in every seven or so catches the ranks
+    between two steps. Work is back, with such lone seconds, as before the checkpoint
+    (BLIPS_MAX): the checkpoint is a pause. Requiring every second after it to be steady
+    found no return, and the windows after it read starvation for 3 s."""
+    assert _false_after_change("checkpoint", 4, 7038094, "last") == []
+
+
+def test_ranks_taking_turns_at_idling_in_a_validation_pass_is_a_pause():
+    """A 4-GPU job runs a 36 s validation pass whose loaders cannot keep up: each rank waits
+    for its own batches (no all-reduce lines them up), so in most seconds some rank is idle
+    beside others at work, a different one each time. One rank falling behind is the same
+    rank again and again (test_one_rank_stalling_again_and_again_is_not_a_pause); this is
+    the pass's rhythm, and steady work comes back after it: a pause."""
+    assert _false_after_change("validation", 4, 7019104, "last") == []
+
+
+def test_a_rhythm_whose_samples_catch_the_gap_every_few_steps_is_steady_before_a_pause():
+    """An 8-GPU gloo job (0.7 s steps) sampled at the last instant of each second: one second
+    in four catches ranks in the all-reduce, more than BLIPS_MAX per context, while the job's
+    duty over the context stays above duty_starved. Its validation pass is still a pause."""
+    assert _false_after_change("validation", 8, 7035108, "last") == []
+
+
+def test_a_rank_whose_one_second_stalls_keep_coming_back_is_not_at_work():
+    """One rank of a 2-GPU NCCL job (a tuning seed) stalls for about a second every few
+    seconds from the change on, idle beside its peer at work: the job's duty over a context
+    stays near duty_starved, but those lone seconds are one rank's input, not samples that
+    caught a step boundary. Starvation from the first seconds, not a pause."""
+    from bench.detect import render_nvsmi, simulate_run
+    import tempfile, os
+    ticks, change, _ = simulate_run("rank_data_stall", 2, 7033062)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "run.csv")
+        with open(path, "w") as f:
+            f.write(render_nvsmi(ticks, "last"))
+        _, tl = analyze_file(path)
+    starved = [(d.start - change, d.end - change) for d in tl.segments
+               if d.verdict == "data_starvation"]
+    assert starved and starved[0][0] <= 5 and starved[0][1] >= 25, [
+        (d.verdict, round(d.start - change), round(d.end - change)) for d in tl.segments]

@@ -36,6 +36,10 @@ LEAD_IN = 3
 # Lone seconds below steady work allowed in context_s of steady work: at most 2 in 20 s keeps
 # its duty at 0.9 or more, above duty_starved, so a starving job's context never passes.
 BLIPS_MAX = 2
+# More lone seconds than that are allowed where the job's duty over the context is still
+# duty_starved or more, which the rules read as work (an 8-GPU gloo job's 1 s samples catch
+# its all-reduce one second in four): the duty, not the count, tells starvation then.
+BLIPS_AT_WORK_DUTY = True
 # Seconds of work at full speed on each side of such a lone second.
 BLIP_SIDE = 3
 # Seconds after a pause that still belong to it: power is a 1 s average, so the first second
@@ -107,7 +111,8 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     # speed on each side (a 1 s sample that caught the gap between two steps) is steady work
     # too, up to BLIPS_MAX of them per context. (Not the first second of a validation pass,
     # whose rhythm after it is slower; not a choppy rhythm's, whose seconds alternate
-    # faster.) What follows a dip must be steady throughout.
+    # faster.) The same holds for what follows a dip: a lone second that caught the gap
+    # between two steps is not a stop again.
     full = good & (jd >= th.duty_starved)      # steady work at full speed
     blip = ~good
     k = BLIP_SIDE
@@ -115,18 +120,27 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     for j in range(1, k + 1):
         blip[k:T - k] &= full[k - j:T - k - j] & full[k + j:T - k + j]
     before = good | blip
-    bad_before = np.where(_window_sums(blip, need) > BLIPS_MAX, need,
-                          _window_sums(~before, need))
     jd_w = _window_sums(jd, need)
+    with np.errstate(invalid="ignore"):
+        split = has & (np.where(have, duty, 0.0).max(axis=0) >= STEADY_BIN_DUTY)
+        # Per GPU: the seconds it sat idle beside another at work. One rank falling behind
+        # is the same rank again and again; ranks that run on their own (a validation pass
+        # has no all-reduce to line them up) take turns.
+        lone_g = split & have & (duty < th.idle_duty)
+    # More of them where the job's duty over the context still reads as work (a rhythm
+    # whose 1 s samples catch the gap every few steps; a starving job's duty is lower), as
+    # long as no more than BLIPS_MAX are one rank idle beside others at work (a rank whose
+    # stalls keep coming back).
+    many = _window_sums(blip, need) > BLIPS_MAX
+    if BLIPS_AT_WORK_DUTY:
+        many &= (jd_w < th.duty_starved * need - 1e-9) | (
+            _window_sums(blip & lone_g.any(axis=0), need) > BLIPS_MAX)
+    bad_before = np.where(many, need, _window_sums(~before, need))
     # A dip: a second without steady work (a stop, a validation pass's rhythm, a rank that
     # fell behind for a moment) after one with it.
     drop = ~good
     deep = has & (low < DEEP_DUTY)
-    with np.errstate(invalid="ignore"):
-        split = has & (np.where(have, duty, 0.0).max(axis=0) >= STEADY_BIN_DUTY) & (
-            low < th.idle_duty)
-    run_after = _runs(good)[0]
-    run_before = _runs(before)[1]
+    run_after, run_before = _runs(before)
     first = np.flatnonzero(drop[need:] & ~drop[need - 1:-1]) + need
     starving = _host_starving(host)
     startup = int(round(th.loader_startup_s / th.bin_s))
@@ -142,22 +156,26 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
             continue
         bar = min(level, th.duty_starved) - RETURN_TOL     # back at the same level
         hi = min(s + pmax, T - need)
-        ok = (bad_w[s + 1:hi + 1] == 0) & (jd_w[s + 1:hi + 1] >= bar * need - 1e-9)
-        hit = np.flatnonzero(ok) if hi > s else ()
+        level_ok = jd_w[s + 1:hi + 1] >= bar * need - 1e-9
+        hit = np.flatnonzero((bad_w[s + 1:hi + 1] == 0) & level_ok) if hi > s else ()
+        if not len(hit) and hi > s:
+            # No return to steady work throughout: one with lone seconds as before a dip.
+            hit = np.flatnonzero((bad_before[s + 1:hi + 1] == 0) & level_ok)
         at_end = not len(hit)
         if not at_end:
             e = s + 1 + int(hit[0])
         elif (e := _tail_return(good, jd, s, bar, tail, pmax, need)) is None:
             continue
-        # Isolated: steady work at least as long as the dip on either side (after it, up to
-        # the end of the log where that comes first); and the ranks stopped together (one
-        # rank idle beside others at work for most of a dip longer than a moment is that
-        # rank's input falling behind, however steady in between).
+        # Isolated: steady work (lone seconds as above allowed) at least as long as the dip
+        # on either side (after it, up to the end of the log where that comes first); and the ranks stopped together (one
+        # rank idle beside others at work for most of a dip longer than a moment, the same
+        # rank throughout, is that rank's input falling behind, however steady in between).
         dip = e - (s - lead)
+        lone = int(lone_g[:, s - lead:e].sum(axis=1).max())
         if (not deep[s - lead:e].any() or run_after[e] < min(dip, T - e)
                 or run_before[s - lead] < dip
-                or (lone := int(split[s - lead:e].sum())) > LONE_DIP_S / th.bin_s
-                and 2 * lone > dip or at_end and lone > LEAD_IN):
+                or lone > LONE_DIP_S / th.bin_s and 2 * lone > dip
+                or at_end and lone > LEAD_IN):
             continue
         if starving is not None and int((starving[s:e] & drop[s:e]).sum()) > startup:
             continue
