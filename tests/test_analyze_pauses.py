@@ -266,17 +266,23 @@ def test_stalls_that_come_back_stay_starvation_in_between(tmp_path):
         (d.verdict, d.start - tl.start) for d in tl.segments]
 
 
-def _false_after_change(name: str, n: int, seed: int, mode: str) -> list:
-    """Starvation or stall segments of `gpumon analyze` on a simulated healthy run (a tuning
-    seed of the detector benchmark) rendered as nvidia-smi samples it, after the change."""
+def _analyze_sim(name: str, n: int, seed: int, mode: str):
+    """(timeline, change time) of `gpumon analyze` on a simulated run (a tuning seed of the
+    detector benchmark) rendered as nvidia-smi samples it at 1 s."""
     from bench.detect import render_nvsmi, simulate_run
-    import tempfile, os
+    import os
+    import tempfile
     ticks, change, _ = simulate_run(name, n, seed)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "run.csv")
         with open(path, "w") as f:
             f.write(render_nvsmi(ticks, mode))
-        _, tl = analyze_file(path)
+        return analyze_file(path)[1], change
+
+
+def _false_after_change(name: str, n: int, seed: int, mode: str) -> list:
+    """Starvation or stall segments of a simulated healthy run, after the change."""
+    tl, change = _analyze_sim(name, n, seed, mode)
     return [(d.verdict, round(d.start - change), round(d.end - change)) for d in tl.segments
             if d.verdict in ("data_starvation", "sync_stall") and d.end > change + 5]
 
@@ -311,14 +317,7 @@ def test_a_rank_whose_one_second_stalls_keep_coming_back_is_not_at_work():
     seconds from the change on, idle beside its peer at work: the job's duty over a context
     stays near duty_starved, but those lone seconds are one rank's input, not samples that
     caught a step boundary. Starvation from the first seconds, not a pause."""
-    from bench.detect import render_nvsmi, simulate_run
-    import tempfile, os
-    ticks, change, _ = simulate_run("rank_data_stall", 2, 7033062)
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "run.csv")
-        with open(path, "w") as f:
-            f.write(render_nvsmi(ticks, "last"))
-        _, tl = analyze_file(path)
+    tl, change = _analyze_sim("rank_data_stall", 2, 7033062, "last")
     starved = [(d.start - change, d.end - change) for d in tl.segments
                if d.verdict == "data_starvation"]
     assert starved and starved[0][0] <= 5 and starved[0][1] >= 25, [
