@@ -111,8 +111,8 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     # speed on each side (a 1 s sample that caught the gap between two steps) is steady work
     # too, up to BLIPS_MAX of them per context. (Not the first second of a validation pass,
     # whose rhythm after it is slower; not a choppy rhythm's, whose seconds alternate
-    # faster.) The same holds for what follows a dip: a lone second that caught the gap
-    # between two steps is not a stop again.
+    # faster.) The same holds for what follows a dip where no context_s of steady work
+    # throughout does: a lone second that caught the gap between two steps is not a stop.
     full = good & (jd >= th.duty_starved)      # steady work at full speed
     blip = ~good
     k = BLIP_SIDE
@@ -167,9 +167,10 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
         elif (e := _tail_return(good, jd, s, bar, tail, pmax, need)) is None:
             continue
         # Isolated: steady work (lone seconds as above allowed) at least as long as the dip
-        # on either side (after it, up to the end of the log where that comes first); and the ranks stopped together (one
-        # rank idle beside others at work for most of a dip longer than a moment, the same
-        # rank throughout, is that rank's input falling behind, however steady in between).
+        # on either side (after it, up to the end of the log where that comes first); and
+        # the ranks stopped together (one rank idle beside others at work for most of a dip
+        # longer than a moment, the same rank throughout, is that rank's input falling
+        # behind, however steady in between).
         dip = e - (s - lead)
         lone = int(lone_g[:, s - lead:e].sum(axis=1).max())
         if (not deep[s - lead:e].any() or run_after[e] < min(dip, T - e)
