@@ -275,7 +275,7 @@ def test_run_judges_only_the_commands_gpus(gpumon_cmd, fake_nvml_env, foreign, t
     assert summary.startswith("gpumon ran `") and " on 2 GPUs (0,1) for " in summary, summary
     assert "Main finding: data_starvation" in summary and "on GPUs 0,1" in summary
     # Nothing of the other job's sync stall on GPUs 2-3. (The command's own starved job may
-    # read as a straggler for a second of a 14 s real-time replay: that names GPU 0 or 1.)
+    # read as a straggler for a second of its short real-time replay: that names GPU 0 or 1.)
     assert "GPU 2" not in summary and "GPU 3" not in summary
     assert summary.endswith("The command exited with code 3.")
 

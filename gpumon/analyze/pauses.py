@@ -106,7 +106,7 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     have, has, low, good = _seconds(duty, n)
     with np.errstate(invalid="ignore", divide="ignore"):
         jd = np.where(has, u / np.where(n > 0, n, 1.0), 0.0)
-    bad_w = _window_sums(~good, need)           # bins without steady data in [i, i + need)
+    bad_steady = _window_sums(~good, need)      # bins without steady data in [i, i + need)
     # Before a dip, a lone second below steady work with BLIP_SIDE seconds of work at full
     # speed on each side (a 1 s sample that caught the gap between two steps) is steady work
     # too, up to BLIPS_MAX of them per context. (Not the first second of a validation pass,
@@ -119,7 +119,7 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     blip[:k] = blip[T - k:] = False
     for j in range(1, k + 1):
         blip[k:T - k] &= full[k - j:T - k - j] & full[k + j:T - k + j]
-    before = good | blip
+    at_work = good | blip                       # steady work, lone seconds allowed
     jd_w = _window_sums(jd, need)
     with np.errstate(invalid="ignore"):
         split = has & (np.where(have, duty, 0.0).max(axis=0) >= STEADY_BIN_DUTY)
@@ -135,12 +135,12 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     if BLIPS_AT_WORK_DUTY:
         many &= (jd_w < th.duty_starved * need - 1e-9) | (
             _window_sums(blip & lone_g.any(axis=0), need) > BLIPS_MAX)
-    bad_before = np.where(many, need, _window_sums(~before, need))
+    bad_lone = np.where(many, need, _window_sums(~at_work, need))
     # A dip: a second without steady work (a stop, a validation pass's rhythm, a rank that
     # fell behind for a moment) after one with it.
     drop = ~good
     deep = has & (low < DEEP_DUTY)
-    run_after, run_before = _runs(before)
+    run_after, run_before = _runs(at_work)
     first = np.flatnonzero(drop[need:] & ~drop[need - 1:-1]) + need
     starving = _host_starving(host)
     startup = int(round(th.loader_startup_s / th.bin_s))
@@ -148,7 +148,7 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     for s in first.tolist():
         # Ranks stop one after another: the steady work may end a few seconds before all do.
         lead = next((k for k in range(LEAD_IN + 1)
-                     if s - k - need >= 0 and bad_before[s - k - need] == 0), None)
+                     if s - k - need >= 0 and bad_lone[s - k - need] == 0), None)
         if lead is None:
             continue
         level = jd_w[s - lead - need] / need
@@ -157,10 +157,10 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
         bar = min(level, th.duty_starved) - RETURN_TOL     # back at the same level
         hi = min(s + pmax, T - need)
         level_ok = jd_w[s + 1:hi + 1] >= bar * need - 1e-9
-        hit = np.flatnonzero((bad_w[s + 1:hi + 1] == 0) & level_ok) if hi > s else ()
+        hit = np.flatnonzero((bad_steady[s + 1:hi + 1] == 0) & level_ok) if hi > s else ()
         if not len(hit) and hi > s:
             # No return to steady work throughout: one with lone seconds as before a dip.
-            hit = np.flatnonzero((bad_before[s + 1:hi + 1] == 0) & level_ok)
+            hit = np.flatnonzero((bad_lone[s + 1:hi + 1] == 0) & level_ok)
         at_end = not len(hit)
         if not at_end:
             e = s + 1 + int(hit[0])
