@@ -1,4 +1,5 @@
-"""The CSV log: CsvSink writes it, read_ticks reads it back (replay and `gpumon analyze`).
+"""The CSV log: CsvSink writes it (gpumon.logs.gpumon_csv reads it back, for replay and
+`gpumon analyze`).
 
 Tidy format: one row per GPU per utilization sample, at the wall-clock time the driver took
 it; columns `time,gpu,source`, the GPU metrics, that GPU's job processes, the host, and the
@@ -9,10 +10,9 @@ from __future__ import annotations
 
 import csv
 import errno
-import io
 import operator
 import os
-from typing import IO, Iterable, Iterator, Optional, Sequence
+from typing import IO, Optional, Sequence
 
 from gpumon.diagnosis import Diagnosis
 from gpumon.errors import UserError
@@ -24,8 +24,6 @@ _HOST_FIELDS = csv_fields(HostSample)
 VERDICT_COLUMNS = ["verdict", "cause", "straggler_gpu", "confidence"]
 COLUMNS = ([f.name for f in _GPU_FIELDS] + [f.name for f in _JOB_FIELDS]
            + [f.name for f in _HOST_FIELDS] + VERDICT_COLUMNS)
-# Ticks are rebuilt from rows in spans of this many seconds when a log is read back.
-READ_TICK_S = 1.0
 
 
 def _formatter(f):
@@ -135,102 +133,3 @@ class CsvSink:
 
 
 # -- reading a gpumon log back ----------------------------------------------------------------
-_INT = {"gpu", "clock_events", "main_pid", "loader_workers", "loader_busy"}
-
-
-def _parse(name: str, cell: str):
-    if cell == "":
-        return None
-    if name == "pids":
-        return tuple(int(p) for p in cell.split())
-    if name == "source":
-        return cell
-    if name in _INT:
-        return int(float(cell))
-    return float(cell)
-
-
-class MalformedRows:
-    """Counts rows that could not be read, and remembers the first one's line number."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.first_line: Optional[int] = None
-
-    def add(self, line: int) -> None:
-        self.count += 1
-        if self.first_line is None:
-            self.first_line = line
-
-
-def is_gpumon_header(header: Sequence[str]) -> bool:
-    return len(header) >= 3 and list(header[:3]) == ["time", "gpu", "source"]
-
-
-def read_ticks(lines: Iterable[str], source: str = "replay",
-               bad: Optional[MalformedRows] = None, tick_s: float = READ_TICK_S) -> Iterator[Tick]:
-    """Rebuild Ticks from a gpumon CSV: rows grouped into spans of ``tick_s`` seconds.
-
-    Columns are matched by name, so older or newer logs with extra or missing columns read.
-    ``source`` overrides each sample's source (``replay``); pass None to keep the logged one.
-    """
-    bad = bad if bad is not None else MalformedRows()
-    reader = csv.reader(lines)
-    header = next(reader, None)
-    if header is None or not is_gpumon_header(header):
-        raise UserError("not a gpumon CSV log (its header does not start with time,gpu,source)")
-    gpu_idx = [(f.name, header.index(f.name)) for f in _GPU_FIELDS if f.name in header]
-    job_idx = [(f.name, header.index(f.name)) for f in _JOB_FIELDS if f.name in header]
-    host_idx = [(f.name, header.index(f.name)) for f in _HOST_FIELDS if f.name in header]
-    width = len(header)
-    pending: list[tuple[GpuSample, dict, dict]] = []
-    tick_end: Optional[float] = None
-    line = 1
-    last_time = None
-    for row in reader:
-        line += 1
-        if not row:
-            continue
-        try:
-            if len(row) != width:
-                raise ValueError("width")
-            g = {n: _parse(n, row[i]) for n, i in gpu_idx}
-            if g.get("time") is None or g.get("gpu") is None:
-                raise ValueError("time/gpu")
-            if source is not None:
-                g["source"] = source
-            sample = GpuSample(**g)
-            job = {n: _parse(n, row[i]) for n, i in job_idx}
-            host = {n: _parse(n, row[i]) for n, i in host_idx}
-        except (ValueError, TypeError):
-            bad.add(line)
-            continue
-        if tick_end is None:
-            tick_end = sample.time + tick_s
-        if sample.time >= tick_end or (last_time is not None and sample.time < last_time - 60):
-            yield _tick(pending)
-            pending = []
-            tick_end = sample.time + tick_s
-        last_time = sample.time
-        pending.append((sample, job, host))
-    if pending:
-        yield _tick(pending)
-
-
-def _tick(rows: list[tuple[GpuSample, dict, dict]]) -> Tick:
-    samples = tuple(sorted((r[0] for r in rows), key=lambda s: (s.gpu, s.time)))
-    end = max(s.time for s in samples)
-    last_job: dict[int, dict] = {}
-    last_host: dict = {}
-    for s, job, host in rows:
-        last_job[s.gpu] = job
-        last_host = host
-    jobs = tuple(JobProcs(gpu=g, **j) for g, j in sorted(last_job.items()))
-    return Tick(time=end, gpus=samples, host=HostSample(time=end, jobs=jobs, **last_host))
-
-
-def open_log(path: str) -> io.TextIOBase:
-    try:
-        return open(path, newline="")
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None

@@ -1,8 +1,9 @@
 """ReplaySource: a gpumon CSV log played back in (scaled) real time.
 
-The log's rows are rebuilt into Ticks by ``csvlog.read_ticks`` and handed out as their
-time comes, so the dashboard, the detector and any sink see a replay exactly as they saw
-the live run (samples say ``source=replay``). The clock shown is the log's.
+The log is read by the one gpumon-CSV reader (gpumon.logs.gpumon_csv), rebuilt into Ticks and
+handed out as their time comes, so the dashboard, the detector and any sink see a replay
+exactly as they saw the live run (samples say ``source=replay``). The clock shown is the
+log's. Malformed lines are skipped and counted (``self.bad``), as ``gpumon analyze`` does.
 """
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import os
 import time
 from typing import Callable, Iterator, Optional
 
-from gpumon.csvlog import MalformedRows, open_log, read_ticks
 from gpumon.errors import UserError
+from gpumon.logs import gpumon_csv
+from gpumon.logs.lines import clean
+from gpumon.logs.log import Malformed
+from gpumon.logs.source import display_name, read_bytes
+from gpumon.logs.table import header
 from gpumon.samples import GpuInfo, GpuSample, Tick
 
 
@@ -25,20 +30,18 @@ class ReplaySource:
         self.path = path
         self.speed = speed
         self.clock = clock
-        self.bad = MalformedRows()
-        self._f = open_log(path)
-        try:
-            self._ticks: Iterator[Tick] = read_ticks(self._f, source="replay", bad=self.bad)
-            first = next(self._ticks, None)
-        except UserError as exc:
-            self._f.close()
-            raise UserError(f"{path}: {exc}", exc.code) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            self._f.close()
-            raise UserError(f"cannot read {path}: {exc}") from None
+        name = display_name(path)
+        lines = clean(read_bytes(path))
+        names = header(lines)
+        if not gpumon_csv.is_header(names):
+            raise UserError(f"{name}: not a gpumon CSV log (its header does not start with "
+                            "time,gpu,source)")
+        self._ticks: Iterator[Tick]
+        self._ticks, cols = gpumon_csv.ticks(lines, names, source="replay")
+        self.bad: Malformed = cols.body.malformed
+        first = next(self._ticks, None)
         if first is None:
-            self._f.close()
-            raise UserError(f"{path}: no samples to replay")
+            raise UserError(f"{name}: no samples to replay")
         self._next: Optional[Tick] = first
         self._log_start = min(s.time for s in first.gpus)
         self._wall_start: Optional[float] = None
@@ -67,13 +70,7 @@ class ReplaySource:
         return list(self._infos)
 
     def _advance(self) -> Optional[Tick]:
-        tick, self._next = self._next, None
-        try:
-            self._next = next(self._ticks, None)
-        except UserError as exc:
-            raise UserError(f"{self.path}: {exc}", exc.code) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"cannot read {self.path}: {exc}") from None
+        tick, self._next = self._next, next(self._ticks, None)
         return tick
 
     def read(self) -> Tick:
@@ -95,4 +92,4 @@ class ReplaySource:
         return Tick(time=due[-1].time, gpus=samples, host=host)
 
     def close(self) -> None:
-        self._f.close()
+        pass

@@ -8,7 +8,8 @@ import os
 import pytest
 
 from gpumon.analyze import analyze_file, read_log, summary, to_json
-from gpumon.analyze.readers import detect, head_lines
+from gpumon.logs import sniff
+from gpumon.logs.lines import clean
 from gpumon.cli import main
 from gpumon.errors import UserError
 
@@ -24,7 +25,7 @@ def path(name):
     ("nvsmi_nounits.csv", "nvidia-smi"), ("dmon.log", "dmon"), ("dmon_dt.log", "dmon"),
     ("plain.csv", "plain"), ("malformed.csv", "nvidia-smi")])
 def test_format_is_detected(name, kind):
-    assert detect(head_lines(path(name))) == kind
+    assert sniff(clean(open(path(name), 'rb').read()).head(40)) == kind
     assert read_log(path(name)).kind == kind
 
 
@@ -195,11 +196,11 @@ def test_hold_fills_settled_runs_exactly_as_stepping_every_bin():
 
 
 def test_arrow_to_numpy_without_pandas_matches_to_numpy():
-    """readers._np (Arrow buffers -> numpy) gives what to_numpy(zero_copy_only=False) gives:
+    """arrow.to_np (Arrow buffers -> numpy) gives what to_numpy(zero_copy_only=False) gives:
     sliced arrays, nulls (NaN, integers as floats), booleans, chunks."""
     import numpy as np
     import pyarrow as pa
-    from gpumon.analyze import readers as R
+    from gpumon.logs import arrow as R
     cases = [pa.array([1.5, None, 3.25, 4.0, None]), pa.array([1, 2, None, 4], pa.int32()),
              pa.array([7, 8, 9], pa.int64()), pa.array([True, False] * 9),
              pa.array([1.0, 2.0, 3.0]), pa.array([], pa.float64()),
@@ -208,14 +209,14 @@ def test_arrow_to_numpy_without_pandas_matches_to_numpy():
              pa.array([1.0, None, 2.0, None] * 5).slice(1, 13)]
     for a in cases:
         want = a.to_numpy(zero_copy_only=False)
-        got = R._np(a)
+        got = R.to_np(a)
         assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True), a
         assert got.flags.writeable
     ch = pa.chunked_array([pa.array([1.0, None]), pa.array([3.0])])
-    assert np.array_equal(R._np(ch), np.array([1.0, np.nan, 3.0]), equal_nan=True)
+    assert np.array_equal(R.to_np(ch), np.array([1.0, np.nan, 3.0]), equal_nan=True)
     m = np.array([True, False, False, True, True, False, True, False, True, True, False])
-    assert np.array_equal(R._np(R._arrow_mask(m)), m)
-    assert R._str_array(["a", "", "[n/a]"]).to_pylist() == ["a", "", "[n/a]"]
+    assert np.array_equal(R.to_np(R.arrow_mask(m)), m)
+    assert R.str_array(["a", "", "[n/a]"]).to_pylist() == ["a", "", "[n/a]"]
 
 
 @pytest.mark.parametrize("name", ["nvsmi_starved.csv", "gpumon.csv", "dmon.log"])

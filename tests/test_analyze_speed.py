@@ -13,7 +13,7 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from gpumon.analyze import readers  # noqa: E402
+from gpumon.logs import nvsmi, values as readers  # noqa: E402
 from gpumon.detect import features as F  # noqa: E402
 from gpumon.detect.bins import GI, GPU_FIELDS, HOST_FIELDS  # noqa: E402
 from gpumon.detect.thresholds import DEFAULT  # noqa: E402
@@ -95,12 +95,12 @@ def test_wsum_c_slices_and_rows_match_gathering():
 
 def test_per_value_matches_each_row():
     col = pa.chunked_array([pa.array([" 97 %", " 3 %", " 97 %"]), pa.array([" 3 %", " 50 %"])])
-    v, b = readers.per_value(col, lambda d: readers._nvsmi_text(d, readers.num))
-    w, c = readers._nvsmi_text(col, readers.num)
+    v, b = readers.per_value(col, lambda d: nvsmi._text(d, readers.num))
+    w, c = nvsmi._text(col, readers.num)
     assert np.array_equal(v, w) and np.array_equal(b, c) and v.tolist() == [97, 3, 97, 3, 50]
     ev = pa.chunked_array([pa.array([" 0x0000000000000004", " 0x20", ""]), pa.array([" zz"])])
-    v, b = readers.per_value(ev, lambda d: readers._nvsmi_text(d, readers.hex_or_num))
-    w, c = readers._nvsmi_text(ev, readers.hex_or_num)
+    v, b = readers.per_value(ev, lambda d: nvsmi._text(d, readers.hex_or_num))
+    w, c = nvsmi._text(ev, readers.hex_or_num)
     assert np.array_equal(v, w, equal_nan=True) and np.array_equal(b, c)
     assert b.tolist() == [False, False, True, True]
     assert readers.per_value(pa.chunked_array([pa.array(["1", None])]), lambda d: None) is None
@@ -108,7 +108,7 @@ def test_per_value_matches_each_row():
 
 def test_compute_kernels_by_name_match_pyarrow_compute():
     import pyarrow.compute as pc
-    from gpumon.analyze.compute import Compute
+    from gpumon.logs.compute import Compute
     k = Compute()
     s = pa.array([" 1.5 W", "x", None, "[N/A]", "2024-01-15T10:00:01.25"])
     t = pa.array(["2024/01/15 10:00:01", "bad", None])
@@ -161,7 +161,7 @@ def test_gpu_time_order_16_bit_keys_match_lexsort():
 
 
 def test_small_pages_put_numpy_setting_back():
-    from gpumon.analyze.memory import small_pages
+    from gpumon.logs.memory import small_pages
     try:
         from numpy._core.multiarray import _set_madvise_hugepage as switch
     except ImportError:

@@ -3,7 +3,16 @@ import io
 
 import pytest
 
-from gpumon.csvlog import COLUMNS, CsvSink, MalformedRows, read_ticks
+from gpumon.csvlog import COLUMNS, CsvSink
+from gpumon.logs import gpumon_csv
+from gpumon.logs.lines import clean
+from gpumon.logs.table import header
+
+
+def read_ticks(text: str):
+    lines = clean(text.encode())
+    it, cols = gpumon_csv.ticks(lines, header(lines))
+    return list(it), cols.body.malformed
 from gpumon.diagnosis import Diagnosis
 from gpumon.errors import UserError
 from gpumon.samples import GpuSample, gpu_columns
@@ -40,7 +49,7 @@ def test_roundtrip_rebuilds_ticks(tmp_path):
     for k in range(3):
         sink.write(tick(1000.0 + k, gpus=2, util=40.0 * k))
     sink.close()
-    ticks = list(read_ticks(open(path)))
+    ticks, _ = read_ticks(open(path).read())
     assert len(ticks) == 3
     assert all(len(t.gpus) == 12 for t in ticks)
     s = ticks[1].gpus[0]
@@ -85,11 +94,13 @@ def test_malformed_rows_are_counted():
     w.writerow(good)
     w.writerow(["oops", "0"])
     w.writerow(["x"] + good[1:])
-    bad = MalformedRows()
-    ticks = list(read_ticks(io.StringIO(text.getvalue()), bad=bad))
+    ticks, bad = read_ticks(text.getvalue())
     assert len(ticks) == 1 and bad.count == 2 and bad.first_line == 3
 
 
-def test_not_a_gpumon_log():
+def test_not_a_gpumon_log(tmp_path):
+    from gpumon.replay import ReplaySource
+    p = tmp_path / "x.csv"
+    p.write_text("a,b,c\n1,2,3\n")
     with pytest.raises(UserError, match="not a gpumon CSV"):
-        list(read_ticks(io.StringIO("a,b,c\n1,2,3\n")))
+        ReplaySource(str(p))

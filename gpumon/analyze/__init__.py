@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Optional
 
 from gpumon.errors import UserError
-from gpumon.analyze.log import Log, Malformed
-from gpumon.analyze.readers import detect, read_log
+from gpumon.logs.log import Log, Malformed
+from gpumon.logs import read_log, sniff
 from gpumon.analyze.report import to_json, to_text
 from gpumon.analyze.timeline import Timeline, summary, timeline
 from gpumon.detect.thresholds import DEFAULT, Thresholds
@@ -29,5 +29,5 @@ def analyze_file(path: str, interval: Optional[float] = None,
     return log, timeline(log, th)
 
 
-__all__ = ["analyze_file", "read_log", "detect", "timeline", "summary", "to_json", "to_text",
+__all__ = ["analyze_file", "read_log", "sniff", "timeline", "summary", "to_json", "to_text",
            "Log", "Malformed", "Timeline"]

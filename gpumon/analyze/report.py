@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Optional
 
-from gpumon.analyze.log import Log
+from gpumon.logs.log import Log
 from gpumon.analyze.timeline import Timeline, summary
 
 # Evidence shown in the text report, with its label and format.
@@ -21,21 +21,40 @@ TEXT_EVIDENCE = (("duty_cycle", "duty", "{:.0%}"), ("burst_s", "burst", "{:.2f}s
                  ("disk_read_mbps", "disk read", "{:.0f} MB/s"))
 
 
-def to_json(tl: Timeline) -> dict:
-    return {
+def to_json(tl: Timeline, log: Optional[Log] = None) -> dict:
+    out = {
         "summary": summary(tl),
         "segments": [{"start": round(d.start, 3), "end": round(d.end, 3), "verdict": d.verdict,
                       "cause": d.cause, "gpus": list(d.gpus), "confidence": d.confidence,
                       "evidence": d.evidence, "advice": d.advice} for d in tl.segments],
+        "gaps": [{"start": round(a, 3), "end": round(b, 3)} for a, b in tl.gaps],
     }
+    if log is not None:
+        out["malformed_lines"] = log.malformed.count
+        out["notes"] = list(log.notes)
+    return out
+
+
+# Times before this are seconds since the log's start, not Unix epoch seconds.
+EPOCH_MIN = 1e8
 
 
 def _clock(t: Optional[float], t0: float) -> str:
+    """Local wall-clock time (the dashboard's convention; the report names the zone once)."""
     if t is None:
         return "?"
-    if t0 > 1e8:   # epoch seconds: wall-clock time
-        return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M:%S")
+    if t0 > EPOCH_MIN:
+        return dt.datetime.fromtimestamp(t).strftime("%H:%M:%S")
     return f"{t - t0:7.0f}s"
+
+
+def _zone_line(t0: float) -> str:
+    """Where the timeline's clock starts, and in which zone its times are."""
+    if t0 <= EPOCH_MIN:
+        return "  times: seconds since the first sample"
+    start = dt.datetime.fromtimestamp(t0).astimezone()
+    return (f"  times: local time, {start.tzname()} (UTC{start.strftime('%z')[:3]}:"
+            f"{start.strftime('%z')[3:]}); the log starts {start.strftime('%Y-%m-%d %H:%M:%S')}")
 
 
 def _dur(s: float) -> str:
@@ -56,13 +75,18 @@ def evidence_line(ev: dict) -> str:
 def to_text(log: Log, tl: Timeline) -> str:
     sm = summary(tl)
     span = (tl.end or 0) - (tl.start or 0)
+    gap = sum(b - a for a, b in tl.gaps)
     rate = tl.samples_per_s or 0.0
     gpus = ",".join(str(g) for g in sm["gpus"]) or "-"
-    out = [f"{log.path}: {log.kind} log, {_dur(span)}, GPUs {gpus}, "
+    length = _dur(span) if not tl.gaps else (
+        f"{_dur(span - gap)} of samples in {len(tl.gaps) + 1} runs over {_dur(span)}")
+    out = [f"{log.path}: {log.kind} log, {length}, GPUs {gpus}, "
            f"{rate:.1f} samples/s per GPU"]
+    out += [f"  note: {n}" for n in log.notes]
     if log.malformed.count:
-        out.append(f"  {log.malformed.count} malformed line(s) skipped, the first at line "
-                   f"{log.malformed.first_line}")
+        line = (f", the first at line {log.malformed.first_line}"
+                if log.malformed.first_line is not None else "")
+        out.append(f"  {log.malformed.count} malformed line(s) skipped{line}")
     head = sm["verdict"]
     if sm["cause"]:
         head += f" ({sm['cause']})"
@@ -82,13 +106,18 @@ def to_text(log: Log, tl: Timeline) -> str:
         out.append(f"  advice: {longest.advice}")
         if longest.missing:
             out.append(f"  missing signals: {', '.join(longest.missing)}")
-    out.append("timeline:")
     t0 = tl.start or 0.0
+    out.append(_zone_line(t0))
+    out.append("timeline:")
+    rows = [(a, f"  {_clock(a, t0)} - {_clock(b, t0)}  {_dur(b - a):>7}  no samples "
+                "(logging stopped): no verdict") for a, b in tl.gaps]
     for d in tl.segments:
         name = d.verdict + (f" ({d.cause})" if d.cause else "")
         if d.straggler_gpu is not None:
             name += f" straggler {d.straggler_gpu}"
         gp = ",".join(map(str, d.gpus))
-        out.append(f"  {_clock(d.start, t0)} - {_clock(d.end, t0)}  {_dur(d.end - d.start):>7}"
-                   f"  GPUs {gp:<8} {name}  [{d.confidence:.2f}]")
+        rows.append((d.start, f"  {_clock(d.start, t0)} - {_clock(d.end, t0)}  "
+                              f"{_dur(d.end - d.start):>7}  GPUs {gp:<8} {name}  "
+                              f"[{d.confidence:.2f}]"))
+    out += [r for _, r in sorted(rows, key=lambda x: x[0])]
     return "\n".join(out)

@@ -24,10 +24,10 @@ from gpumon.detect.pauses import host_bins, pause_flags
 from gpumon.detect.rules import judge
 from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
-from gpumon.analyze.log import Log
-from gpumon.analyze.memory import small_pages
+from gpumon.logs.log import Log, runs
+from gpumon.logs.memory import small_pages
 from gpumon.analyze.pauses import recovered, two_sided
-from gpumon.analyze.threads import map_threads
+from gpumon.logs.threads import map_threads
 
 CHUNK_BINS = 4096
 STORE_CHUNK = 1 << 17          # samples binned at once
@@ -47,6 +47,7 @@ class Timeline:
     start: Optional[float] = None
     end: Optional[float] = None
     samples_per_s: Optional[float] = None
+    gaps: list = field(default_factory=list)         # (start, end): no samples, no verdict
 
 
 def _rate(log: Log) -> float:
@@ -167,13 +168,34 @@ def _cat(parts: list[dict]) -> dict:
 
 
 def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
-    """The log's segments (per job, in time order), its jobs and its span."""
+    """The log's segments (per job, in time order), its jobs and its span. Where logging
+    stopped (logs.log.runs) there is a gap: each run is judged on its own."""
     with small_pages():
-        return _timeline(log, th)
+        parts = [_timeline(r, th) for r in runs(log, th.log_gap_s)]
+    return _join(parts)
+
+
+def _join(parts: list[Timeline]) -> Timeline:
+    if len(parts) == 1:
+        return parts[0]
+    tl = Timeline(start=min(p.start for p in parts), end=max(p.end for p in parts))
+    spans = [p.end - p.start for p in parts]
+    tl.samples_per_s = (sum(p.samples_per_s * w for p, w in zip(parts, spans)) / sum(spans)
+                        if sum(spans) > 0 else 0.0)
+    for p in parts:
+        tl.segments += p.segments
+        tl.jobs += [j for j in p.jobs if j not in tl.jobs]
+    ordered = sorted(parts, key=lambda p: p.start)
+    tl.gaps = [(a.end, b.start) for a, b in zip(ordered, ordered[1:]) if b.start > a.end]
+    tl.segments.sort(key=lambda d: (d.start, d.gpus))
+    return tl
 
 
 def _timeline(log: Log, th: Thresholds) -> Timeline:
     rate = _rate(log)
+    start, end = float(np.nanmin(log.samples.time)), float(np.nanmax(log.samples.time))
+    if end - start < th.window_s:
+        return _too_short(log, rate, start, end)
     if rate and rate < 2.0:
         th = replace(th, window_s=max(th.window_s, th.window_1hz_s))
     st = build_store(log, th)
@@ -234,6 +256,15 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
             tl.segments.append(seg)
     tl.segments.sort(key=lambda d: (d.start, d.gpus))
     return tl
+
+
+def _too_short(log: Log, rate: float, start: float, end: float) -> Timeline:
+    """A run shorter than one window: nothing can be said of it."""
+    gpus = tuple(sorted(set(log.samples.gpu.tolist())))
+    d = Diagnosis(verdict=INSUFFICIENT_DATA, gpus=gpus, confidence=0.0,
+                  evidence={k: None for k in EVIDENCE_KEYS},
+                  advice="too few samples to judge: log for longer", start=start, end=end)
+    return Timeline(segments=[d], jobs=[], start=start, end=end, samples_per_s=rate)
 
 
 def job_flags(st: Store, rows: list[int], th: Thresholds

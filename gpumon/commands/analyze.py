@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from gpumon.commands.common import positive_float
 
@@ -12,7 +13,8 @@ def register(sub) -> None:
         description="Offline diagnosis of a log: a gpumon CSV, an `nvidia-smi --query-gpu=... "
         "--format=csv` log, an `nvidia-smi dmon` log, or a CSV with time, GPU index and "
         "utilization columns. The format is detected from the file.")
-    p.add_argument("files", nargs="+", metavar="FILE", help="log file(s)")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="log file(s); - reads standard input; .gz files and pipes work")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="output format (default text)")
     p.add_argument("--interval", type=positive_float, default=None, metavar="S",
@@ -22,17 +24,31 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """Every readable file is analysed and reported; each unreadable one gets one line on
+    stderr (in JSON, an ``error`` entry); exit 1 when any failed."""
     _reuse_freed_memory()
     from gpumon.analyze import analyze_file, to_json, to_text
-    results = [analyze_file(path, args.interval) for path in args.files]
+    from gpumon.errors import UserError
+    docs, texts, failed = [], [], 0
+    for path in args.files:
+        try:
+            log, tl = analyze_file(path, args.interval)
+        except UserError as exc:
+            failed += 1
+            print(f"gpumon: {exc}", file=sys.stderr)
+            docs.append({"file": path, "error": str(exc)})
+            continue
+        if args.format == "json":
+            docs.append({"file": path, **to_json(tl, log)})
+        else:
+            texts.append(to_text(log, tl))
+        sys.stdout.flush()
     if args.format == "json":
-        docs = [to_json(tl) for _, tl in results]
-        out = docs[0] if len(docs) == 1 else [
-            {"file": path, **doc} for path, doc in zip(args.files, docs)]
+        out = docs[0] if len(args.files) == 1 and not failed else docs
         print(json.dumps(out, indent=2))
-    else:
-        print("\n\n".join(to_text(log, tl) for log, tl in results))
-    return 0
+    elif texts:
+        print("\n\n".join(texts))
+    return 1 if failed else 0
 
 
 # glibc malloc: memory freed by one step of the analysis stays with the process for the next

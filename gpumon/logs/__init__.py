@@ -1,0 +1,58 @@
+"""Log formats: every log gpumon reads, as detector columns.
+
+    from gpumon.logs import read_log
+    log = read_log("run.csv")        # a Log (logs.log): samples, jobs, host, malformed, notes
+
+``read_log`` takes a path, ``-`` (standard input), a pipe, or a gzip file; it sniffs the
+format from the first lines (sniff.py) and hands the clean lines (lines.py: bad bytes, NULs,
+over-long lines counted as malformed) to that format's reader: gpumon_csv, nvsmi, dmon, plain.
+Every malformed line, whatever is wrong with it, is skipped and counted in ``log.malformed``;
+the rest is read.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from gpumon.errors import UserError
+from gpumon.logs import dmon, gpumon_csv, nvsmi, plain
+from gpumon.logs.lines import Lines, clean
+from gpumon.logs.log import Log, Malformed
+from gpumon.logs.memory import small_pages
+from gpumon.logs.sniff import KINDS, sniff
+from gpumon.logs.source import display_name, read_bytes
+from gpumon.logs.table import header
+
+# Lines sniffed for the format.
+SNIFF_LINES = 40
+
+
+def read_log(path: str, interval: Optional[float] = None) -> Log:
+    """Any supported log, its kind detected from its first lines."""
+    name = display_name(path)
+    lines = clean(read_bytes(path))
+    with small_pages():
+        return read_lines(lines, name, interval)
+
+
+def read_lines(lines: Lines, name: str, interval: Optional[float] = None) -> Log:
+    head = lines.head(SNIFF_LINES)
+    if not head:
+        bad = (f" ({lines.malformed.count} malformed line(s))" if lines.malformed.count
+               else "")
+        raise UserError(f"{name}: empty, nothing to analyse{bad}")
+    kind = sniff(head)
+    if kind is None:
+        raise UserError(f"{name}: not a log gpumon can read (want a gpumon CSV, an nvidia-smi "
+                        "--query-gpu CSV, an nvidia-smi dmon log, or a CSV with time or GPU "
+                        "and utilization columns)")
+    if kind == "dmon":
+        return dmon.read(lines, name, interval)
+    names = header(lines)
+    if kind == "gpumon":
+        return gpumon_csv.read(lines, names, name)
+    if kind == "nvidia-smi":
+        return nvsmi.read(lines, names, name, interval)
+    return plain.read(lines, names, name)
+
+
+__all__ = ["read_log", "read_lines", "sniff", "Log", "Malformed", "KINDS"]

@@ -1,0 +1,115 @@
+"""pyarrow for the log readers: imported here only, lazily (the monitor never loads it), and
+moved to and from numpy through Arrow's buffers rather than pyarrow's pandas bridge."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from gpumon.errors import UserError
+
+_MODULES: Optional[tuple] = None
+
+
+def pa_modules():
+    """(pyarrow, its compute kernels, pyarrow.csv), imported once."""
+    global _MODULES
+    if _MODULES is None:
+        try:
+            import pyarrow as pa
+            import pyarrow.csv as pcsv
+        except ImportError:
+            raise UserError("gpumon analyze needs pyarrow: pip install 'gpumon[analyze]'"
+                            ) from None
+        try:
+            from gpumon.logs.compute import Compute
+            pc = Compute()
+        except (ImportError, AttributeError):
+            import pyarrow.compute as pc
+        _MODULES = (pa, pc, pcsv)
+    return _MODULES
+
+
+def pc():
+    return pa_modules()[1]
+
+
+# Arrow -> numpy and numpy -> Arrow without pyarrow's pandas bridge: pyarrow imports pandas
+# (when installed) the first time it converts to or from Python or numpy objects (to_numpy,
+# pa.array, pa.scalar, a Python value as a compute argument), and that import alone costs
+# more than reading a day-long log. Readers therefore move data through Arrow buffers.
+def to_np(a) -> np.ndarray:
+    """An Arrow array (or chunks of one) of numbers or booleans as a numpy array of its own,
+    nulls as NaN (numbers; integers then become floats), as ``to_numpy(zero_copy_only=False)``
+    gives them."""
+    if hasattr(a, "chunks"):
+        if a.num_chunks > 1 and _plain(a.type):     # joined once, by numpy
+            return np.concatenate([np1(c, copy=False) for c in a.chunks])
+        a = a.combine_chunks()
+    if not _plain(a.type):
+        return a.to_numpy(zero_copy_only=False)
+    return np1(a, copy=True)
+
+
+def _plain(t) -> bool:
+    """Numbers and booleans, which np1 reads from Arrow's buffers."""
+    pa = pa_modules()[0]
+    return pa.types.is_boolean(t) or ((pa.types.is_integer(t) or pa.types.is_floating(t))
+                                      and not pa.types.is_float16(t))
+
+
+def np1(a, copy: bool) -> np.ndarray:
+    """to_np of one Array of _plain type (``copy=False``: may be a view of Arrow's memory)."""
+    pa = pa_modules()[0]
+    n, off, t = len(a), a.offset, a.type
+    if pa.types.is_boolean(t):
+        if a.null_count:
+            return a.to_numpy(zero_copy_only=False)   # objects with None, as ever (rare)
+        return _bits(a.buffers()[1], off, n)
+    kind = "f" if pa.types.is_floating(t) else "i" if pa.types.is_signed_integer(t) else "u"
+    dt = np.dtype(f"{kind}{t.bit_width // 8}")
+    if n == 0:
+        return np.zeros(0, dt if not a.null_count else np.float64)
+    v = np.frombuffer(a.buffers()[1], dtype=dt, count=n, offset=off * dt.itemsize)
+    if a.null_count:
+        v = v.astype(np.float64)
+        v[~_bits(a.buffers()[0], off, n)] = np.nan
+    elif copy:
+        v = v.copy()
+    return v
+
+
+def _bits(buf, off: int, n: int) -> np.ndarray:
+    """Arrow's bit-packed booleans (validity or values) as a numpy bool array."""
+    return np.unpackbits(np.frombuffer(buf, np.uint8), count=off + n,
+                         bitorder="little")[off:].astype(bool)
+
+
+def arrow_mask(m: np.ndarray):
+    """A numpy bool array as an Arrow boolean array."""
+    pa = pa_modules()[0]
+    return pa.BooleanArray.from_buffers(
+        pa.bool_(), len(m), [None, pa.py_buffer(np.packbits(m, bitorder="little").tobytes())])
+
+
+def str_array(words) -> object:
+    """Python strings as an Arrow string array."""
+    pa = pa_modules()[0]
+    data = [w.encode() for w in words]
+    offsets = np.cumsum([0] + [len(d) for d in data]).astype(np.int32)
+    return pa.StringArray.from_buffers(len(data), pa.py_buffer(offsets.tobytes()),
+                                       pa.py_buffer(b"".join(data)))
+
+
+def fill(a, value: bool):
+    """pc.fill_null(a, value) for a boolean array (without making a Python scalar)."""
+    pc = pa_modules()[1]
+    return pc.or_kleene(a, pc.is_null(a)) if value else pc.and_kleene(a, pc.is_valid(a))
+
+
+def nulls_where(mask, a):
+    """``a`` with nulls where ``mask`` is true (pc.if_else(mask, None, a))."""
+    pa, pc, _ = pa_modules()
+    return pc.if_else(mask, pa.nulls(len(a), a.type), a)
+
+

@@ -1,0 +1,176 @@
+"""gpumon's own CSV log (written by csvlog.CsvSink), read back: the one reader, for
+``gpumon analyze`` (columns) and for ``--replay`` (ticks). Columns are matched by name, so
+older or newer logs with extra or missing columns read."""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import numpy as np
+
+from gpumon.detect.bins import HostCols, JobCols, SampleCols
+from gpumon.logs.arrow import pa_modules, pc, to_np
+from gpumon.logs.lines import Lines
+from gpumon.logs.log import Log, bad_values, finish, gpu_index
+from gpumon.logs.table import read_table
+from gpumon.logs.values import hex_or_num, num
+from gpumon.samples import GpuSample, HostSample, JobProcs, Tick, csv_fields
+
+TEXT_COLUMNS = ("source", "pids", "verdict", "cause")
+# Detector column -> CSV column.
+SAMPLE_CSV = {"util": "util_gpu_pct", "power": "power_w", "power_limit": "power_limit_w",
+              "clock": "sm_clock_mhz", "clock_max": "sm_clock_max_mhz",
+              "events": "clock_events", "mem": "mem_used_mib"}
+JOB_CSV = {"loader_cpu": "loader_cpu_pct", "main_cpu": "main_cpu_pct",
+           "main_thread": "main_thread_max_pct", "workers": "loader_workers",
+           "loader_busy": "loader_busy", "loader_age": "loader_age_s"}
+HOST_CSV = {"iowait": "iowait_pct", "disk_read": "disk_read_mbps",
+            "disk_write": "disk_write_mbps", "cpu": "cpu_pct"}
+# Ticks are rebuilt from rows in spans of this many seconds when a log is replayed.
+READ_TICK_S = 1.0
+
+
+def is_header(names: list[str]) -> bool:
+    return [n.strip() for n in names[:3]] == ["time", "gpu", "source"]
+
+
+class Columns:
+    """Every column of a gpumon CSV by name: numbers as float arrays (NaN missing), text as
+    an Arrow column; ``bad`` marks rows with an unreadable cell."""
+
+    def __init__(self, lines: Lines, names: list[str]):
+        pa = pa_modules()[0]
+        typed = {n: "float64" for n in names if n not in TEXT_COLUMNS}
+        try:
+            self.table, self.body = read_table(lines, names, typed=typed)
+        except pa.ArrowInvalid:               # a cell that is not a number: read as text
+            self.table, self.body = read_table(lines, names)
+        self.n = 0 if self.table is None else self.table.num_rows
+        self.bad = np.zeros(self.n, bool)
+        self._num: dict[str, np.ndarray] = {}
+
+    def has(self, name: str) -> bool:
+        return self.table is not None and name in self.table.column_names
+
+    def num(self, name: str, hexa: bool = False) -> np.ndarray:
+        if name not in self._num:
+            if not self.has(name):
+                self._num[name] = np.full(self.n, np.nan)
+            else:
+                v, b = (hex_or_num if hexa else num)(self.table.column(name))
+                self.bad |= b
+                self._num[name] = v
+        return self._num[name]
+
+    def text(self, name: str) -> Optional[list]:
+        if not self.has(name):
+            return None
+        return self.table.column(name).to_pylist()
+
+
+def read(lines: Lines, names: list[str], path: str) -> Log:
+    """A gpumon CSV as detector columns (for ``gpumon analyze``)."""
+    c = Columns(lines, names)
+    log = finish(_detector_log(c, path), c.bad, c.body.line_of)
+    log.pids = _pids(c) if c.has("pids") else {}
+    return log
+
+
+def _detector_log(c: Columns, path: str) -> Log:
+    t = c.num("time")
+    gpu, bad_gpu = gpu_index(c.num("gpu"))
+    c.bad |= bad_gpu
+    s = {k: c.num(v, hexa=(k == "events")) for k, v in SAMPLE_CSV.items()}
+    samples = SampleCols(t, gpu, has_pid=_has_pid(c), **s)
+    jobs = JobCols(t, gpu, **{k: c.num(v) for k, v in JOB_CSV.items()})
+    host = HostCols(t, **{k: c.num(v) for k, v in HOST_CSV.items()})
+    return Log(path, "gpumon", samples, jobs, host, {}, c.body.malformed, c.n)
+
+
+def _has_pid(c: Columns) -> np.ndarray:
+    if not c.has("pids"):
+        return np.full(c.n, np.nan)
+    # An empty cell is "not known" (the log writes None and no process alike as "").
+    p = pc().utf8_trim_whitespace(c.table.column("pids").combine_chunks())
+    return np.where(to_np(pc().utf8_length(p)) > 0, 1.0, np.nan)
+
+
+def _pids(c: Columns) -> dict:
+    """GPU -> every PID the log saw on it."""
+    out: dict[int, set] = {}
+    for g, ptxt in zip(c.num("gpu").tolist(), c.text("pids")):
+        if g == g and ptxt:
+            out.setdefault(int(g), set()).update(int(x) for x in ptxt.split() if x.isdigit())
+    return {g: tuple(sorted(v)) for g, v in out.items() if g >= 0}
+
+
+# -- replay -----------------------------------------------------------------------------------
+_GPU_FIELDS = csv_fields(GpuSample)
+_JOB_FIELDS = csv_fields(JobProcs)
+_HOST_FIELDS = csv_fields(HostSample)
+_INT = {f.name for f in _GPU_FIELDS + _JOB_FIELDS + _HOST_FIELDS if f.metadata.get("fmt") == "d"}
+
+
+def ticks(lines: Lines, names: list[str], source: Optional[str] = "replay",
+          tick_s: float = READ_TICK_S) -> tuple[Iterator[Tick], "Columns"]:
+    """The log rebuilt into Ticks, rows grouped into spans of ``tick_s`` seconds (a span also
+    ends where time goes back by more than a minute: a second run in the same file), and the
+    columns (their ``body.malformed`` counts the rows left out)."""
+    c = Columns(lines, names)
+    log = _detector_log(c, "")
+    t, gpu = log.samples.time, log.samples.gpu
+    c.bad |= bad_values(log)
+    vals = {f.name: c.num(f.name, hexa=(f.name == "clock_events"))
+            for f in _GPU_FIELDS + _JOB_FIELDS + _HOST_FIELDS
+            if f.name not in ("time", "gpu", "source", "pids")}
+    if c.bad.any():
+        rows = np.flatnonzero(c.bad)
+        c.body.malformed.add(int(c.body.line_of(rows[:1])[0]), len(rows))
+    pids = c.text("pids")
+    src = c.text("source")
+    return _tick_iter(c, t, gpu, vals, pids, src, source, tick_s), c
+
+
+def _row_values(vals: dict, i: int, names) -> dict:
+    out = {}
+    for f in names:
+        v = vals[f.name][i]
+        out[f.name] = None if v != v else (int(v) if f.name in _INT else float(v))
+    return out
+
+
+def _tick_iter(c: Columns, t, gpu, vals, pids, src, source, tick_s) -> Iterator[Tick]:
+    gpu_f = [f for f in _GPU_FIELDS if f.name not in ("time", "gpu", "source", "pids")]
+    pending: list = []
+    tick_end = last = None
+    for i in np.flatnonzero(~c.bad).tolist():
+        ti = float(t[i])
+        g = _row_values(vals, i, gpu_f)
+        ptxt = pids[i] if pids is not None else None
+        g["pids"] = tuple(int(p) for p in ptxt.split() if p.isdigit()) if ptxt else None
+        sample = GpuSample(time=ti, gpu=int(gpu[i]),
+                           source=source if source is not None else (src[i] if src else "nvml"),
+                           **g)
+        job = _row_values(vals, i, _JOB_FIELDS)
+        host = _row_values(vals, i, _HOST_FIELDS)
+        if tick_end is None:
+            tick_end = ti + tick_s
+        if pending and (ti >= tick_end or (last is not None and ti < last - 60)):
+            yield _tick(pending)
+            pending = []
+            tick_end = ti + tick_s
+        last = ti
+        pending.append((sample, job, host))
+    if pending:
+        yield _tick(pending)
+
+
+def _tick(rows: list) -> Tick:
+    samples = tuple(sorted((r[0] for r in rows), key=lambda s: (s.gpu, s.time)))
+    end = max(s.time for s in samples)
+    last_job: dict[int, dict] = {}
+    last_host: dict = {}
+    for s, job, host in rows:
+        last_job[s.gpu] = job
+        last_host = host
+    jobs = tuple(JobProcs(gpu=g, **j) for g, j in sorted(last_job.items()))
+    return Tick(time=end, gpus=samples, host=HostSample(time=end, jobs=jobs, **last_host))

@@ -1,0 +1,154 @@
+"""``nvidia-smi --query-gpu=... --format=csv[,nounits] -l N`` logs: values with units
+(``92 %``, ``150.23 W``, ``1024 MiB``), any subset and order of fields, ``[N/A]`` for
+unsupported, timestamps like ``2024/01/15 10:00:01.123``, ``-l``/``-lms`` intervals."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from gpumon.detect.bins import SampleCols
+from gpumon.errors import UserError
+from gpumon.logs.arrow import pa_modules, pc, to_np
+from gpumon.logs.lines import Lines
+from gpumon.logs.log import Log, finish, gpu_index, row_times
+from gpumon.logs.table import read_table
+from gpumon.logs.threads import map_threads
+from gpumon.logs.values import hex_or_num, is_text, key, num, num_fast, per_value, times
+
+# --query-gpu field names (units stripped) -> detector column.
+FIELDS = {
+    "timestamp": "time", "index": "gpu",
+    "utilization.gpu": "util",
+    "memory.used": "mem",
+    "power.draw": "power", "power.draw.average": "power", "power.draw.instant": "power",
+    "enforced.power.limit": "power_limit", "power.limit": "power_limit",
+    "clocks.sm": "clock", "clocks.current.sm": "clock",
+    "clocks.max.sm": "clock_max", "clocks.max.graphics": "clock_max",
+    "clocks_throttle_reasons.active": "events", "clocks_event_reasons.active": "events",
+    "uuid": "gpu_id", "gpu_uuid": "gpu_id", "pci.bus_id": "gpu_id", "gpu_bus_id": "gpu_id",
+}
+# How a detector column is read (the others: num).
+READ = {"time": times, "events": hex_or_num}
+# Columns converted once per distinct text (see per_value): few distinct values, or (power)
+# a tenth as many as rows. Timestamps are nearly all distinct per poll: times() already
+# parses each run of equal stamps once.
+BY_VALUE = {"util", "mem", "power", "power_limit", "clock", "clock_max", "events"}
+
+
+def read(lines: Lines, names: list[str], path: str, interval: Optional[float]) -> Log:
+    cols: dict[str, str] = {}
+    for name in names:
+        target = FIELDS.get(key(name))
+        if target and target not in cols:
+            cols[target] = name
+    if "util" not in cols:
+        raise UserError(f"{path}: an nvidia-smi log needs the utilization.gpu field "
+                        "(nvidia-smi --query-gpu=timestamp,index,utilization.gpu,...)")
+    if "gpu" in cols:
+        cols.pop("gpu_id", None)      # GPUs by index; their UUID or bus id is not needed
+    # Only the fields the detector reads are converted (the rest only count as fields); the
+    # GPU index is read as an integer by the CSV reader (as text when it is not one).
+    want = list(dict.fromkeys(cols.values()))
+    try:
+        table, body = read_table(lines, names, want,
+                                 {cols["gpu"]: "int64"} if "gpu" in cols else None)
+    except pa_modules()[0].ArrowInvalid:
+        table, body = read_table(lines, names, want)
+    if table is None:
+        return Log(path, "nvidia-smi", _no_samples(), malformed=body.malformed)
+    n = table.num_rows
+    bad = np.zeros(n, bool)
+    wanted = [x for x in cols if x != "gpu_id"]
+    # Every column at once (each converts on its own; the bad rows of all are or-ed).
+    conv = dict(zip(wanted, map_threads(lambda x: _convert(table.column(cols[x]), x), wanted)))
+    for _, b in conv.values():
+        bad |= b
+
+    def col(target):
+        return conv[target][0] if target in conv else None
+
+    if "gpu" in cols:
+        gpu, bad_gpu = gpu_index(col("gpu"))
+        bad |= bad_gpu
+    elif "gpu_id" in cols:
+        gpu = gpu_codes(table.column(cols["gpu_id"]))
+    else:
+        gpu = None
+    if "time" in cols:
+        t = col("time")
+        if gpu is None:
+            gpu, bad_gpu = gpu_index(per_time_order(np.nan_to_num(t)).astype(float))
+            bad |= bad_gpu
+    else:
+        if gpu is None:
+            gpu = np.zeros(n, np.int64)
+        t = row_times(gpu, interval or 1.0)
+    samples = SampleCols(t, gpu, col("util"), col("power"), col("power_limit"), col("clock"),
+                         col("clock_max"), col("events"), col("mem"), None)
+    log = Log(path, "nvidia-smi", samples, None, None, {}, body.malformed, n)
+    return finish(log, bad, body.line_of)
+
+
+def _no_samples() -> SampleCols:
+    z = np.zeros(0)
+    return SampleCols(z, np.zeros(0, np.int64), z)
+
+
+def _convert(c, target: str) -> tuple[np.ndarray, np.ndarray]:
+    fn = READ.get(target, num)
+    if not is_text(c.type):
+        v, b = fn(c)
+        return v, b | _empty(c)
+    if target in BY_VALUE:
+        # Each distinct text once (a column holds few: 0-100 %, a handful of clocks).
+        r = per_value(c, lambda d: _text(d, fn))
+        if r is not None:
+            return r
+    return _text(c, fn)
+
+
+def _text(c, fn) -> tuple[np.ndarray, np.ndarray]:
+    """(values, bad) of a text column (or of its distinct texts)."""
+    if fn is num:
+        v = num_fast(c)
+        if v is not None:
+            return v, np.zeros(len(c), bool)
+    s = pc().utf8_trim_whitespace(c)
+    v, b = fn(s, trimmed=True)
+    # nvidia-smi never writes an empty field: an empty one is a short line.
+    return v, b | (to_np(pc().binary_length(s)) == 0)
+
+
+def _empty(col) -> np.ndarray:
+    pa, pc_, _ = pa_modules()
+    if hasattr(col, "combine_chunks"):
+        col = col.combine_chunks()
+    if not is_text(col.type):
+        return to_np(pc_.is_null(col))   # a missing trailing field
+    length = to_np(pc_.utf8_length(pc_.utf8_trim_whitespace(col)))
+    return (length == 0) | np.isnan(length.astype(float))
+
+
+def gpu_codes(col) -> np.ndarray:
+    """GPU identifiers (UUID, bus id) -> 0..n-1 in order of first appearance."""
+    pa, pc_, _ = pa_modules()
+    arr = col.combine_chunks() if hasattr(col, "combine_chunks") else col
+    arr = pc_.utf8_trim_whitespace(pc_.cast(arr, pa.string()))
+    uniq = pc_.unique(arr)
+    idx = to_np(pc_.index_in(arr, value_set=uniq))
+    return gpu_index(idx.astype(float))[0]
+
+
+def per_time_order(t: np.ndarray) -> np.ndarray:
+    """Without a GPU column: the n-th row of each timestamp is GPU n."""
+    order = np.argsort(t, kind="stable")
+    ts = t[order]
+    start = np.ones(len(ts), bool)
+    start[1:] = ts[1:] != ts[:-1]
+    grp = np.cumsum(start) - 1
+    first = np.flatnonzero(start)
+    rank = np.arange(len(ts)) - first[grp]
+    out = np.empty(len(t), np.int64)
+    out[order] = rank
+    return out

@@ -1,0 +1,125 @@
+"""Which log a file is, from its first lines: the one place that decides.
+
+- ``gpumon``: a CSV whose header starts ``time,gpu,source``;
+- ``nvidia-smi``: a ``--query-gpu`` CSV (a header with ``utilization.gpu``);
+- ``dmon``: ``nvidia-smi dmon`` lines under ``# gpu ...`` headers, or without headers
+  (an excerpt, ``| grep -v '#'``) when the column count is one of dmon's default sets;
+- ``plain``: a CSV with a utilization column and a time or GPU column (a person's own loop).
+"""
+from __future__ import annotations
+
+import csv
+import re
+from typing import Optional
+
+from gpumon.logs.values import key
+
+KINDS = ("gpumon", "nvidia-smi", "dmon", "plain")
+
+# nvidia-smi dmon's default columns (``-s puc``) by driver generation, keyed by their count,
+# for a log without its header lines. Options -o D / -o T put date / time columns in front.
+DMON_DEFAULTS = {
+    9: "gpu pwr temp sm mem enc dec mclk pclk",
+    10: "gpu pwr gtemp mtemp sm mem enc dec mclk pclk",
+    12: "gpu pwr gtemp mtemp sm mem enc dec jpg ofa mclk pclk",
+}
+_DMON_CELL = re.compile(r"^(-|\d+(\.\d+)?)$")
+_DATE = re.compile(r"^\d{8}$")
+_TIME = re.compile(r"^\d\d:\d\d:\d\d$")
+
+# Plain CSV column names (units stripped, lower case), in order of preference.
+PLAIN_TIME = ("time", "timestamp", "ts", "t", "epoch", "unix_time", "datetime", "date_time",
+              "time_s", "seconds", "elapsed", "elapsed_s", "wall_time")
+PLAIN_GPU = ("gpu", "gpu_index", "index", "gpu_id", "device", "device_index", "idx", "gpu_idx",
+             "gpu_num", "device_id")
+PLAIN_UTIL = ("util", "utilization", "gpu_util", "util_gpu", "util_gpu_pct", "utilization_gpu",
+              "gpu_utilization", "utilization.gpu", "sm", "sm_util", "util_pct", "gpu_util_pct",
+              "gpu_usage", "gpu_load", "gpu_util_percent", "utilization_gpu_pct",
+              "gpu_utilization_pct", "gpu_utilization_percent", "gpu_usage_pct")
+PLAIN_POWER = ("power", "power_w", "power_draw", "power.draw", "power_draw_w", "power_usage",
+               "gpu_power", "gpu_power_w")
+PLAIN_MEM = ("mem_used", "memory_used", "mem_used_mib", "memory.used", "memory_used_mib",
+             "gpu_memory_used", "gpu_mem_used")
+PLAIN_LIMIT = ("power_limit", "power_limit_w", "power.limit")
+
+
+def plain_key(name: str) -> str:
+    """A plain log's column name as matched: units gone, lower case, spaces as ``_``."""
+    return re.sub(r"[\s\-]+", "_", key(name).strip())
+
+
+def pick(keys: list[str], names: tuple) -> Optional[int]:
+    """Index of the first of ``names`` (in preference order) among ``keys``."""
+    for n in names:
+        if n in keys:
+            return keys.index(n)
+    return None
+
+
+def plain_util(keys: list[str]) -> Optional[int]:
+    """The utilization column: a known name, else the one name with ``util`` in it that is
+    not about memory."""
+    i = pick(keys, PLAIN_UTIL)
+    if i is not None:
+        return i
+    cands = [k for k, name in enumerate(keys) if "util" in name and "mem" not in name]
+    return cands[0] if len(cands) == 1 else None
+
+
+def plain_time(keys: list[str]) -> Optional[int]:
+    i = pick(keys, PLAIN_TIME)
+    if i is not None:
+        return i
+    cands = [k for k, name in enumerate(keys) if "time" in name or name == "date"]
+    return cands[0] if len(cands) == 1 else None
+
+
+def sniff(lines: list[str]) -> Optional[str]:
+    """The kind of log these first (non-blank) lines belong to, or None."""
+    if not lines:
+        return None
+    first = lines[0].lstrip()
+    if first.startswith("#"):
+        words = first.lstrip("#").lower().split()
+        return "dmon" if "gpu" in words or "idx" in words else None
+    if dmon_columns(first) is not None or _dmon_like(first):
+        return "dmon"      # (dmon.read refuses a column count it cannot name, with the count)
+    try:
+        raw = next(csv.reader([lines[0]]), [])
+    except csv.Error:
+        return None
+    header = [key(h) for h in raw]
+    if header[:3] == ["time", "gpu", "source"]:
+        return "gpumon"
+    if "utilization.gpu" in header:
+        return "nvidia-smi"
+    keys = [plain_key(h) for h in raw]
+    if plain_util(keys) is not None and (plain_time(keys) is not None
+                                         or pick(keys, PLAIN_GPU) is not None):
+        return "plain"
+    return None
+
+
+def _dmon_like(line: str) -> bool:
+    """Whitespace-separated numbers, the first a GPU index: dmon output, headers cut off."""
+    words = line.split()
+    return (len(words) >= 4 and "," not in line and words[0].isdigit()
+            and all(_DMON_CELL.match(w) or _TIME.match(w) for w in words))
+
+
+def dmon_columns(line: str) -> Optional[list[str]]:
+    """For a dmon data line without a header: the column names its count implies (dmon's
+    default set for that count, after any date and time columns), or None."""
+    words = line.split()
+    front = []
+    if words and _DATE.match(words[0]):
+        front.append("date")
+        words = words[1:]
+    if words and _TIME.match(words[0]):
+        front.append("time")
+        words = words[1:]
+    if len(words) not in DMON_DEFAULTS or not all(_DMON_CELL.match(w) for w in words):
+        return None
+    if not words[0].isdigit():
+        return None
+    return front + DMON_DEFAULTS[len(words)].split()

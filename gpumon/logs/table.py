@@ -1,0 +1,117 @@
+"""A CSV log's rows as an Arrow table, every row as wide as the header.
+
+pyarrow reads the clean lines (multi-threaded, only the columns asked for). When it meets a
+row of the wrong width, or the file holds quotes, the rows are first checked one by one
+(``exact``): rows of the wrong width and quoted cells that hold line breaks are malformed,
+repeated header lines (two logs in one file) and blank rows are dropped; then pyarrow reads
+what is left. Row ``i`` of the table is kept line ``i`` of the returned body.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from typing import Optional
+
+import numpy as np
+
+from gpumon.logs.arrow import pa_modules
+from gpumon.logs.lines import Lines
+
+# A quoted cell may run over at most this many lines before its line is malformed.
+MAX_QUOTED_LINES = 8
+
+
+def header(lines: Lines) -> list[str]:
+    """The first line's column names, stripped; a repeated name gets ``#2``, ``#3``..."""
+    first = lines.head(1)
+    names = [c.strip() for c in next(csv.reader([first[0]]), [])] if first else []
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        out.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
+    return out
+
+
+def read_table(lines: Lines, names: list[str], want: Optional[list[str]] = None,
+               typed: Optional[dict] = None):
+    """(table, body) of the lines after the header; table None when no row is left.
+    ``typed``: column -> Arrow type alias read directly ("float64"); a cell that is not one
+    raises pyarrow's ArrowInvalid (read those columns as text instead)."""
+    body = lines.drop_head(1)
+    if b'"' in body.data:
+        body = exact(body, names, lines.head(1)[0])
+    if not body.data:
+        return None, body
+    table, skipped = _arrow(body, names, want, typed)
+    if skipped:
+        body = exact(body, names, lines.head(1)[0])
+        if not body.data:
+            return None, body
+        table, skipped = _arrow(body, names, want, typed)
+        body.malformed.add(None, skipped)      # none left after exact(); counted if so
+    return table, body
+
+
+def _arrow(body: Lines, names: list[str], want, typed):
+    pa, _, pcsv = pa_modules()
+    skipped = [0]
+
+    def on_invalid(row):
+        skipped[0] += 1
+        return "skip"
+
+    types = {n: (pa.type_for_alias(typed[n]) if typed and n in typed else pa.string())
+             for n in names}
+    table = pcsv.read_csv(
+        pa.BufferReader(body.data),
+        # 1 MiB blocks: every core parses (fewer, larger blocks leave cores idle); a line is
+        # at most lines.MAX_LINE_BYTES long, well inside one block.
+        read_options=pcsv.ReadOptions(column_names=names, block_size=1 << 20),
+        parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
+        convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=False,
+                                            include_columns=want if want is not None else names))
+    return table, skipped[0]
+
+
+def exact(body: Lines, names: list[str], header_line: str) -> Lines:
+    """The rows of ``body`` that are as wide as the header, one by one (see the module)."""
+    text = body.text_lines()
+    width, out, kept = len(names), [], []
+    k = 0
+    while k < len(text):
+        line, span = text[k], 1
+        if '"' in line:
+            while line.count('"') % 2 and span < MAX_QUOTED_LINES and k + span < len(text):
+                line += "\n" + text[k + span]
+                span += 1
+            if line.count('"') % 2:               # never closed: this line alone is bad
+                line, span = text[k], 1
+        cells = _cells(line)
+        if line.strip() == header_line.strip() or (cells is not None and
+                                                   not any(c.strip() for c in cells)):
+            pass                                  # a repeated header, a blank row
+        elif cells is None or len(cells) != width or any("\n" in c for c in cells):
+            body.malformed.add(int(body.line_of([k])[0]))
+        else:
+            out.append(line if '"' not in line else _quoted(cells))
+            kept.append(k)
+        k += span
+    data = ("\n".join(out) + "\n").encode() if out else b""
+    return Lines(data, body.line_of(np.array(kept, dtype=np.int64)), body.malformed)
+
+
+def _cells(line: str) -> Optional[list[str]]:
+    if '"' not in line:
+        return line.split(",")
+    try:
+        rows = list(csv.reader(io.StringIO(line, newline="")))
+    except csv.Error:
+        return None
+    return rows[0] if len(rows) == 1 else None
+
+
+def _quoted(cells: list[str]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow(cells)
+    return out.getvalue()
