@@ -8,7 +8,8 @@ spawned stand-in job of 8 mains x 7 loader workers:
   2. dashboard frame time for 1 and 8 GPUs;
   3. `gpumon analyze` on a day-long 8-GPU nvidia-smi log beside pandas.read_csv;
   4. the detector table of `make bench-detect` (bench/results/detect.md), when present;
-  5. where a CPU target is missed, a py-spy profile of the miss.
+  5. where a CPU target is missed, a py-spy profile of the miss;
+  6. a fuzz run of `gpumon analyze` over 1,000 mutated logs (bench/fuzz_logs.py).
 Writes bench/results/latest.md and prints it.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from bench import analysis, overhead, profile, report
+from bench import analysis, fuzz_logs, overhead, profile, report
 from bench.overhead import Measurement, Subject
 from bench.proctree import ProcTree
 
@@ -296,6 +297,8 @@ def main(argv=None) -> int:
                     "imports); prints, writes no report")
     ap.add_argument("--no-profile", action="store_true", help="no py-spy profile of misses")
     ap.add_argument("--frames", type=int, default=200)
+    ap.add_argument("--fuzz-count", type=int, default=1000,
+                    help="mutated logs through `gpumon analyze` (default 1000; 0: none)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "latest.md"))
     args = ap.parse_args(argv)
 
@@ -367,6 +370,13 @@ def main(argv=None) -> int:
                     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
                         profiles.append(f"### `{name}` {setting}: no profile ({exc})")
 
+    fuzz = fuzz_logs.fuzz(count=args.fuzz_count, log=lambda m: print(m, flush=True)) \
+        if args.fuzz_count > 0 else None
+    if fuzz:
+        tgs.append(report.Target(f"`gpumon analyze` on {fuzz.count} mutated logs", "no "
+                                 "traceback, hang or > 1 GiB", ", ".join(
+                                     f"{k} {fuzz.outcomes.get(k, 0)}" for k in fuzz_logs.OUTCOMES),
+                                 fuzz.ok))
     detect_md = None
     dpath = os.path.join(RESULTS, "detect.md")
     if os.path.exists(dpath):
@@ -429,6 +439,8 @@ def main(argv=None) -> int:
                              f"{day_rows / t.best:,.0f}", f"{max(t.rss_mib):.0f}"])
         lines += report.table(["", "seconds per run (timed part)", "whole command, s",
                                "rows/s (best)", "peak RSS MiB"], rows)
+    lines += ["", "## Log fuzzing (`python -m bench.fuzz_logs`)", ""]
+    lines += fuzz_logs.report_lines(fuzz) if fuzz else ["Not run (--fuzz-count 0)."]
     lines += ["", "## Detector", ""]
     lines += [detect_md] if detect_md else ["bench/results/detect.md is absent: run "
                                             "`make bench-detect`."]

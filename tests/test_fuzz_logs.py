@@ -1,0 +1,165 @@
+"""The mutations of bench/fuzz_logs.py do what they say (not gpumon's robustness: that is
+tests/test_analyze*.py's), and a case rebuilds from its seed and number alone."""
+import csv
+import gzip
+import io
+import random
+
+import pytest
+
+from bench import fuzz_logs as fz
+
+PLAIN = fz.base_bytes("plain.csv")          # timestamp,gpu_index,util,power_w; epoch times
+NVSMI = fz.base_bytes("nvsmi_starved.csv")  # index, timestamp, ... with units
+DMON_DT = fz.base_bytes("dmon_dt.log")      # '#Date Time gpu ...', whitespace-separated
+
+
+def rng(n=0):
+    return random.Random(n)
+
+
+def rows(data: bytes) -> list:
+    return list(csv.reader(io.StringIO(data.decode())))
+
+
+def test_gzip_gives_a_gzip_file_of_the_input():
+    out = fz.gzip_file(PLAIN, rng())
+    assert out[:2] == b"\x1f\x8b"
+    assert gzip.decompress(out) == PLAIN
+    case = next(fz.make_case(0, n) for n in range(1000) if fz.make_case(0, n).gz)
+    assert case.name.endswith(".gz")
+    assert fz.build(case)[:2] == b"\x1f\x8b"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_long_line_is_2_mib(seed):
+    out = fz.long_line(NVSMI, rng(seed))
+    longest = max(len(ln.rstrip(b"\r\n")) for ln in out.splitlines(keepends=True))
+    assert longest == fz.LONG_LINE == 2 * 1024 * 1024
+    assert out.startswith(NVSMI.splitlines(keepends=True)[0])      # the header stays first
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_long_field_is_200000_characters(seed):
+    out = fz.long_field(PLAIN, rng(seed))
+    cells = [c for ln in out.splitlines() for c in ln.split(b",")]
+    assert max(len(c) for c in cells) == fz.LONG_FIELD == 200_000     # quotes included
+    assert max(len(ln) for ln in out.splitlines()) < 2 * fz.LONG_FIELD + 100
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_truncate_cuts_inside_a_line(seed):
+    out = fz.truncate(PLAIN, rng(seed))
+    assert PLAIN.startswith(out) and len(out) < len(PLAIN)
+    assert not out.endswith(b"\n")
+    last = out.splitlines()[-1]
+    assert any(ln.startswith(last) and ln != last for ln in PLAIN.splitlines())
+
+
+def test_dup_header_repeats_the_header_after_the_start():
+    out = fz.dup_header(PLAIN, rng(1))
+    head = PLAIN.splitlines()[0]
+    lines = out.splitlines()
+    assert lines[0] == head and lines.count(head) >= 2
+    out = fz.dup_header(DMON_DT, rng(1))
+    assert out.count(b"#Date") >= 2 and out.count(b"#YYYYMMDD") >= 2
+
+
+def test_cell_counts_change():
+    width = len(rows(PLAIN)[0])
+    assert any(len(r) < width for r in rows(fz.drop_cells(PLAIN, rng())))
+    assert any(len(r) > width for r in rows(fz.add_cells(PLAIN, rng())))
+
+
+@pytest.mark.parametrize("fn, values", [(fz.nan_inf, fz.NAN_INF), (fz.negative_values, fz.NEGATIVE),
+                                        (fz.huge_values, fz.HUGE)])
+def test_bad_numbers_land_in_numeric_cells(fn, values):
+    out = fn(NVSMI, rng())
+    cells = [c.strip() for r in rows(out)[1:] for c in r]
+    hit = [c for c in cells if c.split(" ")[0] in values]
+    assert hit
+    assert all(c.split(" ")[0] not in values for c in (r[0].strip() for r in rows(out)[1:]))
+
+
+def test_huge_values_include_38_digit_numbers_and_1e308():
+    assert "1e308" in fz.HUGE and any(len(v) == 38 and v.isdigit() for v in fz.HUGE)
+
+
+def test_non_utf8_is_not_utf8():
+    for seed in range(5):
+        with pytest.raises(UnicodeDecodeError):
+            fz.non_utf8(PLAIN, rng(seed)).decode("utf-8")
+
+
+def test_byte_flip_keeps_the_length():
+    out = fz.byte_flip(PLAIN, rng())
+    assert len(out) == len(PLAIN) and out != PLAIN
+
+
+def test_crlf():
+    out = fz.crlf(PLAIN, rng(0))
+    assert b"\r\n" in out and b"\r\r" not in out
+    assert out.replace(b"\r\n", b"\n") == PLAIN
+
+
+def _epochs(data):
+    return [float(r[0]) for r in rows(data)[1:] if r]
+
+
+def test_time_jump_is_1e9_seconds_forward():
+    t = _epochs(fz.time_jump(PLAIN, rng()))
+    steps = [b - a for a, b in zip(t, t[1:])]
+    assert max(steps) >= fz.TIME_JUMP_S
+    out = fz.time_jump(NVSMI, rng())
+    assert any(r[1].strip().startswith("2055/09/23") for r in rows(out)[1:])   # 2024 + 1e9 s
+
+
+def test_time_backwards():
+    t = _epochs(fz.time_backwards(PLAIN, rng()))
+    assert min(b - a for a, b in zip(t, t[1:])) < 0
+    out = fz.time_backwards(DMON_DT, rng(2))
+    stamps = [" ".join(ln.split()[:2]) for ln in out.decode().splitlines()
+              if not ln.startswith("#")]
+    assert stamps != sorted(stamps)
+
+
+def test_gpu_indices():
+    gpus = {r[1] for r in rows(fz.negative_gpu(PLAIN, rng()))[1:]}
+    assert gpus & set(fz.NEG_GPU)
+    gpus = {r[1] for r in rows(fz.huge_gpu(PLAIN, rng()))[1:]}
+    assert gpus & set(fz.HUGE_GPU)
+    out = fz.negative_gpu(NVSMI, rng())          # the index column is the first there
+    assert {r[0].strip() for r in rows(out)[1:]} & set(fz.NEG_GPU)
+
+
+def test_quoted_newline_is_one_csv_cell_with_a_line_break():
+    out = fz.quoted_newline(PLAIN, rng())
+    assert any("\n" in c for r in rows(out) for c in r)
+
+
+def test_empty_and_header_only():
+    assert fz.empty(PLAIN, rng()) == b""
+    assert fz.header_only(PLAIN, rng()).rstrip(b"\r\n") == PLAIN.splitlines()[0]
+    assert fz.header_only(DMON_DT, rng()).count(b"\n") <= 2
+    assert fz.header_only(DMON_DT, rng()).lstrip().startswith(b"#")
+
+
+def test_cases_rebuild_from_seed_and_number():
+    a = [fz.build(fz.make_case(0, n)) for n in range(30)]
+    assert a == [fz.build(fz.make_case(0, n)) for n in range(30)]
+    assert a != [fz.build(fz.make_case(1, n)) for n in range(30)]
+
+
+def test_every_mutation_is_drawn_and_some_go_through_a_pipe():
+    cases = [fz.make_case(0, n) for n in range(1000)]
+    drawn = {m for c in cases for m in c.mutations}
+    assert drawn == set(fz.MUTATIONS) | set(fz.WHOLE)
+    assert sum(c.gz for c in cases) > 50
+    assert {c.cli for c in cases} >= {"file", "-", "/dev/stdin"}
+
+
+def test_the_classifier_on_good_and_empty_input(tmp_path):
+    p = tmp_path / "empty.csv"
+    p.write_bytes(b"")
+    assert fz.run_one(str(p), 1 << 40)["outcome"] == "user_error"
+    assert fz.run_one(str(fz.os.path.join(fz.DATA, "plain.csv")), 1 << 40)["outcome"] == "ok"
