@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FAKE := build/fakenvml
 
-.PHONY: run test fakenvml bench bench-detect gpu-check clean lint
+.PHONY: run test fakenvml bench bench-detect bench-real gpu-check clean lint
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -34,6 +34,9 @@ bench: $(STAMP) fakenvml
 
 bench-detect: $(STAMP)
 	$(VPY) -m bench.detect
+
+bench-real: $(STAMP)
+	$(VPY) -m bench.real
 
 # For a machine with an NVIDIA GPU (no network needed: the script picks a Python with torch).
 gpu-check:

@@ -188,3 +188,23 @@ def test_every_readable_file_is_reported_and_each_unreadable_one_in_a_line(tmp_p
 def test_timeline_marks_its_clock_as_local_time():
     log, tl = analyze_file(os.path.join(DATA, "nvsmi_starved.csv"))
     assert "times: local time" in to_text(log, tl)
+
+
+def test_nvidia_smi_without_index_column_numbers_gpus_by_their_place_in_each_poll(tmp_path):
+    """Each poll writes one row per GPU a few ms apart (not one stamp); a torn poll (a row
+    lost) does not shift the GPUs of the polls after it."""
+    rows, k = [], 0
+    for poll in range(40):
+        for g in range(4):
+            if poll == 10 and g == 2:
+                continue                              # torn poll: GPU 2's row is missing
+            ms = 100 * poll + 2 * g
+            rows.append(f"2025/07/26 22:32:{56 + ms // 1000:02d}.{ms % 1000:03d}, "
+                        f"{100 + g} W, {10 * g} %")
+            k += 1
+    text = "timestamp, power.draw [W], utilization.gpu [%]\n" + "\n".join(rows) + "\n"
+    log = read_log(write(tmp_path, "noidx.csv", text))
+    s = log.samples
+    after = s.time > s.time.min() + 1.05
+    assert np.array_equal(s.util[after], 10.0 * s.gpu[after])
+    assert np.bincount(s.gpu[after]).tolist() == [29, 29, 29, 29]

@@ -28,6 +28,8 @@ FIELDS = {
     "clocks_throttle_reasons.active": "events", "clocks_event_reasons.active": "events",
     "uuid": "gpu_id", "gpu_uuid": "gpu_id", "pci.bus_id": "gpu_id", "gpu_bus_id": "gpu_id",
 }
+# Rows of one poll (nvidia-smi -l/-lms) lie within this many seconds of each other.
+POLL_SPREAD_S = 0.02
 # How a detector column is read (the others: num).
 READ = {"time": times, "events": hex_or_num}
 # Columns converted once per distinct text (see per_value): few distinct values, or (power)
@@ -141,14 +143,23 @@ def gpu_codes(col) -> np.ndarray:
 
 
 def per_time_order(t: np.ndarray) -> np.ndarray:
-    """Without a GPU column: the n-th row of each timestamp is GPU n."""
-    order = np.argsort(t, kind="stable")
-    ts = t[order]
-    start = np.ones(len(ts), bool)
-    start[1:] = ts[1:] != ts[:-1]
-    grp = np.cumsum(start) - 1
-    first = np.flatnonzero(start)
-    rank = np.arange(len(ts)) - first[grp]
-    out = np.empty(len(t), np.int64)
-    out[order] = rank
-    return out
+    """Without a GPU column: each poll writes one row per GPU, in GPU order, within a few
+    milliseconds (POLL_SPREAD_S). The node's GPU count is the usual number of rows in a poll;
+    a poll of exactly that many rows sets the GPU of each of its rows, and rows between such
+    polls (a torn or short poll) continue the count from the last full one."""
+    n = len(t)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    new = np.ones(n, bool)
+    new[1:] = np.abs(np.diff(t)) > POLL_SPREAD_S
+    starts = np.flatnonzero(new)
+    sizes = np.diff(np.append(starts, n))
+    gpus = int(np.bincount(sizes).argmax())
+    full = starts[sizes == gpus]
+    if gpus <= 1 or len(full) == 0:
+        return np.zeros(n, np.int64)
+    sync = np.zeros(n, np.int64)
+    sync[full] = full
+    sync = np.maximum.accumulate(sync)
+    sync[: full[0]] = full[0]
+    return (np.arange(n) - sync) % gpus
