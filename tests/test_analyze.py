@@ -133,7 +133,8 @@ def test_header_only_and_missing_file(tmp_path, capsys):
 def test_json_output_is_the_contract(capsys):
     assert main(["analyze", "--format", "json", path("gpumon.csv")]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"summary", "segments"}
+    assert set(doc) == {"file", "summary", "segments", "gaps", "malformed_lines", "notes"}
+    assert doc["gaps"] == [] and doc["malformed_lines"] == 0 and doc["notes"] == []
     assert set(doc["summary"]) == {"verdict", "cause", "gpus", "straggler_gpu", "confidence",
                                    "fractions"}
     assert isinstance(doc["summary"]["straggler_gpu"], int)

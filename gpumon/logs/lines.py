@@ -46,15 +46,6 @@ class Lines:
             start = end + 1
         return out
 
-    def drop_head(self, k: int) -> "Lines":
-        """These lines without the first ``k``."""
-        start = 0
-        for _ in range(k):
-            start = self.data.index(b"\n", start) + 1
-        lineno = (np.arange(k + 1, k + 1 + self.data.count(b"\n", start)) if self.lineno is None
-                  else self.lineno[k:])
-        return Lines(self.data[start:], lineno, self.malformed)
-
 
 def clean(data: bytes) -> Lines:
     if b"\r" in data:

@@ -33,27 +33,43 @@ def header(lines: Lines) -> list[str]:
     return out
 
 
+class Rows:
+    """Where a table's rows came from: row ``i`` is kept line ``i + 1`` of ``lines`` (line 0
+    is the header)."""
+
+    def __init__(self, lines: Lines):
+        self.lines = lines
+        self.malformed = lines.malformed
+
+    def line_of(self, rows: np.ndarray) -> np.ndarray:
+        return self.lines.line_of(np.asarray(rows, dtype=np.int64) + 1)
+
+
 def read_table(lines: Lines, names: list[str], want: Optional[list[str]] = None,
                typed: Optional[dict] = None):
-    """(table, body) of the lines after the header; table None when no row is left.
+    """(table, Rows) of the lines after the header; table None when no row is left.
     ``typed``: column -> Arrow type alias read directly ("float64"); a cell that is not one
     raises pyarrow's ArrowInvalid (read those columns as text instead)."""
-    body = lines.drop_head(1)
-    if b'"' in body.data:
-        body = exact(body, names, lines.head(1)[0])
-    if not body.data:
-        return None, body
-    table, skipped = _arrow(body, names, want, typed)
+    first = lines.head(1)[0]
+    if b'"' in lines.data:
+        lines = exact(lines, names, first)
+    if _header_only(lines):
+        return None, Rows(lines)
+    table, skipped = _arrow(lines, names, want, typed)
     if skipped:
-        body = exact(body, names, lines.head(1)[0])
-        if not body.data:
-            return None, body
-        table, skipped = _arrow(body, names, want, typed)
-        body.malformed.add(None, skipped)      # none left after exact(); counted if so
-    return table, body
+        lines = exact(lines, names, first)
+        if _header_only(lines):
+            return None, Rows(lines)
+        table, skipped = _arrow(lines, names, want, typed)
+        lines.malformed.add(None, skipped)      # none left after exact(); counted if so
+    return table, Rows(lines)
 
 
-def _arrow(body: Lines, names: list[str], want, typed):
+def _header_only(lines: Lines) -> bool:
+    return lines.data.find(b"\n") == len(lines.data) - 1
+
+
+def _arrow(lines: Lines, names: list[str], want, typed):
     pa, _, pcsv = pa_modules()
     skipped = [0]
 
@@ -64,10 +80,10 @@ def _arrow(body: Lines, names: list[str], want, typed):
     types = {n: (pa.type_for_alias(typed[n]) if typed and n in typed else pa.string())
              for n in names}
     table = pcsv.read_csv(
-        pa.BufferReader(body.data),
+        pa.BufferReader(lines.data),
         # 1 MiB blocks: every core parses (fewer, larger blocks leave cores idle); a line is
         # at most lines.MAX_LINE_BYTES long, well inside one block.
-        read_options=pcsv.ReadOptions(column_names=names, block_size=1 << 20),
+        read_options=pcsv.ReadOptions(column_names=names, skip_rows=1, block_size=1 << 20),
         parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
         convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=False,
                                             include_columns=want if want is not None else names))
@@ -75,10 +91,11 @@ def _arrow(body: Lines, names: list[str], want, typed):
 
 
 def exact(body: Lines, names: list[str], header_line: str) -> Lines:
-    """The rows of ``body`` that are as wide as the header, one by one (see the module)."""
+    """The header and the rows of ``body`` after it that are as wide as the header, checked
+    one by one (see the module)."""
     text = body.text_lines()
-    width, out, kept = len(names), [], []
-    k = 0
+    width, out, kept = len(names), [text[0]], [0]
+    k = 1
     while k < len(text):
         line, span = text[k], 1
         if '"' in line:
@@ -97,7 +114,7 @@ def exact(body: Lines, names: list[str], header_line: str) -> Lines:
             out.append(line if '"' not in line else _quoted(cells))
             kept.append(k)
         k += span
-    data = ("\n".join(out) + "\n").encode() if out else b""
+    data = ("\n".join(out) + "\n").encode()
     return Lines(data, body.line_of(np.array(kept, dtype=np.int64)), body.malformed)
 
 
