@@ -257,6 +257,11 @@ class Score:
             if truth is None or t <= change:
                 continue
             tv, tstrag, _ = truth
+            if key == "b" and tv == "data_starvation" and tstrag is not None:
+                # An nvidia-smi log has no host counters: one rank's wait for input cannot be
+                # told from other work on its host, and the contract says sync_stall
+                # (rank_host) naming that rank.
+                tv = "sync_stall"
             if first_ok is None and pv == tv:
                 first_ok = t - change
             if t < change + SKIP_S + 1e-9:

@@ -7,17 +7,18 @@ from typing import Optional
 
 BUSY = "busy"
 IDLE = "idle"
+PAUSED = "paused"
 DATA_STARVATION = "data_starvation"
 SYNC_STALL = "sync_stall"
 THROTTLED = "throttled"
 INSUFFICIENT_DATA = "insufficient_data"
 
 # The stable verdict strings, in the order tables list them.
-VERDICTS = (BUSY, IDLE, DATA_STARVATION, SYNC_STALL, THROTTLED, INSUFFICIENT_DATA)
+VERDICTS = (BUSY, IDLE, PAUSED, DATA_STARVATION, SYNC_STALL, THROTTLED, INSUFFICIENT_DATA)
 
 # The one abbreviation map, for narrow columns (dstat/dool state column, compact rows).
 ABBREV = {
-    BUSY: "busy", IDLE: "idle", DATA_STARVATION: "data", SYNC_STALL: "sync",
+    BUSY: "busy", IDLE: "idle", PAUSED: "paus", DATA_STARVATION: "data", SYNC_STALL: "sync",
     THROTTLED: "thrm", INSUFFICIENT_DATA: "----",
 }
 
@@ -32,6 +33,12 @@ CAUSES = (
     "thermal",
     "power_cap",
     "hw_slowdown",
+    "rank_host",           # one rank idles while the others spin: its host (input, checkpoint,
+                           # logging on that rank); without host counters it cannot be told
+    "hang",                # every GPU spins in a collective, none computes, for long
+    "held",                # the job holds GPU memory and runs nothing (idle)
+    "startup",             # paused: the job's first seconds (model load, compile)
+    "unknown",             # paused: a stop after steady work with nothing to say why
 )
 
 
@@ -48,11 +55,14 @@ class Diagnosis:
     start: Optional[float] = None
     end: Optional[float] = None
     missing: tuple[str, ...] = ()          # signals that were not available
+    rule: str = ""                         # the rule that decided (detect/rules.py RULES)
+    because: str = ""                      # why, in numbers a user can check on the screen
 
     def as_dict(self) -> dict:
         return {
             "start": self.start, "end": self.end, "verdict": self.verdict, "cause": self.cause,
             "gpus": list(self.gpus), "straggler_gpu": self.straggler_gpu,
             "confidence": round(self.confidence, 3), "evidence": self.evidence,
-            "advice": self.advice, "missing": list(self.missing),
+            "advice": self.advice, "missing": list(self.missing), "rule": self.rule,
+            "because": self.because,
         }

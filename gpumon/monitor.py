@@ -16,6 +16,7 @@ otherwise keep the GPU it no longer sees. CommandScope is the scope of a command
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import replace
@@ -183,22 +184,20 @@ class Monitor:
         return tick
 
     def run(self) -> None:
-        """Sample until ``duration`` has passed or ``stop()`` is called."""
-        start = time.monotonic()
-        deadline = start + self.duration if self.duration is not None else None
-        next_at = start
+        """Sample once per interval until ``stop()`` is called or, with ``duration``, for
+        the polls that fit in it (at 0, interval, 2 intervals... up to duration): a count,
+        not a race with the clock, so a run of a simulated source is the same every time."""
+        polls = (int(math.floor(self.duration / self.interval + 1e-9)) + 1
+                 if self.duration is not None else None)
+        next_at = time.monotonic()
         while not self.stop_event.is_set():
             self.step()
+            if polls is not None and self.ticks >= polls:
+                break
             next_at += self.interval
             now = time.monotonic()
             if next_at < now:            # fell behind (a slow call): skip, don't burst
                 next_at = now + self.interval
-            if deadline is not None and next_at > deadline + 1e-6:
-                if deadline > now:
-                    self.stop_event.wait(deadline - now)
-                    if not self.stop_event.is_set():
-                        self.step()
-                break
             self.stop_event.wait(next_at - now)
 
     def start_thread(self) -> threading.Thread:

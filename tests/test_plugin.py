@@ -56,7 +56,8 @@ def test_overall_verdict_prefers_a_problem_to_a_healthy_job():
     assert stream.overall_verdict([Diagnosis("busy"), Diagnosis("throttled")]) == "throttled"
     assert stream.overall_verdict([]) is None
     assert stream.abbrev(None) == "----"
-    assert {stream.abbrev(v) for v in ABBREV} == {"busy", "idle", "data", "sync", "thrm", "----"}
+    assert {stream.abbrev(v) for v in ABBREV} == {"busy", "idle", "paus", "data", "sync", "thrm",
+                                                  "----"}
 
 
 def test_error_record_keeps_the_reason_only():

@@ -317,7 +317,9 @@ def test_checkpoint():
     assert util[:, ~pause][:, 2:].mean() > 90, "busy otherwise"
     writes = np.array([tk.host.disk_write_mbps for tk in ticks])
     assert writes[pause].mean() > 100 and writes[~pause].max() < writes[pause].mean()
-    assert {tk.truth.verdict for tk in ticks} == {dx.BUSY}
+    # A healthy job: busy, and paused while it stops (its truth says so, second by second).
+    assert {(tk.truth.verdict, tk.truth.pause) for tk in ticks} == {(dx.BUSY, False),
+                                                                    (dx.PAUSED, True)}
 
 
 def test_validation():
@@ -326,7 +328,9 @@ def test_validation():
     pause = np.array([tk.truth.pause for tk in ticks])
     util = per_gpu(ticks, "util_gpu_pct").reshape(2, len(ticks), 6).mean(axis=(0, 2))
     assert util[pause].mean() < util[~pause].mean() - 15, "a different rhythm"
-    assert {tk.truth.verdict for tk in ticks} == {dx.BUSY}
+    # A healthy job: busy, and paused while it stops (its truth says so, second by second).
+    assert {(tk.truth.verdict, tk.truth.pause) for tk in ticks} == {(dx.BUSY, False),
+                                                                    (dx.PAUSED, True)}
 
 
 def test_epoch_end_restarts_workers():
@@ -337,7 +341,9 @@ def test_epoch_end_restarts_workers():
     before = {p.pid for p in ticks[first - 2].host.procs if p.role == "worker"}
     after = {p.pid for p in ticks[end + 1].host.procs if p.role == "worker"}
     assert before and after and not before & after, "new worker PIDs after the boundary"
-    assert {tk.truth.verdict for tk in ticks} == {dx.BUSY}
+    # A healthy job: busy, and paused while it stops (its truth says so, second by second).
+    assert {(tk.truth.verdict, tk.truth.pause) for tk in ticks} == {(dx.BUSY, False),
+                                                                    (dx.PAUSED, True)}
 
 
 def test_demo_passes_through_phases():
@@ -495,3 +501,20 @@ def test_loader_age_resets_when_an_epoch_starts_new_workers():
     # No epoch boundary: the same workers grow old.
     busy = [tk.host.job_on(0).loader_age_s for tk in simulate("busy", gpus=2, seconds=30, seed=5)]
     assert all(b > a for a, b in zip(busy, busy[1:]))
+
+
+def test_same_seed_same_verdicts(tmp_path):
+    """`gpumon log --sim` runs the simulation on its own clock (one interval per poll, from a
+    whole second) and polls a fixed count for --duration: two runs of one seed write the same
+    rows, verdicts included, whatever the machine's timing (issue 18)."""
+    import subprocess
+    import sys
+    outs = []
+    for k in range(2):
+        p = tmp_path / f"run{k}.csv"
+        subprocess.run([sys.executable, "-m", "gpumon", "log", "-q", "--sim",
+                        "data_starvation", "--seed", "0", "--interval", "0.5", "--duration", "3",
+                        "-o", str(p)], check=True, timeout=60)
+        rows = p.read_text().splitlines()
+        outs.append([r.split(",", 1)[1] for r in rows])      # all but the wall-clock time
+    assert outs[0] == outs[1] and len(outs[0]) > 30

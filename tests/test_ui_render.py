@@ -54,7 +54,7 @@ def test_screen_shows_every_part():
     assert lines[13].startswith("      +3 more: 4101 main 96%, 4102 main 95%, 4103 main 94%")
     assert "pids 4103" in text
     strip = next(line for line in lines if line.startswith("verdicts"))
-    assert "bbbbbbbsssssssssssssssss" in strip.replace(" ", "")   # past verdicts, oldest first
+    assert "bbbbsssssssssssssssss" in strip.replace(" ", "")   # past verdicts, oldest first
     # The straggler's bursts and gaps are visible in its sparkline; the spinning GPUs are flat.
     row1 = next(line for line in lines if line.startswith(" 1 H100"))
     row0 = next(line for line in lines if line.startswith(" 0 H100"))

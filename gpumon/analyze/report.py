@@ -25,8 +25,10 @@ def to_json(tl: Timeline, log: Optional[Log] = None) -> dict:
     out = {
         "summary": summary(tl),
         "segments": [{"start": round(d.start, 3), "end": round(d.end, 3), "verdict": d.verdict,
-                      "cause": d.cause, "gpus": list(d.gpus), "confidence": d.confidence,
-                      "evidence": d.evidence, "advice": d.advice} for d in tl.segments],
+                      "cause": d.cause, "gpus": list(d.gpus), "straggler_gpu": d.straggler_gpu,
+                      "confidence": d.confidence, "rule": d.rule, "because": d.because,
+                      "evidence": d.evidence, "advice": d.advice, "missing": list(d.missing)}
+                     for d in tl.segments],
         "gaps": [{"start": round(a, 3), "end": round(b, 3)} for a, b in tl.gaps],
     }
     if log is not None:
@@ -72,7 +74,9 @@ def evidence_line(ev: dict) -> str:
     return ", ".join(parts)
 
 
-def to_text(log: Log, tl: Timeline) -> str:
+def to_text(log: Log, tl: Timeline, explain: bool = False) -> str:
+    """The report; ``explain``: each segment of the timeline also says which rule decided it
+    and why."""
     sm = summary(tl)
     span = (tl.end or 0) - (tl.start or 0)
     gap = sum(b - a for a, b in tl.gaps)
@@ -100,6 +104,8 @@ def to_text(log: Log, tl: Timeline) -> str:
             and d.straggler_gpu == sm["straggler_gpu"] and list(d.gpus) == sm["gpus"]]
     if main:
         longest = max(main, key=lambda d: d.end - d.start)
+        if longest.rule:
+            out.append(f"  rule {longest.rule}: {longest.because}")
         ev = evidence_line(longest.evidence)
         if ev:
             out.append(f"  evidence: {ev}")
@@ -116,8 +122,10 @@ def to_text(log: Log, tl: Timeline) -> str:
         if d.straggler_gpu is not None:
             name += f" straggler {d.straggler_gpu}"
         gp = ",".join(map(str, d.gpus))
-        rows.append((d.start, f"  {_clock(d.start, t0)} - {_clock(d.end, t0)}  "
-                              f"{_dur(d.end - d.start):>7}  GPUs {gp:<8} {name}  "
-                              f"[{d.confidence:.2f}]"))
+        line = (f"  {_clock(d.start, t0)} - {_clock(d.end, t0)}  {_dur(d.end - d.start):>7}"
+                f"  GPUs {gp:<8} {name}  [{d.confidence:.2f}]")
+        if explain and d.rule:
+            line += f"\n      rule {d.rule}: {d.because}"
+        rows.append((d.start, line))
     out += [r for _, r in sorted(rows, key=lambda x: x[0])]
     return "\n".join(out)

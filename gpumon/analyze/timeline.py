@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from gpumon.diagnosis import IDLE, INSUFFICIENT_DATA, VERDICTS, Diagnosis
+from gpumon.diagnosis import CAUSES, IDLE, INSUFFICIENT_DATA, PAUSED, VERDICTS, Diagnosis
 from gpumon.detect.bins import Store
 from gpumon.detect.engine import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
 from gpumon.detect.engine import bin_duty
@@ -38,6 +38,8 @@ HOST_BINS_CHUNK = 1 << 13
 EVIDENCE_POINTS = 9
 _STARVED = VERDICTS.index("data_starvation")
 _BUSY = VERDICTS.index("busy")
+_STALL = VERDICTS.index("sync_stall")
+_RANK_HOST = CAUSES.index("rank_host")
 
 
 @dataclass
@@ -220,8 +222,9 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
         outs = _judge_chunks(st, rows, shared, pause, th, ends, excl=excl)
         r = _cat(outs)
         v, c, s, sticky = r["verdict"], r["cause"], r["straggler"], r["sticky"]
-        # Starvation is over where steady work outlasted the dip (analyze/pauses.recovered).
-        over = rec & (v == _STARVED)
+        # Starvation, or a stall on one rank's host, is over where steady work outlasted the
+        # dip (analyze/pauses.recovered).
+        over = rec & ((v == _STARVED) | ((v == _STALL) & (c == _RANK_HOST)))
         if over.any():
             v, c, s = np.where(over, _BUSY, v), np.where(over, -1, c), np.where(over, -1, s)
         times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
@@ -345,10 +348,20 @@ def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
     base = float(np.mean(conf)) if conf else 0.5
     for m in missing:
         base *= CONFIDENCE_FACTOR.get(m, 1.0)
+    # The rule and reason: those of the segment's middle window that gave its verdict (the
+    # segment's first windows may still show the verdict it changed from).
+    same = [d for d in ds if d.verdict == verdict and d.cause == cause]
+    if same:
+        rule, why = same[len(same) // 2].rule, same[len(same) // 2].because
+    else:   # analyze's hindsight relabelled these seconds (analyze/pauses.recovered)
+        d = ds[len(ds) // 2]
+        rule, why = "hindsight", (f"its windows read {d.verdict} (rule {d.rule}), but the "
+                                  "log shows steady work outlasting the stop after it: a "
+                                  "one-off, over")
     return Diagnosis(verdict=verdict, gpus=tuple(gpus), cause=cause, straggler_gpu=strag,
                      confidence=round(min(0.99, base), 3), evidence=ev,
                      advice=advice(verdict, cause, strag), start=start, end=end,
-                     missing=tuple(missing))
+                     missing=tuple(missing), rule=rule, because=why)
 
 
 def _median(vals: list) -> float:
@@ -373,7 +386,8 @@ def summary(tl: Timeline) -> dict:
         a += 1
     while b > a and segs[b - 1].verdict in edge:
         b -= 1
-    core = segs[a:b] or segs
+    # (A log in which the job never worked is judged whole: its idle is the answer.)
+    core = segs[a:b] if any(d.verdict not in edge + (PAUSED,) for d in segs[a:b]) else segs
     total = sum(d.end - d.start for d in core) or 1.0
     frac: dict[str, float] = {}
     for d in core:

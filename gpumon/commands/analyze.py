@@ -17,6 +17,8 @@ def register(sub) -> None:
                    help="log file(s); - reads standard input; .gz files and pipes work")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="output format (default text)")
+    p.add_argument("--explain", action="store_true",
+                   help="under each segment of the timeline, the rule that decided it and why")
     p.add_argument("--interval", type=positive_float, default=None, metavar="S",
                    help="seconds between samples of a log without a time column (dmon; "
                    "default 1)")
@@ -41,7 +43,7 @@ def run(args) -> int:
         if args.format == "json":
             docs.append({"file": path, **to_json(tl, log)})
         else:
-            texts.append(to_text(log, tl))
+            texts.append(to_text(log, tl, args.explain))
         sys.stdout.flush()
     if args.format == "json":
         out = docs[0] if len(args.files) == 1 and not failed else docs

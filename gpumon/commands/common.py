@@ -52,7 +52,9 @@ def open_source(args):
     if getattr(args, "sim", None):
         from gpumon.sim import SimSource, parse_sim_spec
         name, gpus = parse_sim_spec(args.sim)
-        src = SimSource(name, gpus=gpus, seed=getattr(args, "seed", 0))
+        # (On its own clock, one interval per read: the same seed, the same verdicts.)
+        src = SimSource(name, gpus=gpus, seed=getattr(args, "seed", 0),
+                        step_s=getattr(args, "interval", None))
         if args.gpus:
             src = _SelectGpus(src, args.gpus)
         return src

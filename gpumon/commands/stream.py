@@ -28,7 +28,7 @@ from typing import IO, Iterable, Optional, Sequence
 
 from gpumon.commands.common import (add_sampling_options, make_detector, open_source,
                                     stop_on_sigterm)
-from gpumon.diagnosis import (ABBREV, BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA,
+from gpumon.diagnosis import (ABBREV, BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, PAUSED,
                               SYNC_STALL, THROTTLED, Diagnosis)
 from gpumon.errors import NoDriverError, UserError
 from gpumon.monitor import Monitor
@@ -38,7 +38,7 @@ PROTOCOL = 1
 
 # One cell must stand for every job on the machine: a job with a problem outranks a healthy
 # one, and a verdict outranks "not enough data", so a starving job is never hidden by an idle one.
-VERDICT_PRIORITY = (DATA_STARVATION, SYNC_STALL, THROTTLED, BUSY, IDLE, INSUFFICIENT_DATA)
+VERDICT_PRIORITY = (DATA_STARVATION, SYNC_STALL, THROTTLED, PAUSED, BUSY, IDLE, INSUFFICIENT_DATA)
 
 # The state shown when no verdict is available (no detector, or a GPU outside every job).
 NO_STATE = ABBREV[INSUFFICIENT_DATA]

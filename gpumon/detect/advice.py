@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from gpumon.diagnosis import (BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, SYNC_STALL,
-                              THROTTLED)
+from gpumon.diagnosis import (BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, PAUSED,
+                              SYNC_STALL, THROTTLED)
 
 _STARVATION = {
     "cpu_preprocessing": "loader workers are saturated: raise DataLoader num_workers, "
@@ -25,6 +25,15 @@ def advice(verdict: str, cause: Optional[str], straggler: Optional[int]) -> str:
             return f"GPU {straggler}'s rank starves and the others wait for it: {line}"
         return line
     if verdict == SYNC_STALL:
+        if cause == "rank_host":
+            who = f"GPU {straggler}'s rank" if straggler is not None else "one rank"
+            return (f"the others wait for {who}, held up on its host: look at what only that "
+                    "rank does (rank-0 checkpoint saves or logging: make them asynchronous or "
+                    "less frequent) and at its input pipeline")
+        if cause == "hang":
+            return ("a collective never completes: a rank died or diverged; check every "
+                    "rank's log, set NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
+                    "with a timeout")
         if cause == "dataparallel":
             return ("torch.nn.DataParallel makes GPU 0 gather for everyone: use "
                     "DistributedDataParallel (one process per GPU)")
@@ -37,7 +46,14 @@ def advice(verdict: str, cause: Optional[str], straggler: Optional[int]) -> str:
         if cause == "power_cap":
             return f"{which} run at the power cap: check the power limit (nvidia-smi -pl)"
         return f"check {which}'s clocks and cooling (airflow, fans, ambient temperature)"
+    if verdict == PAUSED:
+        return ("the job stopped after steady work (a checkpoint, validation pass, epoch "
+                "boundary or start-up): fine if short and rare; if frequent, save less often "
+                "or asynchronously")
     if verdict == IDLE:
+        if cause == "held":
+            return ("the job holds GPU memory and runs nothing: it may be stuck on the host "
+                    "(py-spy dump --pid PID) or waiting for input that never comes")
         return "no work on the GPUs"
     if verdict == BUSY:
         return "the GPUs are kept fed; to go faster, look at the model itself"

@@ -15,7 +15,8 @@ from gpumon.detect.advice import advice
 from gpumon.detect.bins import GI, HostCols, JobCols, SampleCols, Store
 from gpumon.detect.features import window_features
 from gpumon.detect.jobs import group
-from gpumon.detect.rules import CAUSE_NAMES, judge
+from gpumon.detect.explain import because
+from gpumon.detect.rules import CAUSE_NAMES, RULES, judge
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 # The evidence keys, in order (stable: the exporter and the dashboard show them).
@@ -142,24 +143,22 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
 
 
 def missing_signals(f: dict, e: int) -> tuple[str, ...]:
+    """Signals absent from the input (the whole view, pauses included), and sub-second
+    utilization when the window's GPUs gave fewer than 2 samples a second."""
     out = []
     n = f["n"][:, e]
     bins = float(f["bins"][e]) or 1.0
-    if len(n) and float(n.mean()) / bins < 2.0:
+    if len(n) and float(n.mean()) / bins < 2.0 and f["bins"][e] > 0:
         out.append("subsecond_util")
-    if np.isnan(f["power_w"][:, e]).all():
+    def seen(k):     # (an array when analyze joined the features of several chunks)
+        return bool(np.any(f["seen_" + k]))
+
+    if not seen("power"):
         out.append("power")
-    elif np.isnan(f["power_frac"][:, e]).all():
+    elif not seen("power_limit"):
         out.append("power_limit")
-    for key, name in (("clock_frac", "clocks"),
-                      ("therm_share", "clock_events"), ("pid_share", "processes"),
-                      ("mem_mib", "memory")):
-        if np.isnan(f[key][:, e]).all():
-            out.append(name)
-    if np.isnan(f["loader_cpu"][:, e]).all() and np.isnan(f["main_cpu"][:, e]).all():
-        out.append("job_processes")
-    if math.isnan(f["iowait"][e]):
-        out.append("host")
+    out += [k for k in ("clocks", "clock_events", "processes", "memory", "job_processes",
+                        "host") if not seen(k)]
     return tuple(out)
 
 
@@ -179,9 +178,12 @@ def make_diagnosis(f: dict, r: dict, e: int, gpus: Sequence[int], start: Optiona
         conf *= CONFIDENCE_FACTOR.get(m, 1.0)
     cause = CAUSE_NAMES[c] if c >= 0 else None
     strag = gpus[s] if s >= 0 else None
+    ev = evidence(f, e, s, th)
+    rule = RULES[int(r["rule"][e])] if "rule" in r else ""
     return Diagnosis(verdict=v, gpus=tuple(gpus), cause=cause, straggler_gpu=strag,
-                     confidence=round(conf, 3), evidence=evidence(f, e, s, th),
-                     advice=advice(v, cause, strag), start=start, end=end, missing=missing)
+                     confidence=round(conf, 3), evidence=ev,
+                     advice=advice(v, cause, strag), start=start, end=end, missing=missing,
+                     rule=rule, because=because(rule, f, e, gpus, s, ev, th))
 
 
 def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,

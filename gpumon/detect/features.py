@@ -55,12 +55,17 @@ _DENSE_ROWS = {"ctx": np.array(_CTX_FIELDS), "num": _NUM, "den": _DEN,
                "recent": np.array(_RECENT_NUM + _RECENT_DEN)}
 
 
+# Signal -> the count field of the bins that says it was reported (engine.missing_signals).
+SEEN = {"power": "pn", "power_limit": "pln", "clocks": "cn", "clock_events": "en",
+        "processes": "pidn", "memory": "memn", "job_processes": "mcn"}
+
+
 def view_bins(th: Thresholds = DEFAULT) -> int:
     """Bins a view must hold before (and including) a window's last bin for its features to
     be those of the whole history: the longest window or context, one bin before it (where
     a stall began) and POWER_SETTLE_BINS more (whether its first seconds' power settled)."""
-    return int(math.ceil(max(th.window_s, th.window_max_s, th.context_s) / th.bin_s)) + 1 \
-        + POWER_SETTLE_BINS
+    return int(math.ceil(max(th.window_s, th.window_max_s, th.context_s, th.hang_s)
+                         / th.bin_s)) + 1 + POWER_SETTLE_BINS
 
 
 def _div(a, b):
@@ -187,7 +192,9 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
         want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
         W = np.clip(want, w0, wmax).astype(int)
     S = wsum_c(C, W, ends)                         # (L + 1, G, E): pos[field] -> row
-    f = {"n": S[pos[GI["n"]]], "gap_n": S[pos[GI["gapn"]]]}
+    f = {"n": S[pos[GI["n"]]], "gap_n": S[pos[GI["gapn"]]],
+         # Samples in the window, pauses included: whether there is enough data at all.
+         "n_all": wsum(g[GI["n"]], W, ends)}
     # Every per-GPU ratio in one division (a few numpy calls instead of twenty).
     R = _ratios(S, ix["num"], ix["den"], L)         # (len(_RATIOS), G, E)
     for i, name in enumerate(_RATIOS):
@@ -264,6 +271,13 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     rel = np.where(settled, _div(bpw, top), 0.0)
     rs = wsum(np.stack([rel, np.broadcast_to(settled.astype(float), rel.shape)]), W, ends)
     f["rel_power"] = _div(rs[0], rs[1])            # (G, E): power over the hottest's, all busy
+    # Seconds in a row, up to each window's end, with every GPU busy and drawing at most
+    # hang_power_frac of its limit (Thresholds.hang_s), read within hang_s + 1 bins.
+    cold = all_busy & (N.nanmax(_div(bpw, blim), axis=0) <= th.hang_power_frac) \
+        if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
+    last_warm = np.maximum.accumulate(np.where(cold, -1, ix_t))
+    f["cold_run"] = np.minimum(ends - last_warm[ends],
+                               int(math.ceil(th.hang_s / th.bin_s)) + 1)
     f["all_busy_bins"] = rs[1][0] if rs.shape[1] else np.zeros(len(ends))   # (settled ones)
 
     hk = h * keep
@@ -282,6 +296,12 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     f["mem_last"] = _div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])
     f["ctx_duty"] = ctx_duty
     f["window"] = W
+    # Which signals the job's GPUs reported at all in this view, pauses included: a signal is
+    # missing only when absent from the input, not when a window left its seconds out.
+    for k, c in SEEN.items():
+        f["seen_" + k] = bool(g[GI[c]].any())
+    f["seen_job_processes"] |= bool(g[GI["ldn"]].any())
+    f["seen_host"] = bool(h[HI["ion"]].any()) if h.size else False
     return f
 
 

@@ -27,15 +27,32 @@ import numpy as np
 
 from gpumon.detect import nanops as N
 
-from gpumon.diagnosis import (BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, SYNC_STALL,
-                              THROTTLED, VERDICTS)
+from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, PAUSED,
+                              SYNC_STALL, THROTTLED, VERDICTS)
 from gpumon.detect.pauses import storage_bound
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 V = {v: i for i, v in enumerate(VERDICTS)}
-CAUSE_NAMES = ("cpu_preprocessing", "io_fetch", "main_process", "input_pipeline",
-               "dataparallel", "imbalance", "thermal", "power_cap", "hw_slowdown")
+CAUSE_NAMES = CAUSES
 C = {c: i for i, c in enumerate(CAUSE_NAMES)}
+# The rules, in the order they are tried; each window records the one that decided it
+# (detect/explain.py says why, in numbers).
+RULES = (
+    "job_gone",           # idle: the job let go of its GPUs' memory
+    "too_few_samples",    # insufficient_data
+    "pause",              # paused: every GPU stopped after steady work (detect/pauses.py)
+    "no_kernels",         # idle: no kernel in the window or before it, host not feeding
+    "quiet_after_work",   # data_starvation: no kernel now, work just before, no pause
+    "throttle",           # throttled: clock-event reasons with the clock held down
+    "rank_computes",      # sync_stall: one rank computes longer, the others wait for it
+    "rank_host_starved",  # data_starvation: one rank idles and its own host starves
+    "rank_host",          # sync_stall: one rank idles while the others spin; its host
+    "duty_low",           # data_starvation: every GPU below duty_starved together
+    "hang",               # sync_stall: every GPU busy but cold for hang_s, none computing
+    "busy_but_cold",      # sync_stall: the others busy but cold beside the hottest GPU
+    "busy",               # busy: none of the above
+)
+R = {r: i for i, r in enumerate(RULES)}
 
 # Power gained per unit of duty cycle between the busier and the idler GPUs of a job, as a
 # share of the power limit: a GPU computing draws ~50-80% of its limit more than idle, a GPU
@@ -189,17 +206,20 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     cause = np.full(E, -1)
     strag = np.full(E, -1)
     conf = np.full(E, 0.8)
+    rule = np.full(E, R["busy"])
     decided = np.zeros(E, dtype=bool)
     host = Host(f, th)
 
-    def decide(mask, v, c=None, s=None, cf=None):
-        """Windows not decided yet where ``mask`` holds get verdict ``v``; ``c``, ``s`` and
-        ``cf`` may be callables, evaluated only when some window takes this branch."""
+    def decide(name, mask, v, c=None, s=None, cf=None):
+        """Windows not decided yet where ``mask`` holds get verdict ``v`` by rule ``name``;
+        ``c``, ``s`` and ``cf`` may be callables, evaluated only when some window takes
+        this branch."""
         m = mask & ~decided
         if not m.any():
             return
         c, s, cf = (x() if callable(x) else x for x in (c, s, cf))
         verdict[m] = V[v]
+        rule[m] = R[name]
         if c is not None:
             cause[m] = c[m] if isinstance(c, np.ndarray) else c
         if s is not None:
@@ -213,23 +233,33 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     # every second of its last windows set aside).
     with _CALM:
         gone = (f["mem_last"] < th.mem_active_mib).all(axis=0) if G else np.zeros(E, bool)
-    decide(gone, IDLE, cf=0.9)
+    decide("job_gone", gone, IDLE, cf=0.9)
     insufficient = (nmin < th.min_samples) | (f["bins"] < 1) | np.isnan(jduty)
-    decide(insufficient & ~f["pause"], INSUFFICIENT_DATA, cf=0.3)
-    decide(f["pause"], BUSY, cf=0.6)
-    # No kernels in the window: idle when the context was idle too; after recent work it is
-    # a long gap of a starving job (a paused job's gap is a pause, handled above).
+    # (A pause leaves its seconds out of the window: whether the window had samples at all
+    # is counted with them, so a log sampled every 15 s is never "paused".)
+    sparse = (f["n_all"].min(axis=0) if G else np.zeros(E)) < th.min_samples
+    decide("too_few_samples", (insufficient & ~f["pause"]) | sparse, INSUFFICIENT_DATA,
+           cf=0.3)
+    decide("pause", f["pause"], PAUSED, c=C["unknown"], cf=0.6)
+    # No kernels in the window: idle when the context was idle too (held when the job still
+    # holds its GPUs' memory); after recent work it is a long gap of a starving job (a
+    # paused job's gap is a pause, handled above).
     quiet = dmax < th.idle_duty
     feeding = host.starving_any()
-    decide(quiet & ~(f["ctx_duty"] >= th.idle_duty) & ~feeding, IDLE,
+    with _CALM:
+        held = (f["mem_last"] >= th.mem_active_mib).any(axis=0) if G else np.zeros(E, bool)
+    decide("no_kernels", quiet & ~(f["ctx_duty"] >= th.idle_duty) & ~feeding, IDLE,
+           c=np.where(held, C["held"], -1),
            cf=np.clip(0.7 + 0.3 * (th.idle_duty - dmax) / th.idle_duty, 0.5, 0.99))
-    decide(quiet, DATA_STARVATION, c=lambda: host.cause(np.full(E, -1)), cf=0.6)
+    decide("quiet_after_work", quiet, DATA_STARVATION, c=lambda: host.cause(np.full(E, -1)),
+           cf=0.6)
 
     spread = dmax - dmin
     slope = np.full(E, np.nan)
 
     def result():
         return {"verdict": verdict, "cause": cause, "straggler": strag, "confidence": conf,
+                "rule": rule,
                 "duty": jduty, "spread": spread, "slope": slope, "host_starving": feeding,
                 # Keep a starvation verdict through a flat-out stretch only while the host
                 # still starves it and the recent context starved too.
@@ -252,7 +282,7 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
         [f["therm_share"][tgpu, ar] >= th.throttle_share if G else np.zeros(E, bool),
          f["pcap_share"][tgpu, ar] >= th.throttle_share if G else np.zeros(E, bool)],
         [C["thermal"], C["power_cap"]], C["hw_slowdown"]) if G else np.full(E, -1)
-    decide(nthr > 0, THROTTLED, c=tcause,
+    decide("throttle", nthr > 0, THROTTLED, c=tcause,
            s=np.where((G > 1) & (nthr < G), tgpu, -1),
            cf=np.clip(0.6 + 0.4 * share.max(axis=0) if G else 0.6, 0, 0.95))
 
@@ -311,15 +341,22 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
             computes = d_hi >= th.spin_duty
         asym = (spread >= th.duty_spread) & ~over
         sc = np.clip(0.6 + (spread - th.duty_spread), 0.6, 0.95)
-        decide(asym & computes, SYNC_STALL,
+        decide("rank_computes", asym & computes, SYNC_STALL,
                c=C["dataparallel"] if shared_process else C["imbalance"], s=amax, cf=sc)
-        # The busier GPUs spin (or nobody runs continuously): someone waits for input. Name
-        # the rank whose host starves, or the lone idler beside ranks that never idle.
+        # The busier GPUs spin (or nobody runs continuously): a rank is held up on its host.
+        # Its own host counters decide: starving (loaders saturated, main process at a core,
+        # storage) is data_starvation on it; otherwise, and always without host counters,
+        # the cause is on that rank's host but cannot be told (its input, a checkpoint or
+        # logging on it): sync_stall, cause rank_host. Several ranks idling in turn with no
+        # host counters to name one: the job as a whole waits (duty_low below).
         idle = N.nan_to_num(f["idle_share"])
         others_idle = np.where(np.arange(G)[:, None] == amin[None, :], 0.0, idle).max(axis=0)
-        lone_idler = np.where((others_idle < th.lone_idle_share) & np.isnan(hs_known(f)), amin, -1)
-        s_asym = np.where(hs >= 0, hs, lone_idler)
-        decide(asym, DATA_STARVATION, c=lambda: host.cause(s_asym), s=s_asym, cf=sc)
+        lone_idler = np.where(others_idle < th.lone_idle_share, amin, -1)
+        decide("rank_host_starved", asym & (hs >= 0), DATA_STARVATION,
+               c=lambda: host.cause(hs), s=hs, cf=sc)
+        decide("rank_host", asym & (lone_idler >= 0) & ~feeding, SYNC_STALL, c=C["rank_host"],
+               s=lone_idler, cf=np.minimum(sc, 0.7))
+        decide("duty_low", asym, DATA_STARVATION, c=lambda: host.cause(np.full(E, -1)), cf=sc)
 
     # With host counters that show no cause (loaders not saturated, no main process at a
     # core, no iowait), a mild dip is the step's own uploads and launches, not waiting.
@@ -329,11 +366,14 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     steady = ~known & (f["bins"] >= th.min_samples) & (
         (f["low_bins"] == 0) | ((f["floor_bins"] == 0) & (f["duty_sd"] <= th.steady_duty_sd)))
     starved = (jduty < limit) & ~steady & ~over
-    decide(starved, DATA_STARVATION, c=lambda: host.cause(hs), s=hs,
+    decide("duty_low", starved, DATA_STARVATION, c=lambda: host.cause(hs), s=hs,
            cf=np.clip(0.6 + (th.duty_starved - jduty), 0.6, 0.95))
 
     if decided.all():
         return result()
+    # Every GPU busy but cold for hang_s, none computing: a collective that never completes.
+    decide("hang", (G > 1) & (f["cold_run"] >= th.hang_s / th.bin_s), SYNC_STALL,
+           c=C["hang"], cf=0.8)
     # Every GPU reads ~100%: busy-but-cold ones spin while the hottest computes.
     if G > 1:
         pfb = f["power_frac_busy"]
@@ -356,9 +396,10 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
         cold = ((rel_min <= th.cold_power_ratio) & ((gap >= th.power_spread) | np.isnan(gap))
                 & ~over_power       # (the cold GPU spun during the stall that is over)
                 & (f["all_busy_bins"] >= POWER_MIN_BINS))
-        decide(cold, SYNC_STALL, c=C["dataparallel"] if shared_process else C["imbalance"],
+        decide("busy_but_cold", cold, SYNC_STALL,
+               c=C["dataparallel"] if shared_process else C["imbalance"],
                s=hot, cf=np.clip(0.55 + N.nan_to_num(gap, nan=0.05), 0.55, 0.95))
-    decide(np.ones(E, bool), BUSY,
+    decide("busy", np.ones(E, bool), BUSY,
            cf=np.clip(0.6 + 2.0 * (jduty - th.duty_starved), 0.5, 0.95))
     return result()
 

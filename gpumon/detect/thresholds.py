@@ -134,6 +134,14 @@ class Thresholds:
                                     "host dilutes iowait; a cached dataset reads nothing).")
     disk_read_mbps: float = th(1.0, "MB/s", "Disk reads needed beside iowait to blame storage.")
     # --- streaming ---------------------------------------------------------------------------
+    hang_s: float = th(30.0, "s", "Every GPU of a job busy but cold this long, none computing, "
+                       "is a collective waiting for a rank that is not coming (a hang): NCCL "
+                       "steps and checkpoints keep the others waiting seconds, not half a "
+                       "minute (NVIDIA/nccl #968, horovod #3611).")
+    hang_power_frac: float = th(0.35, "share", "A busy GPU drawing at most this share of its "
+                                "power limit spins rather than computes (waiting ranks read "
+                                "44/250, 70/300, 152/700 W in the NCCL reports; computing "
+                                "ones 50-90%).")
     hold_s: float = th(2.0, "s", "A new verdict must win this long before a live verdict "
                        "changes (hysteresis: no flapping on a noisy boundary).")
     min_samples: float = th(3.0, "samples", "Fewer utilization samples per GPU in the window "

@@ -7,6 +7,7 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
+from gpumon.diagnosis import BUSY, PAUSED
 from gpumon.errors import UserError
 from gpumon.samples import GpuInfo, GpuSample, HostSample, JobProcs, ProcSample, Tick
 from gpumon.sim import model as M
@@ -157,9 +158,13 @@ class Stream:
         cause = spec.cause
         if spec.name == "throttled" and ph.p["throttle_reason"] == "power_cap":
             cause = "power_cap"
-        return Truth(scenario=spec.name, verdict=spec.verdict, cause=cause,
+        pause = bool(c.pause[i0:i1].mean() >= PAUSE_SHARE)
+        verdict = spec.verdict
+        if pause and verdict == BUSY:      # a healthy job stopped: a checkpoint, an epoch end
+            verdict, cause = PAUSED, "unknown"
+        return Truth(scenario=spec.name, verdict=verdict, cause=cause,
                      straggler_gpu=straggler, gpus=tuple(range(self.n)), states=states,
-                     pause=bool(c.pause[i0:i1].mean() >= PAUSE_SHARE))
+                     pause=pause)
 
     def gpu_infos(self) -> list[GpuInfo]:
         hw = self.node.hw
@@ -191,14 +196,22 @@ def simulate(scenario_name: str, gpus: Optional[int] = None, seconds: float = 60
 
 
 class SimSource:
-    """Real-time simulated GPUs for `--sim`: read() returns the samples up to now."""
+    """Simulated GPUs for `--sim`: read() returns the samples up to now. With ``step_s`` the
+    simulation runs on its own clock, ``step_s`` further at each read (the monitor reads once
+    per interval), so the same seed gives the same samples, and the same verdicts, however
+    the machine schedules the monitor; without it, up to the wall clock's now."""
     kind = "sim"
 
     def __init__(self, scenario_name: str, gpus: Optional[int] = None, seed: int = 0,
                  params: Optional[dict] = None, clock: Callable[[], float] = time.time,
-                 period: float = DRIVER_PERIOD_S, phases: Optional[list] = None):
+                 period: float = DRIVER_PERIOD_S, phases: Optional[list] = None,
+                 step_s: Optional[float] = None):
         self.clock = clock
-        self.t0 = float(clock())
+        self.step_s = step_s
+        self.reads = 0
+        # On its own clock the simulation starts on a whole second, so its samples fall in
+        # the detector's per-second bins the same way every run.
+        self.t0 = float(math.floor(clock())) if step_s is not None else float(clock())
         self.scenario = scenario_name
         self.stream = Stream(scenario_name, gpus, seed, params, period, self.t0, phases)
         self.gpus = self.stream.n
@@ -208,7 +221,11 @@ class SimSource:
         return self.stream.gpu_infos()
 
     def read(self) -> Tick:
-        now = float(self.clock())
+        if self.step_s is not None:
+            now = self.t0 + self.reads * self.step_s
+            self.reads += 1
+        else:
+            now = float(self.clock())
         k = int(math.floor((now - self.t0) / self.stream.period + 1e-9))
         return self.stream.tick(k, now)
 

@@ -363,7 +363,9 @@ def banner_lines(v: View, width: int, ascii: bool) -> list[Line]:
         if d.straggler_gpu is not None:
             head.append((f"straggler GPU {d.straggler_gpu}", None))
         head.append((f"confidence {d.confidence:.2f}", st.DIM))
-        body1 = fmt_evidence(d.evidence) if d.evidence else ""
+        # Why, in the rule's own numbers; the bare evidence where no rule said.
+        body1 = (f"{d.rule}: {d.because}" if d.because else
+                 fmt_evidence(d.evidence) if d.evidence else "")
         if d.missing:
             body1 += ("  " if body1 else "") + "missing: " + ",".join(d.missing)
         body2 = ("advice: " + d.advice) if d.advice else ""

@@ -4,12 +4,13 @@ Every colour has a text twin (a letter, a word, a mark), so nothing is said by c
 """
 from __future__ import annotations
 
-from gpumon.diagnosis import (ABBREV, BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA,
+from gpumon.diagnosis import (ABBREV, BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, PAUSED,
                               SYNC_STALL, THROTTLED, VERDICTS)
 
 VERDICT_STYLE = {
     BUSY: "bold green",
     IDLE: "dim",
+    PAUSED: "bold cyan",
     DATA_STARVATION: "bold yellow",
     SYNC_STALL: "bold magenta",
     THROTTLED: "bold red",

@@ -63,7 +63,9 @@ def summary_text(d: Dashboard, *, elapsed: Optional[float] = None, command: str 
                              if main.straggler_gpu is not None else None) if x]
         text += f" Main finding: {what}" + (f" ({', '.join(extra)})" if extra else "")
         text += f" on {gpus_text(main.gpus)}"
-        if main.evidence:
+        if main.because:
+            text += f"; rule {main.rule}: {main.because}"
+        elif main.evidence:
             text += f"; evidence: {fmt_evidence(main.evidence).replace('  ', ', ')}"
         text += "."
         if main.advice:

@@ -1,0 +1,171 @@
+"""Why a rule decided: one sentence per rule (rules.RULES), built from the numbers it used, in
+terms a user can check against the screen or the log (duty = share of time a kernel ran)."""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from gpumon.detect.thresholds import DEFAULT, Thresholds
+
+
+def _pct(x: Optional[float]) -> str:
+    return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.0f}%"
+
+
+def _gpus(gs: Sequence[int]) -> str:
+    gs = sorted(gs)
+    if len(gs) > 2 and gs == list(range(gs[0], gs[-1] + 1)):
+        return f"GPUs {gs[0]}-{gs[-1]}"
+    return ("GPU " if len(gs) == 1 else "GPUs ") + ",".join(map(str, gs))
+
+
+class _Window:
+    """Window ``e`` of the features ``f`` of a job on ``gpus``."""
+
+    def __init__(self, f: dict, e: int, gpus: Sequence[int], srow: int, ev: dict,
+                 th: Thresholds):
+        self.f, self.e, self.gpus, self.srow, self.ev, self.th = f, e, list(gpus), srow, ev, th
+
+    def col(self, name: str) -> np.ndarray:
+        return self.f[name][:, self.e]
+
+    def mean(self, name: str, rows) -> float:
+        a = self.col(name)[rows]
+        a = a[~np.isnan(a)]
+        return float(a.mean()) if len(a) else math.nan
+
+    def seconds(self) -> int:
+        return int(self.f["window"][self.e]) if "window" in self.f else 0
+
+    def others(self) -> list[int]:
+        return [i for i in range(len(self.gpus)) if i != self.srow]
+
+    def host_line(self) -> str:
+        ev = self.ev
+        parts = []
+        if ev.get("loader_cpu_pct") is not None:
+            parts.append(f"loader workers {ev['loader_cpu_pct']:.0f}% CPU")
+        if ev.get("main_cpu_pct") is not None:
+            parts.append(f"main process {ev['main_cpu_pct']:.0f}%")
+        if ev.get("iowait_pct") is not None:
+            parts.append(f"iowait {ev['iowait_pct']:.1f}%")
+        return ", ".join(parts) if parts else "no host counters"
+
+
+def _duty_low(w: _Window) -> str:
+    ev, th = w.ev, w.th
+    s = (f"every GPU ran a kernel {_pct(ev.get('duty_cycle'))} of the last {w.seconds()} s, "
+         f"under {_pct(th.duty_starved)}")
+    if ev.get("burst_s") is not None and ev.get("gap_s") is not None:
+        s += f", in bursts of {ev['burst_s']:.1f} s and gaps of {ev['gap_s']:.1f} s"
+    return s + f"; host: {w.host_line()}"
+
+
+def _rank_host(w: _Window) -> str:
+    s, o = w.srow, w.others()
+    sd, od = w.mean("duty", [s]), w.mean("duty", o)
+    pf, watts = w.mean("power_frac_busy", o), w.mean("power_w", o)
+    power = (f" drawing {_pct(pf)} of their power limit" if not math.isnan(pf) else
+             f" drawing {watts:.0f} W" if not math.isnan(watts) else "")
+    gs, og = w.gpus[s], _gpus([w.gpus[i] for i in o])
+    host = ("no host counters to tell its input pipeline from checkpointing or logging on it"
+            if w.ev.get("loader_cpu_pct") is None and w.ev.get("main_cpu_pct") is None else
+            f"its host shows no starved input ({w.host_line()}): a checkpoint, logging or "
+            "other host work on that rank")
+    return (f"GPU {gs} at {_pct(sd)} while {og} at {_pct(od)}{power}: they wait in a "
+            f"collective for GPU {gs}; {host}")
+
+
+def _rank_computes(w: _Window) -> str:
+    s, o = w.srow, w.others()
+    return (f"GPU {w.gpus[s]} at {_pct(w.mean('duty', [s]))} and "
+            f"{_pct(w.mean('power_frac', [s]))} of its power limit computes while "
+            f"{_gpus([w.gpus[i] for i in o])} at {_pct(w.mean('duty', o))} draw "
+            f"{_pct(w.mean('power_frac', o))}: they wait for it")
+
+
+def _rank_host_starved(w: _Window) -> str:
+    s = w.srow
+    return (f"GPU {w.gpus[s]} at {_pct(w.mean('duty', [s]))} while the others at "
+            f"{_pct(w.mean('duty', w.others()))}, and its own rank's host starves "
+            f"({w.host_line()})")
+
+
+def _hang(w: _Window) -> str:
+    run = int(w.f["cold_run"][w.e])
+    return (f"{_gpus(w.gpus)} busy ({_pct(w.ev.get('duty_cycle'))}) at "
+            f"{_pct(w.ev.get('power_frac_busy'))} of their power limit for {run} s or more, "
+            f"none computing (at most {_pct(w.th.hang_power_frac)} for {w.th.hang_s:.0f} s): "
+            "a collective waiting for a rank that is not coming")
+
+
+def _busy_but_cold(w: _Window) -> str:
+    s = w.srow
+    return (f"every GPU busy, but the others draw as little as "
+            f"{_pct(w.ev.get('rel_power_min'))} of GPU {w.gpus[s] if s >= 0 else '?'}'s power: "
+            "they spin in a collective while it computes")
+
+
+def _throttle(w: _Window) -> str:
+    who = f"GPU {w.gpus[w.srow]}" if w.srow >= 0 else _gpus(w.gpus)
+    return (f"{who}: clock-event reasons (thermal, power cap, slowdown) "
+            f"{_pct(w.ev.get('throttle_share'))} of the time with the SM clock at "
+            f"{_pct(w.ev.get('clock_frac'))} of its maximum")
+
+
+def _no_kernels(w: _Window) -> str:
+    mem = w.col("mem_last")
+    mem = mem[~np.isnan(mem)]
+    held = (f", holding {mem.max():.0f} MiB of memory" if len(mem) and
+            mem.max() >= w.th.mem_active_mib else "")
+    return (f"the GPUs ran a kernel {_pct(w.ev.get('duty_max'))} of the last {w.seconds()} s "
+            f"and {_pct(w.f['ctx_duty'][w.e])} of the {w.th.context_s:.0f} s before "
+            f"(under {_pct(w.th.idle_duty)}){held}")
+
+
+def _quiet_after_work(w: _Window) -> str:
+    return (f"no kernel in the last {w.seconds()} s ({_pct(w.ev.get('duty_max'))}) right after "
+            f"work ({_pct(w.f['ctx_duty'][w.e])} over the last {w.th.context_s:.0f} s) that "
+            f"was not steady enough to call this a pause; host: {w.host_line()}")
+
+
+def _busy(w: _Window) -> str:
+    ev = w.ev
+    s = (f"every GPU ran a kernel {_pct(ev.get('duty_cycle'))} of the last {w.seconds()} s "
+         f"(lowest {_pct(ev.get('duty_min'))})")
+    if ev.get("power_frac_busy") is not None:
+        s += f", at {_pct(ev['power_frac_busy'])} of the power limit while busy"
+    return s
+
+
+BECAUSE: dict[str, Callable[[_Window], str]] = {
+    "job_gone": lambda w: (f"{_gpus(w.gpus)} hold less than {w.th.mem_active_mib:.0f} MiB "
+                           "of memory: the job let go of them"),
+    "too_few_samples": lambda w: (f"{int(np.nanmin(w.col('n'))) if len(w.gpus) else 0} "
+                                  f"utilization samples in the window, fewer than "
+                                  f"{w.th.min_samples:.0f}"),
+    "pause": lambda w: ("every GPU stopped after steady work, and this is not the burst-then-"
+                        "idle rhythm of starved input; nothing in the counters says why"),
+    "no_kernels": _no_kernels,
+    "quiet_after_work": _quiet_after_work,
+    "throttle": _throttle,
+    "rank_computes": _rank_computes,
+    "rank_host_starved": _rank_host_starved,
+    "rank_host": _rank_host,
+    "duty_low": _duty_low,
+    "hang": _hang,
+    "busy_but_cold": _busy_but_cold,
+    "busy": _busy,
+}
+
+
+def because(rule: str, f: dict, e: int, gpus: Sequence[int], srow: int, ev: dict,
+            th: Thresholds = DEFAULT) -> str:
+    """The sentence for ``rule`` on window ``e`` (straggler row ``srow``, -1 for none)."""
+    fn = BECAUSE.get(rule)
+    if fn is None:
+        return ""
+    with np.errstate(all="ignore"):
+        return fn(_Window(f, e, gpus, srow, ev, th))
