@@ -134,8 +134,11 @@ class PauseTracker:
             back = self.on_bins >= BACK_BINS
             slow = slow and back
             # A job's start: its workers are all new, so they explain nothing; a start that
-            # goes on at a starved rhythm once every rank runs is starvation.
-            if self.starting:
+            # goes on at a starved rhythm once every rank runs is starvation. New workers
+            # explain a stop while they start up (at most loader_startup_s), not once work
+            # has resumed: a starved rhythm behind them then is the input pipeline (one that
+            # restarts its loaders and then cannot keep up).
+            if self.starting or self.length > self.startup or len(self.after) == RESUME_BINS:
                 explained = known and (changed or writing or main_busy)
             hungry = not explained and (slow or (all_idle and (back or starved_now or (
                 starving and self.length > self.startup))))

@@ -43,7 +43,8 @@ RULES = (
     "pause",              # paused: every GPU stopped after steady work (detect/pauses.py)
     "no_kernels",         # idle: no kernel in the window or before it, host not feeding
     "quiet_after_work",   # data_starvation: no kernel now, work just before, no pause
-    "throttle",           # throttled: clock-event reasons with the clock held down
+    "throttle",           # throttled: clock-event reasons with the clock held down,
+                          # the GPUs not waiting for input their host cannot supply
     "rank_computes",      # sync_stall: one rank computes longer, the others wait for it
     "rank_host_starved",  # data_starvation: one rank idles and its own host starves
     "rank_host",          # sync_stall: one rank idles while the others spin; its host
@@ -282,7 +283,10 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
         [f["therm_share"][tgpu, ar] >= th.throttle_share if G else np.zeros(E, bool),
          f["pcap_share"][tgpu, ar] >= th.throttle_share if G else np.zeros(E, bool)],
         [C["thermal"], C["power_cap"]], C["hw_slowdown"]) if G else np.full(E, -1)
-    decide("throttle", nthr > 0, THROTTLED, c=tcause,
+    # (Not while every GPU waits for input its host cannot supply: a slow clock is not what
+    # holds the job back then.)
+    waiting = feeding & (jduty < th.duty_starved)
+    decide("throttle", (nthr > 0) & ~waiting, THROTTLED, c=tcause,
            s=np.where((G > 1) & (nthr < G), tgpu, -1),
            cf=np.clip(0.6 + 0.4 * share.max(axis=0) if G else 0.6, 0, 0.95))
 
