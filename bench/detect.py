@@ -205,6 +205,14 @@ def _waits_for_data(tr) -> bool:
 WAIT_LOOKBACK_S = 20.0
 
 
+# A second in which every GPU computed at least this share of it is busy by physics.
+COMPUTED_SHARE = 0.9
+
+
+def _all_computed(tr) -> bool:
+    return all(st.get("computing", 0.0) >= COMPUTED_SHARE for st in tr.states.values())
+
+
 def waited(tk) -> bool:
     """A GPU of this tick waited for data ONSET_WAIT_SHARE of the second or more, outside a
     pause (a healthy job's loaders fell behind for a moment: one slow batch, a prefetch
@@ -221,7 +229,8 @@ def evaluate(job) -> dict:
            "onset": onset(ticks, change)}
     for tk in ticks:
         tr = tk.truth
-        res["truth"].append((tr.verdict, tr.straggler_gpu, tr.pause) if tr else None)
+        res["truth"].append((tr.verdict, tr.straggler_gpu, tr.pause, _all_computed(tr))
+                            if tr else None)
         res["t"].append(tk.time)
     res["waits"] = [tk.time for tk in ticks if waited(tk)]
     if "a" in paths:
@@ -256,12 +265,16 @@ class Score:
         for (truth, (pv, ps), t) in zip(res["truth"], pred, res["t"]):
             if truth is None or t <= change:
                 continue
-            tv, tstrag, _ = truth
+            tv, tstrag, _, computed = truth
             if key == "b" and tv == "data_starvation" and tstrag is not None:
                 # An nvidia-smi log has no host counters: one rank's wait for input cannot be
                 # told from other work on its host, and the contract says sync_stall
                 # (rank_host) naming that rank.
                 tv = "sync_stall"
+            if key == "b" and tstrag is not None and computed:
+                # A log labels one rank's stalls second by second: a second in which every
+                # GPU computed is busy (physics, as the real traces are labelled).
+                tv, tstrag = "busy", None
             if first_ok is None and pv == tv:
                 first_ok = t - change
             if t < change + SKIP_S + 1e-9:

@@ -37,6 +37,9 @@ CAUSES = (
                            # logging on that rank); without host counters it cannot be told
     "hang",                # every GPU spins in a collective, none computes, for long
     "held",                # the job holds GPU memory and runs nothing (idle)
+    "checkpoint",          # paused: checkpoint-size disk writes during the stop
+    "validation",          # paused: more loader workers than training had (its DataLoader)
+    "epoch_boundary",      # paused: new loader workers (a new epoch's DataLoader)
     "startup",             # paused: the job's first seconds (model load, compile)
     "unknown",             # paused: a stop after steady work with nothing to say why
 )

@@ -183,7 +183,7 @@ def test_false_verdicts_after_a_healthy_job_waited_for_data_are_counted_apart():
     t = [100.0 + i for i in range(60)]
     res = {"name": "busy", "n": 2, "seed": 1, "step_s": 0.5, "backend": "nccl",
            "change": 100.0, "onset": 100.0, "t": t,
-           "truth": [("busy", None, False)] * 60,
+           "truth": [("busy", None, False, True)] * 60,
            "waits": [130.0],
            "a": [("data_starvation", None) if i in (20, 31, 45, 55) else ("busy", None)
                  for i in range(60)]}

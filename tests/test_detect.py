@@ -793,7 +793,8 @@ def test_rank0_checkpoint_in_an_nvidia_smi_log_is_a_stall_on_rank0s_host(tmp_pat
     stalls = [d for d in tl.segments if d.verdict == "sync_stall"]
     assert stalls and all((d.cause, d.straggler_gpu) == ("rank_host", 0) for d in stalls)
     assert not [d for d in tl.segments if d.verdict == "data_starvation"]
-    assert summary(tl)["straggler_gpu"] == 0
+    # Stalls of 20 s in every 40 after the first 40 s: about 45% of the run.
+    assert 0.35 <= summary(tl)["fractions"]["sync_stall"] <= 0.55, summary(tl)
     assert all("power" not in d.missing and "memory" not in d.missing for d in tl.segments)
 
 

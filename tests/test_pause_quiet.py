@@ -90,10 +90,10 @@ def test_steady_work_for_a_context_lifts_the_cooldown_of_a_starving_pause(monkey
         n = np.full(duty.shape[1], 6.0)
         return duty, n, duty[0] * 6
     duty, n, u = job()
-    pause, _ = P.pause_flags(duty, n, u, DEFAULT)
+    pause, _, _ = P.pause_flags(duty, n, u, DEFAULT)
     assert not pause[33:37].all()            # the choppy restart: starvation
     assert pause[61:69].all()                # the next stop: a pause
     monkeypatch.setattr(P.PauseTracker, "_steady", lambda self, ok: None)
     monkeypatch.setattr(P, "_quiet_runs", lambda has, idle, host, begin, T: list(range(T)))
-    pause2, _ = P.pause_flags(duty, n, u, DEFAULT)
+    pause2, _, _ = P.pause_flags(duty, n, u, DEFAULT)
     assert not pause2[61:69].any()

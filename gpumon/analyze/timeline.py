@@ -100,7 +100,8 @@ def _take(s, idx):
 
 
 def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, th: Thresholds,
-                  ends: np.ndarray, excl: Optional[np.ndarray] = None) -> list[dict]:
+                  ends: np.ndarray, excl: Optional[np.ndarray] = None,
+                  why: Optional[np.ndarray] = None) -> list[dict]:
     """Rule output at ``ends`` (sorted), chunk by chunk."""
     W = view_bins(th)
     spans = []
@@ -115,7 +116,8 @@ def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, t
         i, j, lo, hi_end = span
         g, h = st.view(rows, hi_end + 1, lo)
         f = window_features(g, h, ends[i:j] - lo, pause[lo:hi_end + 1], th,
-                            excluded=None if excl is None else excl[lo:hi_end + 1])
+                            excluded=None if excl is None else excl[lo:hi_end + 1],
+                            why=None if why is None else why[lo:hi_end + 1])
         return judge(f, shared, th)
 
     return _map(one, spans)
@@ -132,7 +134,7 @@ def _map(fn, items: list) -> list:
 
 
 def _judge_points(st: Store, rows: list[int], shared: bool, pause: np.ndarray,
-                  th: Thresholds, pts: np.ndarray, excl: np.ndarray):
+                  th: Thresholds, pts: np.ndarray, excl: np.ndarray, why: np.ndarray):
     """Features and rule output at a few scattered ``pts`` (sorted): each window's bins are
     gathered into a slot of its own, so the cost follows the number of points, not the span
     they are spread over. A window never reaches further back than ``W`` bins (what
@@ -149,13 +151,15 @@ def _judge_points(st: Store, rows: list[int], shared: bool, pause: np.ndarray,
         h = np.take(h_all, idx, axis=1).astype(np.float64)
         ps = pause[idx]
         ex = excl[idx]
+        wy = why[idx]
         if before.any():
             g[:, :, before] = 0.0
             h[:, before] = 0.0
             ps[before] = False
             ex[before] = True
+            wy[before] = -1
         ends = np.arange(len(p)) * W + (W - 1)
-        f = window_features(g, h, ends, ps, th, excluded=ex)
+        f = window_features(g, h, ends, ps, th, excluded=ex, why=wy)
         outs.append(judge(f, shared, th))
         feats.append(f)
     return outs, feats
@@ -218,13 +222,20 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
     ends = np.arange(nb)
     for gpus, shared in jobs:
         rows = [st.rows[x] for x in gpus]
-        pause, excl, rec = job_flags(st, rows, th)
-        outs = _judge_chunks(st, rows, shared, pause, th, ends, excl=excl)
+        pause, excl, rec, why = job_flags(st, rows, th)
+        outs = _judge_chunks(st, rows, shared, pause, th, ends, excl=excl, why=why)
         r = _cat(outs)
         v, c, s, sticky = r["verdict"], r["cause"], r["straggler"], r["sticky"]
         # Starvation, or a stall on one rank's host, is over where steady work outlasted the
         # dip (analyze/pauses.recovered).
         over = rec & ((v == _STARVED) | ((v == _STALL) & (c == _RANK_HOST)))
+        # A stall on one rank's host ends where every GPU is back at full speed for at
+        # least recover_s: windows that end later still hold the stall's seconds, but the
+        # log shows the rank back at work. (The verdict of the window ending at bin e is
+        # dated to bin e - L below.)
+        L0 = min(int(round(th.hold_s / th.bin_s)), nb - 1)
+        back = np.concatenate([np.zeros(L0, bool), _at_full_work(st, rows, th)])[:nb]
+        over |= (v == _STALL) & (c == _RANK_HOST) & back
         if over.any():
             v, c, s = np.where(over, _BUSY, v), np.where(over, -1, c), np.where(over, -1, s)
         times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
@@ -245,7 +256,7 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
             picks.append(np.unique(np.minimum(np.linspace(a, b - 1, k).round().astype(int)
                                               + L, nb - 1)))
         pts = np.unique(np.concatenate(picks))
-        outs2, feats = _judge_points(st, rows, shared, pause, th, pts, excl)
+        outs2, feats = _judge_points(st, rows, shared, pause, th, pts, excl, why)
         f_all, r_all = _cat(feats), _cat(outs2)
         where = {int(p): i for i, p in enumerate(pts)}
         for (a, b), pk in zip(spans, picks):
@@ -261,6 +272,20 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
     return tl
 
 
+def _at_full_work(st: Store, rows: list[int], th: Thresholds) -> np.ndarray:
+    """Per bin: inside a run of at least recover_s seconds with every GPU of the job at
+    busy_bin_duty or more."""
+    duty, _, _ = bin_duty(st.view(rows, raw=True)[0])
+    with np.errstate(invalid="ignore"):
+        full = (duty >= th.busy_bin_duty).all(axis=0)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], full.astype(np.int8), [0]))))
+    out = np.zeros(len(full), bool)
+    for a, b in zip(edges[::2], edges[1::2]):
+        if b - a >= th.recover_s / th.bin_s:
+            out[a:b] = True
+    return out
+
+
 def _too_short(log: Log, rate: float, start: float, end: float) -> Timeline:
     """A run shorter than one window: nothing can be said of it."""
     gpus = tuple(sorted(set(log.samples.gpu.tolist())))
@@ -271,8 +296,8 @@ def _too_short(log: Log, rate: float, start: float, end: float) -> Timeline:
 
 
 def job_flags(st: Store, rows: list[int], th: Thresholds
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(pause, excluded, recovered) per bin of the job on these store rows (see
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(pause, excluded, recovered, why) per bin of the job on these store rows (see
     pauses.pause_flags, analyze.pauses.recovered)."""
     g, hb = st.view(rows, raw=True)
     duty, n, u = bin_duty(g)
@@ -285,13 +310,14 @@ def job_flags(st: Store, rows: list[int], th: Thresholds
     # as it does live.
     present = np.array([x[3] for x in hostb], dtype=bool)
     starts = present & ~np.concatenate(([False], present[:-1]))
-    pause, excl = pause_flags(duty, n, u, th, hostb, starts)
+    pause, excl, why = pause_flags(duty, n, u, th, hostb, starts)
     # A log also holds what followed each stop (analyze/pauses.py).
     both = two_sided(duty, n, u, th, hostb)
+    why = np.where(both & (why < 0), CAUSES.index("unknown"), why)
     pause, excl = pause | both, excl | both
     # Seconds in which the job did not hold its GPUs (before it started, after it ended)
     # are left out of its windows, as the live detector only judges a job once it exists.
-    return pause, excl | ~present, recovered(duty, n, th, hostb)
+    return pause, excl | ~present, recovered(duty, n, th, hostb), why
 
 
 def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.ndarray,

@@ -18,6 +18,18 @@ _STARVATION = {
 }
 
 
+_PAUSED = {
+    "checkpoint": "a checkpoint: fine if rare; if frequent or long, save less often or "
+                  "asynchronously (torch.distributed.checkpoint async_save)",
+    "validation": "a validation pass: fine; if long, validate less often or on a subset",
+    "epoch_boundary": "an epoch boundary: new DataLoader workers start; persistent_workers=True "
+                      "keeps them across epochs",
+    "startup": "start-up: model load and first batches; nothing to do unless it is long",
+    "unknown": "the job stopped after steady work (a checkpoint, validation pass, epoch "
+               "boundary or start-up): fine if short and rare",
+}
+
+
 def advice(verdict: str, cause: Optional[str], straggler: Optional[int]) -> str:
     if verdict == DATA_STARVATION:
         line = _STARVATION.get(cause or "input_pipeline", _STARVATION["input_pipeline"])
@@ -47,9 +59,7 @@ def advice(verdict: str, cause: Optional[str], straggler: Optional[int]) -> str:
             return f"{which} run at the power cap: check the power limit (nvidia-smi -pl)"
         return f"check {which}'s clocks and cooling (airflow, fans, ambient temperature)"
     if verdict == PAUSED:
-        return ("the job stopped after steady work (a checkpoint, validation pass, epoch "
-                "boundary or start-up): fine if short and rare; if frequent, save less often "
-                "or asynchronously")
+        return _PAUSED.get(cause or "unknown", _PAUSED["unknown"])
     if verdict == IDLE:
         if cause == "held":
             return ("the job holds GPU memory and runs nothing: it may be stuck on the host "

@@ -35,7 +35,8 @@ def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis
     for gpus, shared in found:
         g, h = store.view([store.rows[x] for x in gpus])
         duty, n, u = bin_duty(g)
-        pause, excl = pause_flags(duty, n, u, th, host_bins(g, h, th))
-        f, r = judge_job(g, h, pause, np.array([nb - 1]), shared, th, w=nb, excluded=excl)
+        pause, excl, why = pause_flags(duty, n, u, th, host_bins(g, h, th))
+        f, r = judge_job(g, h, pause, np.array([nb - 1]), shared, th, w=nb, excluded=excl,
+                         why=why)
         out.append(make_diagnosis(f, r, 0, gpus, start, end, th))
     return out

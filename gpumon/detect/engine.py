@@ -229,9 +229,9 @@ def _ratio(a, b):
 
 def judge_job(g: np.ndarray, h: np.ndarray, pause: np.ndarray, ends: np.ndarray, shared: bool,
               th: Thresholds = DEFAULT, w: int = 0, keep: Optional[np.ndarray] = None,
-              excluded: Optional[np.ndarray] = None):
+              excluded: Optional[np.ndarray] = None, why: Optional[np.ndarray] = None):
     """Features and rule output for one job's bins at windows ending at ``ends``."""
-    f = window_features(g, h, ends, pause, th, w, keep, excluded)
+    f = window_features(g, h, ends, pause, th, w, keep, excluded, why)
     return f, judge(f, shared, th)
 
 

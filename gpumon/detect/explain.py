@@ -131,6 +131,29 @@ def _quiet_after_work(w: _Window) -> str:
             f"was not steady enough to call this a pause; host: {w.host_line()}")
 
 
+# Why a pause, by its cause (rules: the pause tracker's reading of the host, pauses.py).
+_PAUSE_WHY = {
+    "checkpoint": "the host writes to disk at checkpoint rate meanwhile: a checkpoint",
+    "validation": ("more DataLoader workers than training had appeared: a validation pass "
+                   "with its own loader"),
+    "epoch_boundary": "new DataLoader workers started: an epoch boundary",
+    "startup": "the job has just started: its ranks load and get their first batches",
+    "unknown": ("this is not the burst-then-idle rhythm of starved input, and nothing in "
+                "the counters says why (no disk writes, no new loader workers known)"),
+}
+
+
+def _pause(w: _Window) -> str:
+    from gpumon.diagnosis import CAUSES
+    code = int(w.f["pause_cause"][w.e]) if "pause_cause" in w.f else -1
+    cause = CAUSES[code] if code >= 0 else "unknown"
+    secs = int(w.f["pause_len"][w.e]) if "pause_len" in w.f else 0
+    wm = int(round(w.th.window_max_s / w.th.bin_s))
+    ago = f"{secs} s ago" if secs <= wm else f"more than {wm} s ago"
+    return (f"every GPU stopped after steady work {ago}; "
+            f"{_PAUSE_WHY.get(cause, _PAUSE_WHY['unknown'])}")
+
+
 def _busy(w: _Window) -> str:
     ev = w.ev
     s = (f"every GPU ran a kernel {_pct(ev.get('duty_cycle'))} of the last {w.seconds()} s "
@@ -146,8 +169,7 @@ BECAUSE: dict[str, Callable[[_Window], str]] = {
     "too_few_samples": lambda w: (f"{int(np.nanmin(w.col('n'))) if len(w.gpus) else 0} "
                                   f"utilization samples in the window, fewer than "
                                   f"{w.th.min_samples:.0f}"),
-    "pause": lambda w: ("every GPU stopped after steady work, and this is not the burst-then-"
-                        "idle rhythm of starved input; nothing in the counters says why"),
+    "pause": _pause,
     "no_kernels": _no_kernels,
     "quiet_after_work": _quiet_after_work,
     "throttle": _throttle,

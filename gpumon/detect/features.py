@@ -20,6 +20,7 @@ from gpumon.detect import nanops as N
 from typing import Optional
 
 from gpumon.detect.bins import GI, HI
+from gpumon.diagnosis import CAUSES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 
@@ -159,7 +160,8 @@ def _ratios(S: np.ndarray, num: np.ndarray, den: np.ndarray, L: int) -> np.ndarr
 def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.ndarray,
                     th: Thresholds = DEFAULT, w: int = 0,
                     keep: Optional[np.ndarray] = None,
-                    excluded: Optional[np.ndarray] = None) -> dict:
+                    excluded: Optional[np.ndarray] = None,
+                    why: Optional[np.ndarray] = None) -> dict:
     """Features of one job's GPUs (rows of ``g``) over the windows ending at ``ends``.
 
     Pause bins (and bins where ``keep`` is False) are left out of every sum. The window is
@@ -288,6 +290,13 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     Hr = wsum(hk[_HIO_NUM + _HIO_DEN], min(RECENT_BINS, int(W.min())), ends)
     f["iowait_recent"], f["disk_read_recent"] = _div(Hr[:2], Hr[2:])
     f["pause"] = pause[ends]
+    # Why each window's last bin is a pause (an index into diagnosis.CAUSES; -1: no pause).
+    f["pause_cause"] = (why[ends] if why is not None else
+                        np.where(f["pause"], CAUSES.index("unknown"), -1))
+    # Seconds the pause has lasted, up to the window's end (read within window_max_s, as
+    # full_run is: wm + 1 for longer).
+    last_on = np.maximum.accumulate(np.where(pause, -1, ix_t))
+    f["pause_len"] = np.where(f["pause"], np.minimum(ends - last_on[ends], wm + 1), 0)
     # Seconds since the last pause bin, read within window_max_s as full_run is (wm + 1:
     # none in the last window_max_s).
     last_pause = np.maximum.accumulate(np.where(pause, ix_t, -1))

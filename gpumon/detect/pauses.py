@@ -20,6 +20,7 @@ from typing import Optional
 import numpy as np
 
 from gpumon.detect import nanops as N
+from gpumon.diagnosis import CAUSES
 from gpumon.detect.bins import GI, HI
 
 from gpumon.detect.thresholds import DEFAULT, Thresholds
@@ -64,6 +65,7 @@ class PauseTracker:
         self.on_bins = 0          # bins with every GPU at work since the pause began
         self.extra = False        # more loader workers than steady work had, last bin
         self.starting = False     # the current pause is the job's start (see begin())
+        self.reason = "unknown"   # why the current pause (a cause of diagnosis.CAUSES)
         self.bar = th.duty_starved   # duty at which work is back (see _return_bar)
 
     def step(self, duties: np.ndarray, n: float, u: float,
@@ -120,6 +122,7 @@ class PauseTracker:
                 self.resumed, self.on_bins = False, 0
                 self.after.clear()
             self.extra = changed
+            self._why(writing, changed, fresh and not self.starting)
             if self.resumed and (all_on or self.after):
                 self.after.append(duty)     # counted from when every rank is back
             # Work came back at a starved rhythm with nothing to explain it (host known; at a
@@ -168,6 +171,8 @@ class PauseTracker:
             # (A new DataLoader's workers appearing after steady work is a validation pass
             # starting, even before the GPUs stop.)
             self.in_pause, self.length, self.resumed = True, 1, False
+            self.reason = "unknown"
+            self._why(writing, changed, fresh)
             self.steady = 0
             self.bar = self._return_bar()
             self.extra = changed
@@ -219,11 +224,23 @@ class PauseTracker:
         if self.steady >= self.ctx:
             self.cooldown = min(self.cooldown, 0)
 
+    def _why(self, writing: bool, changed: bool, fresh: bool) -> None:
+        """What the host says the current pause is, most specific first: checkpoint-size
+        disk writes, more loader workers than steady work had (a validation pass's own
+        DataLoader), new loader workers (an epoch boundary's)."""
+        if writing:
+            self.reason = "checkpoint"
+        elif changed and self.reason not in ("checkpoint",):
+            self.reason = "validation"
+        elif fresh and self.reason in ("unknown",):
+            self.reason = "epoch_boundary"
+
     def begin(self) -> None:
         """The job starts now (seen starting live): its first seconds, while ranks and loader
         workers come up one by one, are a pause until work runs steady, as after an epoch
         boundary, unless the ranks then run at a starved rhythm."""
         self.in_pause, self.starting, self.length, self.resumed = True, True, 0, False
+        self.reason = "startup"
         self.bar = self.th.duty_starved
         self.start = self.i + 1
         self.after.clear()
@@ -316,8 +333,10 @@ def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
 
 def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
                 th: Thresholds = DEFAULT, host: Optional[list] = None,
-                starts: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
-    """(pause, excluded) per bin of a job from per-GPU duty (G, T) and job n, u sums (T,).
+                starts: Optional[np.ndarray] = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pause, excluded, why) per bin of a job from per-GPU duty (G, T) and job n, u sums
+    (T,); ``why``: the pause's cause (an index into diagnosis.CAUSES), -1 outside pauses.
 
     ``pause`` is what was known at each bin (the verdict there is busy); ``excluded`` drops
     the bins of pauses later found to be starvation, so windows after that see the gaps.
@@ -326,6 +345,7 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     tr = PauseTracker(th)
     out = np.zeros(len(n), dtype=bool)
     excl = np.zeros(len(n), dtype=bool)
+    why = np.full(len(n), -1, dtype=np.int64)
     with np.errstate(invalid="ignore"):
         has = ((~np.isnan(duty)).any(axis=0) & (n > 0)).tolist()
         idle = (np.where(np.isnan(duty), 0.0, duty) < th.idle_duty) | np.isnan(duty)
@@ -348,10 +368,12 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
             tr.begin()
         out[i] = excl[i] = step(has[i], all_idle[i], nl[i], ul[i],
                                 host[i] if host is not None else None, all_on[i])
+        if out[i]:
+            why[i] = CAUSES.index(tr.reason)
         if tr.unmark:
             excl[tr.unmark.start:tr.unmark.stop] = False
         i += 1
-    return out, excl
+    return out, excl, why
 
 
 def _quiet_runs(has: list, all_idle: list, host: Optional[list], begin: set,

@@ -241,7 +241,8 @@ def _judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> d
     sparse = (f["n_all"].min(axis=0) if G else np.zeros(E)) < th.min_samples
     decide("too_few_samples", (insufficient & ~f["pause"]) | sparse, INSUFFICIENT_DATA,
            cf=0.3)
-    decide("pause", f["pause"], PAUSED, c=C["unknown"], cf=0.6)
+    decide("pause", f["pause"], PAUSED,
+           c=np.where(f["pause_cause"] >= 0, f["pause_cause"], C["unknown"]), cf=0.6)
     # No kernels in the window: idle when the context was idle too (held when the job still
     # holds its GPUs' memory); after recent work it is a long gap of a starving job (a
     # paused job's gap is a pause, handled above).

@@ -14,7 +14,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from gpumon.diagnosis import BUSY, DATA_STARVATION, INSUFFICIENT_DATA, VERDICTS, Diagnosis
+from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, INSUFFICIENT_DATA, VERDICTS,
+                              Diagnosis)
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
 from gpumon.detect.bins import Store
@@ -101,6 +102,7 @@ class _Job:
         self.pauses = PauseTracker(th)
         self.flags: dict[int, bool] = {}    # absolute bin -> pause (as known then)
         self.excl: dict[int, bool] = {}     # absolute bin -> left out of the features
+        self.why: dict[int, int] = {}       # absolute bin -> the pause's cause (CAUSES index)
         self.since = since                  # absolute bin the job was first seen in use
         self.next = since                   # next absolute bin to feed the pause tracker
         self.hyst = Hysteresis(th.hold_s, th.bin_s)
@@ -181,21 +183,26 @@ class StreamingDetector:
                 i = b - st.b0 - lo
                 job.flags[b] = job.excl[b] = job.pauses.step(duty[:, i], float(n[i]),
                                                              float(u[i]), hb[i - i0])
+                if job.flags[b]:
+                    job.why[b] = CAUSES.index(job.pauses.reason)
                 for k in job.pauses.unmark:       # that "pause" was starvation after all
                     job.excl[b - job.pauses.i + k] = False
             job.next = last + 1
             for b in [b for b in job.flags if b < st.b0 + lo]:
                 del job.flags[b]
                 job.excl.pop(b, None)
+                job.why.pop(b, None)
             absr = range(st.b0 + lo, st.b0 + stop)
             fl, ex = job.flags.get, job.excl.get
             pause = np.array([fl(b, False) for b in absr], dtype=bool)
             excl = np.array([ex(b, False) for b in absr], dtype=bool)
+            why = np.array([job.why.get(b, -1) for b in absr], dtype=np.int64)
             keep = np.arange(st.b0 + lo, st.b0 + stop) >= job.since
             ends = np.arange(max(first, job.since, st.b0 + lo), last + 1) - st.b0 - lo
             if len(ends) == 0:
                 ends = np.array([stop - lo - 1])
-            f, r = judge_job(g, h, pause, ends, shared, self.th, keep=keep, excluded=excl)
+            f, r = judge_job(g, h, pause, ends, shared, self.th, keep=keep, excluded=excl,
+                             why=why)
             hy = job.hyst
             for e in range(len(ends)):
                 t = st.bin_time(lo + int(ends[e]) + 1)
