@@ -31,6 +31,7 @@ from multiprocessing import Pool
 import numpy as np
 
 from bench.seeds import MORE_TUNING_SEEDS, SCORING_SEEDS, TUNING_SEEDS
+from gpumon.detect.thresholds import DEFAULT
 from gpumon.diagnosis import VERDICTS
 from gpumon.sim import SCENARIOS, draw_params, simulate
 from gpumon.sim.params import HARDWARE
@@ -41,7 +42,8 @@ RUN_S = 120.0          # scenario part of a run (longer for negative scenarios: 
 SKIP_S = 5.0           # left out after the change of scenario
 TARGET_A = 0.95
 TARGET_B = 0.90
-NEGATIVE = ("busy", "idle", "checkpoint", "validation", "epoch_end")
+NEGATIVE = ("busy", "idle", "held", "checkpoint", "rank0_checkpoint", "validation",
+            "epoch_end")
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "detect.md")
 NVSMI_FIELDS = ("timestamp", "index", "utilization.gpu [%]", "utilization.memory [%]",
                 "memory.used [MiB]", "memory.total [MiB]", "power.draw [W]",
@@ -188,6 +190,8 @@ def onset(ticks, change: float) -> float:
         tr = tk.truth
         if tk.time <= change or tr is None:
             continue
+        if tr.scenario == "hang":
+            return change + DEFAULT.hang_s       # (a hang is one only after hang_s)
         if tr.verdict != "data_starvation":
             return change
         if _waits_for_data(tr):
@@ -227,10 +231,12 @@ def evaluate(job) -> dict:
     res = {"name": name, "n": n, "seed": seed, "step_s": p["step_s"],
            "backend": p.get("backend"), "truth": [], "t": [], "change": change,
            "onset": onset(ticks, change)}
+    # A hang is one only after hang_s: its first seconds are not scored.
+    unjudged = change + DEFAULT.hang_s if name == "hang" else change
     for tk in ticks:
         tr = tk.truth
         res["truth"].append((tr.verdict, tr.straggler_gpu, tr.pause, _all_computed(tr))
-                            if tr else None)
+                            if tr and not change < tk.time < unjudged else None)
         res["t"].append(tk.time)
     res["waits"] = [tk.time for tk in ticks if waited(tk)]
     if "a" in paths:
@@ -266,11 +272,13 @@ class Score:
             if truth is None or t <= change:
                 continue
             tv, tstrag, _, computed = truth
-            if key == "b" and tv == "data_starvation" and tstrag is not None:
+            if key == "b" and tv in ("data_starvation", "paused") and tstrag is not None:
                 # An nvidia-smi log has no host counters: one rank's wait for input cannot be
                 # told from other work on its host, and the contract says sync_stall
                 # (rank_host) naming that rank.
                 tv = "sync_stall"
+            if key == "a" and tv == "paused":
+                tstrag = None      # (a pause names no straggler, whoever stopped)
             if key == "b" and tstrag is not None and computed:
                 # A log labels one rank's stalls second by second: a second in which every
                 # GPU computed is busy (physics, as the real traces are labelled).
@@ -282,7 +290,8 @@ class Score:
             self.cm[(tv, pv)] += 1
             if pv != tv:
                 errs += 1
-            if res["name"] in NEGATIVE and pv in ("data_starvation", "sync_stall"):
+            if (res["name"] in NEGATIVE and pv in ("data_starvation", "sync_stall")
+                    and tv not in ("data_starvation", "sync_stall")):
                 self.neg_bad[res["name"]] += 1
                 self.neg_after_wait += any(t - WAIT_LOOKBACK_S <= w <= t
                                            for w in res.get("waits", ()))

@@ -19,8 +19,8 @@ from gpumon.sim import params as P
 from gpumon.sim.trace import main as trace_main, read_trace, write_trace
 
 CONTRACT = ("busy", "idle", "data_starvation", "io_fetch", "main_process", "sync_stall",
-            "rank_data_stall", "throttled", "dataparallel", "checkpoint", "validation",
-            "epoch_end", "demo")
+            "rank_data_stall", "hang", "held", "throttled", "dataparallel", "checkpoint",
+            "rank0_checkpoint", "validation", "epoch_end", "demo")
 SECONDS = 120
 _cache: dict = {}
 

@@ -150,7 +150,8 @@ def _pause(w: _Window) -> str:
     secs = int(w.f["pause_len"][w.e]) if "pause_len" in w.f else 0
     wm = int(round(w.th.window_max_s / w.th.bin_s))
     ago = f"{secs} s ago" if secs <= wm else f"more than {wm} s ago"
-    return (f"every GPU stopped after steady work {ago}; "
+    return (f"the job stopped after steady work {ago} (every GPU, or one rank while the "
+            f"others wait for it); "
             f"{_PAUSE_WHY.get(cause, _PAUSE_WHY['unknown'])}")
 
 

@@ -76,12 +76,16 @@ class PauseTracker:
         G = int(have.sum())
         all_idle = G > 0 and bool((duties[have] < self.th.idle_duty).all())
         all_on = G > 0 and bool((duties[have] >= ALL_ON_DUTY).all())
-        return self.step_bin(G > 0 and n > 0, all_idle, n, u, host, all_on)
+        low = duties[have] < self.th.idle_duty
+        lone_idle = G > 1 and int(low.sum()) == 1 and bool((duties[have][~low]
+                                                           >= ALL_ON_DUTY).all())
+        return self.step_bin(G > 0 and n > 0, all_idle, n, u, host, all_on, lone_idle)
 
     def step_bin(self, has_data: bool, all_idle: bool, n: float, u: float,
-                 host: Optional[tuple] = None, all_on: bool = True) -> bool:
+                 host: Optional[tuple] = None, all_on: bool = True,
+                 lone_idle: bool = False) -> bool:
         """step() with the bin already reduced: any data, every GPU idle, n and u sums,
-        every GPU working at least ALL_ON_DUTY."""
+        every GPU working at least ALL_ON_DUTY, one GPU idle beside others at work."""
         th = self.th
         self.i += 1
         self.cooldown -= 1
@@ -111,7 +115,9 @@ class PauseTracker:
                 if self.length >= self.pmax:
                     self.in_pause = self.starting = False
             return self.in_pause
-        stop = all_idle
+        # A stop: every GPU idle, or one rank idle while the others wait for it and the host
+        # writes at checkpoint rate (rank 0 alone saving, the others in the next all-reduce).
+        stop = all_idle or (lone_idle and writing)
         duty = u / n
         self.recent.append(duty)
         if self.in_pause:
@@ -351,6 +357,10 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
         idle = (np.where(np.isnan(duty), 0.0, duty) < th.idle_duty) | np.isnan(duty)
         all_idle = (idle.all(axis=0) & (~np.isnan(duty)).any(axis=0)).tolist()
         all_on = ((np.where(np.isnan(duty), 1.0, duty) >= ALL_ON_DUTY).all(axis=0)).tolist()
+        known = ~np.isnan(duty)
+        low = idle & known
+        on = (np.where(known, duty, 1.0) >= ALL_ON_DUTY) | low
+        lone_idle = ((known.sum(axis=0) > 1) & (low.sum(axis=0) == 1) & on.all(axis=0)).tolist()
     nl, ul = n.tolist(), u.tolist()
     step = tr.step_bin
     begin = set() if starts is None else set(np.flatnonzero(starts).tolist())
@@ -367,7 +377,8 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
         if i in begin:
             tr.begin()
         out[i] = excl[i] = step(has[i], all_idle[i], nl[i], ul[i],
-                                host[i] if host is not None else None, all_on[i])
+                                host[i] if host is not None else None, all_on[i],
+                                lone_idle[i])
         if out[i]:
             why[i] = CAUSES.index(tr.reason)
         if tr.unmark:
@@ -379,13 +390,14 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
 def _quiet_runs(has: list, all_idle: list, host: Optional[list], begin: set,
                 T: int) -> list:
     """Per bin, the end (exclusive) of the run of quiet bins it starts (itself when it is
-    not quiet): bins with data, not every GPU idle, no loader workers known, the job present
-    and not seen starting there."""
+    not quiet): bins with data, not every GPU idle, no loader workers known, no checkpoint
+    writes, the job present and not seen starting there."""
     q = np.array(has, dtype=bool) & ~np.array(all_idle, dtype=bool)
     if host is not None:
         w = np.fromiter((x[0] for x in host), float, T)
+        wr = np.fromiter((x[2] for x in host), bool, T)
         pres = np.fromiter((x[3] for x in host), bool, T)
-        q &= np.isnan(w) & pres
+        q &= np.isnan(w) & pres & ~wr
     if begin:
         q[list(begin)] = False
     # The next non-quiet bin at or after each bin.

@@ -403,8 +403,8 @@ class Node:
                     ld.ph = ph
         self.cur, self.cur_start = ph, start
         p = ph.p
-        every = {"checkpoint": p["ckpt_every_s"], "validation": p["val_every_s"],
-                 "epoch_end": p["epoch_s"]}.get(ph.spec.events)
+        every = {"checkpoint": p["ckpt_every_s"], "rank0_checkpoint": p["ckpt_every_s"],
+                 "validation": p["val_every_s"], "epoch_end": p["epoch_s"]}.get(ph.spec.events)
         if every:
             first = max(start, 0.0) + every * float(self.rng.uniform(0.4, 0.9))
             self.next_event = first
@@ -422,12 +422,26 @@ class Node:
                 for g in range(self.n):
                     self._g(g, self.t, end, NOJOB, ph)
                 self.t = end
+            elif ph.mode in ("hang", "held"):
+                self._stuck(ph, start)
             elif self.t >= self.next_event:
                 self._event(ph)
             elif ph.mode == "dp":
                 self._dp_step(ph)
             else:
                 self._ddp_step(ph)
+
+    def _stuck(self, ph: Phase, start: float) -> None:
+        """A job that makes no progress. hang: every rank waits in a collective for a rank
+        that is not coming (NCCL: spinning, ~100% util at low power). held: the ranks hold
+        their GPUs' memory and run nothing (stuck on the host: a deadlock, a dead loader)."""
+        end = min(self.phase_end(ph, start), self.t + 1.0)
+        kind = SPIN if ph.mode == "hang" else WAIT_IDLE
+        for g in range(self.n):
+            self._g(g, self.t, end, kind, ph)
+        for m in self.mains:
+            m.seg(self.t, end, MAIN_SYNC_CPU)
+        self.t = end
 
     def _g(self, g, t0, t1, kind, ph):
         if t1 > t0:
@@ -517,6 +531,23 @@ class Node:
                     m.seg(t, t + ck, CKPT_MAIN_CPU, 0.3, 0.0, p["ckpt_write_mbps"])
                 else:
                     m.seg(t, t + ck, MAIN_SYNC_CPU)
+            self.pauses.append((t, t + ck))
+            self.t = t + ck
+            self.next_event = self.t + p["ckpt_every_s"]
+        elif kind == "rank0_checkpoint":
+            # Rank 0 alone saves (model and optimizer to disk); the other ranks have gone on
+            # to the next all-reduce and wait there for it (NCCL: spinning).
+            ck = p["ckpt_s"]
+            size_mb = p["ckpt_write_mbps"] * ck
+            copy = min(0.5 * ck, size_mb / (p["pcie_gbps"] * 1000.0))
+            self._g(0, t, t + copy, SAVECOPY, ph)
+            self._g(0, t + copy, t + ck, PAUSE, ph)
+            wait = SPIN if p["backend"] == "nccl" else WAIT_IDLE
+            for g in range(1, self.n):
+                self._g(g, t, t + ck, wait, ph)
+            self.mains[0].seg(t, t + ck, CKPT_MAIN_CPU, 0.3, 0.0, p["ckpt_write_mbps"])
+            for m in self.mains[1:]:
+                m.seg(t, t + ck, MAIN_SYNC_CPU)
             self.pauses.append((t, t + ck))
             self.t = t + ck
             self.next_event = self.t + p["ckpt_every_s"]

@@ -37,8 +37,8 @@ class ScenarioSpec:
     # Which GPU the verdict names: "" none, "straggler" the `straggler` parameter's GPU,
     # "gpu0" GPU 0 (DataParallel), "throttle" the throttled GPU when one holds the rest back.
     names_straggler: str = ""
-    mode: str = "ddp"                      # ddp | dp (DataParallel) | nojob
-    events: str = ""                       # "" | checkpoint | validation | epoch_end
+    mode: str = "ddp"                      # ddp | dp (DataParallel) | nojob | hang | held
+    events: str = ""           # "" | checkpoint | rank0_checkpoint | validation | epoch_end
     params: dict = field(default_factory=dict)   # default overrides
     ranges: dict = field(default_factory=dict)   # draw-range overrides
     phases: tuple = ()                     # demo: ((scenario, seconds), ...), looped
@@ -74,6 +74,14 @@ SCENARIOS: dict[str, ScenarioSpec] = {s.name: s for s in (
     ScenarioSpec("rank_data_stall", "one rank's input pipeline is too slow; that GPU starves "
                  "and the others wait for it in the all-reduce", dx.DATA_STARVATION,
                  "cpu_preprocessing", default_gpus=4, min_gpus=2, names_straggler="straggler"),
+    ScenarioSpec("hang", "a collective that never completes: every rank waits in it for a "
+                 "rank that is not coming (NCCL: ~100% util at low power, no progress)",
+                 dx.SYNC_STALL, "hang", default_gpus=4, min_gpus=2, mode="hang",
+                 # The waits reported in NCCL hangs: 44/250, 70/300, 77-80/300, 152/700 W.
+                 params={"backend": "nccl"}, ranges={"backend": None,
+                                                     "spin_power_frac": (0.15, 0.30)}),
+    ScenarioSpec("held", "a job that holds its GPUs' memory and runs nothing (stuck on the "
+                 "host)", dx.IDLE, "held", default_gpus=2, mode="held"),
     ScenarioSpec("throttled", "one GPU thermally throttled (clock-event bits, low SM clock, "
                  "slower steps); with several GPUs the others wait for it",
                  dx.THROTTLED, "thermal", default_gpus=2, names_straggler="throttle"),
@@ -84,6 +92,11 @@ SCENARIOS: dict[str, ScenarioSpec] = {s.name: s for s in (
     ScenarioSpec("checkpoint", "healthy run pausing every ckpt_every_s for ckpt_s to write a "
                  "checkpoint: GPUs idle, disk writes (not starvation)", dx.BUSY,
                  default_gpus=2, events="checkpoint"),
+    ScenarioSpec("rank0_checkpoint", "healthy DDP run whose rank 0 alone saves a checkpoint "
+                 "every ckpt_every_s for ckpt_s while the other ranks wait for it in the next "
+                 "all-reduce (NCCL: ~100% util at low power); disk writes on the host",
+                 dx.BUSY, default_gpus=4, min_gpus=2, events="rank0_checkpoint",
+                 params={"ckpt_every_s": 40.0}),
     ScenarioSpec("validation", "healthy run with periodic forward-only validation passes of a "
                  "different rhythm (not starvation)", dx.BUSY, default_gpus=2,
                  events="validation"),

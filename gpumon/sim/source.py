@@ -20,6 +20,9 @@ DRIVER_PERIOD_S = 1.0 / 6.0
 CHUNK_SAMPLES = 360
 # A worker at or above this share of a core counts as saturated (JobProcs.loader_busy).
 LOADER_BUSY_PCT = 90.0
+# The cause of a healthy job's pause, by the scenario's events.
+PAUSE_CAUSE = {"checkpoint": "checkpoint", "rank0_checkpoint": "checkpoint",
+               "validation": "validation", "epoch_end": "epoch_boundary"}
 # A tick is a pause interval when at least this share of it lies inside a pause.
 PAUSE_SHARE = 0.5
 DEFAULT_START_TIME = 1_700_000_000.0
@@ -161,7 +164,9 @@ class Stream:
         pause = bool(c.pause[i0:i1].mean() >= PAUSE_SHARE)
         verdict = spec.verdict
         if pause and verdict == BUSY:      # a healthy job stopped: a checkpoint, an epoch end
-            verdict, cause = PAUSED, "unknown"
+            verdict, cause = PAUSED, PAUSE_CAUSE.get(spec.events, "unknown")
+            if spec.events == "rank0_checkpoint":
+                straggler = 0              # the rank the others wait for
         return Truth(scenario=spec.name, verdict=verdict, cause=cause,
                      straggler_gpu=straggler, gpus=tuple(range(self.n)), states=states,
                      pause=pause)
