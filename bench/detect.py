@@ -190,8 +190,8 @@ def onset(ticks, change: float) -> float:
         tr = tk.truth
         if tk.time <= change or tr is None:
             continue
-        if tr.scenario == "hang":
-            return change + DEFAULT.hang_s       # (a hang is one only after hang_s)
+        if tr.scenario in ("hang", "held"):      # (see evaluate)
+            return change + (DEFAULT.hang_s if tr.scenario == "hang" else DEFAULT.pause_max_s)
         if tr.verdict != "data_starvation":
             return change
         if _waits_for_data(tr):
@@ -231,8 +231,9 @@ def evaluate(job) -> dict:
     res = {"name": name, "n": n, "seed": seed, "step_s": p["step_s"],
            "backend": p.get("backend"), "truth": [], "t": [], "change": change,
            "onset": onset(ticks, change)}
-    # A hang is one only after hang_s: its first seconds are not scored.
-    unjudged = change + DEFAULT.hang_s if name == "hang" else change
+    # A hang is one only after hang_s, and a stop after steady work is a pause until it has
+    # lasted pause_max_s (then idle, held): their first seconds are not scored.
+    unjudged = change + {"hang": DEFAULT.hang_s, "held": DEFAULT.pause_max_s}.get(name, 0.0)
     for tk in ticks:
         tr = tk.truth
         res["truth"].append((tr.verdict, tr.straggler_gpu, tr.pause, _all_computed(tr))
@@ -273,10 +274,15 @@ class Score:
                 continue
             tv, tstrag, _, computed = truth
             if key == "b" and tv in ("data_starvation", "paused") and tstrag is not None:
-                # An nvidia-smi log has no host counters: one rank's wait for input cannot be
-                # told from other work on its host, and the contract says sync_stall
-                # (rank_host) naming that rank.
-                tv = "sync_stall"
+                if res.get("backend") == "gloo":
+                    # gloo's waits leave every GPU idle: one rank held up looks like the job
+                    # as a whole waiting, and no GPU can be named.
+                    tstrag = None
+                else:
+                    # An nvidia-smi log has no host counters: one rank's wait (for input, or
+                    # its own checkpoint) cannot be told from other work on its host, and the
+                    # contract says sync_stall (rank_host) naming that rank.
+                    tv = "sync_stall"
             if key == "a" and tv == "paused":
                 tstrag = None      # (a pause names no straggler, whoever stopped)
             if key == "b" and tstrag is not None and computed:

@@ -28,9 +28,6 @@ STEADY_BIN_DUTY = 0.7
 # A dip goes this low on some GPU in some second (the rest is noise around steady work,
 # such as a DataParallel job's second GPU hovering at 70%).
 DEEP_DUTY = 0.3
-# Seconds a dip may hold some GPUs at work beside idle ones (a rank's brief hiccup; ranks
-# stopping and restarting one after another) even when that is most of the dip.
-LONE_DIP_S = 5.0
 # Seconds between the end of steady work and the first second with every GPU stopped.
 LEAD_IN = 3
 # Lone seconds below steady work allowed in context_s of steady work: at most 2 in 20 s keeps
@@ -42,10 +39,6 @@ BLIPS_MAX = 2
 BLIPS_AT_WORK_DUTY = True
 # Seconds of work at full speed on each side of such a lone second.
 BLIP_SIDE = 3
-# Seconds after a pause that still belong to it: power is a 1 s average, so the first second
-# of work reads the pause's cold power on ranks that came back late, and its ranks restart
-# one after another (a moment of one rank waiting for another is the restart, not a stall).
-RAMP = 2
 # At the end of the log, steady work up to its last second, at least this long (s), is a
 # return (the log ends before a full context_s of it) after a dip in which the ranks stopped
 # together (no more than LEAD_IN seconds of one idle beside others at work).
@@ -168,19 +161,19 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
             continue
         # Isolated: steady work (lone seconds as above allowed) at least as long as the dip
         # on either side (after it, up to the end of the log where that comes first); and
-        # the ranks stopped together (one rank idle beside others at work for most of a dip
-        # longer than a moment, the same rank throughout, is that rank's input falling
-        # behind, however steady in between).
+        # the ranks stopped together (one rank idle beside others at work for most of the
+        # dip, the same rank throughout, is held up on its host: its input, or a checkpoint
+        # only it writes, which the live tracker calls a pause where the host shows writes).
         dip = e - (s - lead)
         lone = int(lone_g[:, s - lead:e].sum(axis=1).max())
         if (not deep[s - lead:e].any() or run_after[e] < min(dip, T - e)
                 or run_before[s - lead] < dip
-                or lone > LONE_DIP_S / th.bin_s and 2 * lone > dip
+                or 2 * lone > dip
                 or at_end and lone > LEAD_IN):
             continue
         if starving is not None and int((starving[s:e] & drop[s:e]).sum()) > startup:
             continue
-        out[s - lead:e + RAMP] = True
+        out[s - lead:e] = True
     return out
 
 
