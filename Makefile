@@ -38,6 +38,10 @@ bench-detect: $(STAMP)
 bench-real: $(STAMP)
 	$(VPY) -m bench.real
 
+# The detector's functions: none over 60 lines or cyclomatic complexity 15 (radon).
+lint: $(STAMP)
+	$(VPY) -m bench.complexity
+
 # For a machine with an NVIDIA GPU (no network needed: the script picks a Python with torch).
 gpu-check:
 	sh bench/gpu_check.sh

@@ -637,13 +637,12 @@ def test_a_long_stall_or_saturated_loaders_keep_the_verdict():
     assert any(saturated[s] == "data_starvation" for s in range(38, 42)), saturated
 
 
-def test_power_is_not_compared_in_the_first_seconds_back_at_work(monkeypatch):
+def test_power_is_not_compared_in_the_first_seconds_back_at_work():
     """A validation pass's forward-only steps run at 250 W; its own loader's 4 extra workers
     leave at 41 s and the pause ends as training resumes on 4 GPUs at 320 W. GPU 0's power,
     a 1 s average, still reads 250 W for its first two seconds back. That is a ramp, not a
     GPU spinning cold: the job is busy throughout. Compared from the first second back, it
     is a sync stall."""
-    import gpumon.detect.rules as R
 
     def util(g, t):
         return 100.0 if t < 25 or t >= 35 or 28 <= t < 31 else 0.0
@@ -657,8 +656,8 @@ def test_power_is_not_compared_in_the_first_seconds_back_at_work(monkeypatch):
     ticks = with_host(window(60, 4, util, power=power, pids=lambda g: (100 + g,)),
                       _validation_loader(4))
     assert set(_verdicts(ticks).values()) <= {"busy", "paused"}
-    monkeypatch.setattr(R, "POWER_MIN_BINS", 0)
-    assert "sync_stall" in _verdicts(ticks).values()
+    from gpumon.detect.thresholds import DEFAULT
+    assert "sync_stall" in _verdicts(ticks, dataclasses.replace(DEFAULT, power_min_s=0.0)).values()
 
 
 def _late_rank_features(settle_bins: int, monkeypatch):
@@ -724,20 +723,20 @@ def _first(verdicts, v):
     return min(s for s, x in verdicts.items() if x == v)
 
 
-def test_starvation_with_its_cause_on_the_host_is_taken_at_its_first_verdict(monkeypatch):
+def test_starvation_with_its_cause_on_the_host_is_taken_at_its_first_verdict():
     """Once the GPU waits and its loaders are saturated, busy gives way to data_starvation at
     the first such verdict rather than after hold_s: a second sooner than when the host's
     cause is ignored, and than within window_max_s of a pause (an epoch boundary's new
     workers run flat out while they refill the queue, whether or not they keep up later)."""
-    import gpumon.detect.rules as R
+    from gpumon.detect.thresholds import DEFAULT
     steady = _verdicts(_starving_from_44s(False))
     epoch = _verdicts(_starving_from_44s(True))
     assert all(v == "busy" for s, v in steady.items() if s < 44)
     assert all(v in ("busy", "paused") for s, v in epoch.items() if s < 44)
     first = _first(steady, "data_starvation")
     assert first <= 46 and _first(epoch, "data_starvation") == first + 1
-    monkeypatch.setattr(R, "QUICK", False)
-    assert _first(_verdicts(_starving_from_44s(False)), "data_starvation") == first + 1
+    slow = dataclasses.replace(DEFAULT, host_hold_s=DEFAULT.hold_s)
+    assert _first(_verdicts(_starving_from_44s(False), slow), "data_starvation") == first + 1
 
 
 # -- issue 18: what users saw ------------------------------------------------------------------

@@ -40,8 +40,9 @@ class Hysteresis:
     insufficient_data never displaces a verdict; the first verdict is taken at once.
     """
 
-    def __init__(self, hold_s: float, step_s: float = 1.0):
+    def __init__(self, hold_s: float, step_s: float = 1.0, host_hold_s: float = 0.0):
         self.hold_s = hold_s
+        self.host_hold_s = min(host_hold_s, hold_s)   # (see ``quick``)
         self.step_s = step_s                     # time between two verdicts fed in
         # A starvation verdict held this long is established enough to be sticky.
         self.sticky_s = STICKY_AFTER_S
@@ -64,9 +65,10 @@ class Hysteresis:
         data_starvation is not given up for busy while its cause persists.
 
         ``quick``: the host shows the cause now (as for ``sticky``; rules' "quick": not
-        loaders refilling after an epoch boundary): busy gives way to data_starvation at its
-        first verdict. The GPUs waiting and the loaders, main process or storage behind
-        them agree; the hold is for a verdict from the GPUs' counters alone.
+        loaders refilling after an epoch boundary): busy gives way to data_starvation after
+        ``host_hold_s`` (Thresholds.host_hold_s; 0: at its first verdict). The GPUs waiting
+        and the loaders, main process or storage behind them agree; the hold is for a
+        verdict from the GPUs' counters alone.
         """
         if key[0] == _INSUFFICIENT and self.current is not None:
             return False
@@ -81,15 +83,14 @@ class Hysteresis:
         if key == self.current:
             self._cand = None
             return False
-        if quick and key[0] == _STARVED and self.current[0] == _BUSY:
-            self.current, self.since, self._cand = key, t, None
-            return True
+        hold = (self.host_hold_s if quick and key[0] == _STARVED and self.current[0] == _BUSY
+                else self.hold_s)
         if key[0] != self.current[0] and self._cand is not None and key[0] == self._cand[0]:
             # Another verdict keeps winning while its cause or straggler wobble: it counts.
             self._cand = key
         elif key != self._cand:
             self._cand, self._cand_since = key, t
-        if t - self._cand_since >= self.hold_s - self.step_s - 1e-9:
+        if t - self._cand_since >= hold - self.step_s - 1e-9:
             self.current, self.since, self._cand = key, t, None
             return True
         return False
@@ -105,7 +106,7 @@ class _Job:
         self.why: dict[int, int] = {}       # absolute bin -> the pause's cause (CAUSES index)
         self.since = since                  # absolute bin the job was first seen in use
         self.next = since                   # next absolute bin to feed the pause tracker
-        self.hyst = Hysteresis(th.hold_s, th.bin_s)
+        self.hyst = Hysteresis(th.hold_s, th.bin_s, th.host_hold_s)
         self.conf: Optional[float] = None   # confidence when the held verdict last won
 
 

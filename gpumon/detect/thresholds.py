@@ -134,6 +134,20 @@ class Thresholds:
                                     "host dilutes iowait; a cached dataset reads nothing).")
     disk_read_mbps: float = th(1.0, "MB/s", "Disk reads needed beside iowait to blame storage.")
     # --- streaming ---------------------------------------------------------------------------
+    compute_slope: float = th(0.38, "share/share", "Power gained per unit of duty cycle between "
+                              "the busier and the idler GPUs of a job, as a share of the power "
+                              "limit: a computing GPU draws ~50-80% of its limit more than "
+                              "idle, one spinning in a collective ~5-35% more (nccl #968/#1550), "
+                              "so the busier group computes above this slope and spins below.")
+    power_lag_s: float = th(2.0, "s", "After a stall, a GPU that spun through it may read cold "
+                            "this long (power is a 1 s average, and a second partly spent "
+                            "spinning averages low).")
+    power_min_s: float = th(3.0, "s", "Every GPU at work this long before their power is "
+                            "compared (busy but cold): a GPU back from a stop ramps.")
+    host_hold_s: float = th(0.0, "s", "A starvation verdict whose cause shows on the host at the "
+                            "same time (loaders saturated, main process at a core, storage), "
+                            "in a job that has not paused for window_max_s, replaces busy "
+                            "after this long rather than hold_s: the GPUs and the host agree.")
     hang_s: float = th(30.0, "s", "Every GPU of a job busy but cold this long, none computing, "
                        "is a collective waiting for a rank that is not coming (a hang): NCCL "
                        "steps and checkpoints keep the others waiting seconds, not half a "

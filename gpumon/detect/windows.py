@@ -1,0 +1,205 @@
+"""One job's windows as the rules see them: the features (features.py), what is derived from
+them once (the job's duty, the odd GPU out, the host's reading), and the decisions so far.
+
+Vectorized over windows (shape (E,)), so one live window and every second of a day-long log
+run the same code. A quantity is computed the first time a rule asks for it.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+
+from gpumon.detect import nanops as N
+from gpumon.detect.hostview import CALM, Host, host_starved, host_straggler, hs_known
+from gpumon.detect.thresholds import Thresholds
+from gpumon.diagnosis import BUSY, CAUSES, VERDICTS
+
+V = {v: i for i, v in enumerate(VERDICTS)}
+C = {c: i for i, c in enumerate(CAUSES)}
+
+
+def _nan(a):
+    return np.where(np.isnan(a), -np.inf, a)
+
+
+class Windows:
+    def __init__(self, f: dict, shared_process: bool, th: Thresholds, rules: tuple):
+        self.f, self.shared, self.th, self.rules = f, shared_process, th, rules
+        self.G, self.E = f["duty"].shape
+        E = self.E
+        self.verdict = np.full(E, V[BUSY])
+        self.cause = np.full(E, -1)
+        self.strag = np.full(E, -1)
+        self.conf = np.full(E, 0.8)
+        self.rule = np.full(E, rules.index("busy"))
+        self.decided = np.zeros(E, dtype=bool)
+        self.slope = np.full(E, np.nan)
+
+    def decide(self, name, mask, v, c=None, s=None, cf=None) -> None:
+        """Windows not decided yet where ``mask`` holds get verdict ``v`` by rule ``name``;
+        ``c``, ``s`` and ``cf`` may be callables, evaluated only when some window takes
+        this branch."""
+        m = mask & ~self.decided
+        if not m.any():
+            return
+        c, s, cf = (x() if callable(x) else x for x in (c, s, cf))
+        self.verdict[m] = V[v]
+        self.rule[m] = self.rules.index(name)
+        for out, x in ((self.cause, c), (self.strag, s), (self.conf, cf)):
+            if x is not None:
+                out[m] = x[m] if isinstance(x, np.ndarray) else x
+        self.decided[m] = True
+
+    def result(self) -> dict:
+        f, th, feeding = self.f, self.th, self.feeding
+        return {"verdict": self.verdict, "cause": self.cause, "straggler": self.strag,
+                "confidence": self.conf, "rule": self.rule, "duty": self.jduty,
+                "spread": self.spread, "slope": self.slope, "host_starving": feeding,
+                # Keep a starvation verdict through a flat-out stretch only while the host
+                # still starves it and the recent context starved too.
+                "sticky": feeding & (N.nan_to_num(f["ctx_duty"], nan=1.0) < th.duty_starved),
+                # The host shows the cause now, in a job that has run without a pause for
+                # window_max_s (after an epoch boundary new loader workers refill their queue
+                # flat out, however well they keep up later): Hysteresis.step's ``quick``.
+                "quick": feeding & (f["since_pause"] > th.window_max_s / th.bin_s)}
+
+    # -- the job's duty cycle ----------------------------------------------------------------
+    @cached_property
+    def jduty(self) -> np.ndarray:
+        """The job's mean duty per window (its GPUs with samples)."""
+        f = self.f
+        if not self.G:
+            return np.full(self.E, np.nan)
+        with CALM:
+            return N.nanmean(np.where(f["n"] > 0, f["duty"], np.nan), axis=0)
+
+    @cached_property
+    def dmax(self) -> np.ndarray:
+        with CALM:
+            return N.nanmax(_nan(self.f["duty"]), axis=0)
+
+    @cached_property
+    def dmin(self) -> np.ndarray:
+        with CALM:
+            return N.nanmin(np.where(np.isnan(self.f["duty"]), np.inf, self.f["duty"]), axis=0)
+
+    @property
+    def amax(self) -> np.ndarray:
+        return np.argmax(_nan(self.f["duty"]), axis=0)
+
+    @property
+    def amin(self) -> np.ndarray:
+        return np.argmin(np.where(np.isnan(self.f["duty"]), np.inf, self.f["duty"]), axis=0)
+
+    @property
+    def spread(self) -> np.ndarray:
+        return self.dmax - self.dmin
+
+    @property
+    def nmin(self) -> np.ndarray:
+        return self.f["n"].min(axis=0) if self.G else np.zeros(self.E)
+
+    # -- the host --------------------------------------------------------------------------
+    @cached_property
+    def host(self) -> Host:
+        return Host(self.f, self.th)
+
+    @cached_property
+    def feeding(self) -> np.ndarray:
+        """Some rank's host shows starvation (loaders saturated, main at a core, storage)."""
+        return self.host.starving_any()
+
+    @cached_property
+    def known(self) -> np.ndarray:
+        """Some GPU of the job has host counters."""
+        return ~np.isnan(hs_known(self.f))
+
+    @cached_property
+    def starved_w(self) -> np.ndarray:
+        return host_starved(self.f, self.th)
+
+    @cached_property
+    def hs(self) -> np.ndarray:
+        """The row of the only GPU whose rank's host starves, or -1."""
+        return host_straggler(self.f, self.th, self.starved_w)
+
+    # -- a lone stall that is over ----------------------------------------------------------
+    @cached_property
+    def lone_stall(self) -> np.ndarray:
+        """A stall of at most lone_stall_s after which every GPU has run at full speed for
+        recover_s, with host counters that show no cause over the window. One slow batch
+        stalls a rank for seconds; its window (stretched up to window_max_s) would hold
+        starvation, or a stall naming the rank that spun meanwhile, for that long after.
+        (Loaders saturated only in the last seconds are refilling the prefetch queue the
+        stall drained.) Starvation that recurs shows on the host, or in the next stall."""
+        f, th = self.f, self.th
+        run, stall = f["full_run"], f["stall_bins"]
+        # (The stall ends inside the window and began within the last window_max_s, which
+        # every caller's view of the bins holds: live and offline see the same stall.)
+        return (self.known & ~self.host.starving_any(recent=False)
+                & (run >= th.recover_s / th.bin_s) & (stall > 0)
+                & (stall <= th.lone_stall_s / th.bin_s)
+                & (run + stall <= th.window_max_s / th.bin_s))
+
+    @cached_property
+    def over(self) -> np.ndarray:
+        return self.lone_stall & (self.f["full_run"] < self.f["window"])
+
+    @cached_property
+    def over_power(self) -> np.ndarray:
+        """(The GPUs that spun during it read cold a little longer: power is a 1 s average.)"""
+        return self.lone_stall & (self.f["full_run"] < self.f["window"]
+                                  + self.th.power_lag_s / self.th.bin_s)
+
+    # -- the odd GPU out: who waits for whom ---------------------------------------------------
+    @cached_property
+    def asym(self) -> np.ndarray:
+        """The job's GPUs run at different duty cycles (and no lone stall is over)."""
+        return (self.spread >= self.th.duty_spread) & ~self.over
+
+    @cached_property
+    def asym_conf(self) -> np.ndarray:
+        return np.clip(0.6 + (self.spread - self.th.duty_spread), 0.6, 0.95)
+
+    @cached_property
+    def computes(self) -> np.ndarray:
+        """The busier GPUs compute (rather than spin while they wait for the idler ones)."""
+        f, th, G, duty = self.f, self.th, self.G, self.f["duty"]
+        hi = duty >= ((self.dmax + self.dmin) / 2.0)[None, :]
+        with CALM:
+            pf = f["power_frac"]
+            p_hi = N.nanmean(np.where(hi, pf, np.nan), axis=0)
+            p_lo = N.nanmean(np.where(~hi, pf, np.nan), axis=0)
+            d_hi = N.nanmean(np.where(hi, duty, np.nan), axis=0)
+            d_lo = N.nanmean(np.where(~hi, duty, np.nan), axis=0)
+            self.slope = (p_hi - p_lo) / np.maximum(d_hi - d_lo, 1e-6)
+            # Without power: a single busier GPU against several idler ones computes.
+            lone_hi = hi.sum(axis=0) == 1
+        if self.shared:                       # one process drives every GPU (DataParallel)
+            return d_hi >= th.spin_duty
+        out = np.where(np.isnan(self.slope), lone_hi & (G > 2),
+                       self.slope >= th.compute_slope)
+        # A straggler is one GPU the others wait for: when more GPUs run flat out than idle,
+        # the idle minority is the odd one out (its input), whatever the power says while
+        # the 1 s power averages catch up; a busy minority against idle ones is the straggler.
+        nhi = hi.sum(axis=0)
+        out = np.where(nhi > G - nhi, False, np.where(nhi < G - nhi, True, out))
+        out &= d_hi >= th.spin_duty
+        # Unless the idler ranks' own hosts starve (loaders saturated, main process at a
+        # core): then they wait for input, and the busy one spins in the collective waiting
+        # for them (a data-starved NCCL job's ranks drift apart).
+        starved_g = self.starved_w
+        if "workers_recent" in f:
+            starved_g = np.fmax(starved_g, host_starved(f, th, "_recent"))
+        with CALM:
+            lo_starve = N.nanmax(np.where(~hi, starved_g, np.nan), axis=0)
+        return out & ~(lo_starve >= 1.0)
+
+    @cached_property
+    def lone_idler(self) -> np.ndarray:
+        """The least busy GPU's row where the others hardly idle, else -1."""
+        amin = self.amin
+        idle = N.nan_to_num(self.f["idle_share"])
+        others = np.where(np.arange(self.G)[:, None] == amin[None, :], 0.0, idle).max(axis=0)
+        return np.where(others < self.th.lone_idle_share, amin, -1)
