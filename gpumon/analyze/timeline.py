@@ -223,6 +223,9 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
     for gpus, shared in jobs:
         rows = [st.rows[x] for x in gpus]
         pause, excl, rec, why = job_flags(st, rows, th)
+        # A pause is over, as the log shows, where every GPU is back at full speed for
+        # recover_s (live, the tracker waits for that much steady work before it ends one).
+        pause = pause & ~_at_full_work(st, rows, th)
         outs = _judge_chunks(st, rows, shared, pause, th, ends, excl=excl, why=why)
         r = _cat(outs)
         v, c, s, sticky = r["verdict"], r["cause"], r["straggler"], r["sticky"]
