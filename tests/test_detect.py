@@ -10,7 +10,7 @@ import pytest
 
 from gpumon.detect import EVIDENCE_KEYS, Hysteresis, StreamingDetector, diagnose
 from gpumon.detect.jobs import group
-from gpumon.detect.thresholds import describe
+from gpumon.detect.thresholds import DEFAULT, describe
 from gpumon.diagnosis import VERDICTS
 from gpumon.samples import (CLOCK_EVENT_SW_THERMAL, GpuSample, HostSample, JobProcs,
                             ProcSample, Tick)
@@ -665,10 +665,9 @@ def _late_rank_features(settle_bins: int, monkeypatch):
     half a second late in second 10 (an epoch restart): ranks 0, 1 and 3 run their kernels
     and then spin in the all-reduce (100%, 160 W) through second 11, while rank 2 computes
     (340 W). Judged on the 6 s window ending in second 15."""
-    import gpumon.detect.features as F
     from gpumon.detect.bins import Store
     from gpumon.detect.engine import judge_job, tick_columns
-    monkeypatch.setattr(F, "POWER_SETTLE_BINS", settle_bins)
+    th = dataclasses.replace(DEFAULT, power_settle_s=float(settle_bins))
 
     def util(g, t):
         return 0.0 if g == 2 and 10 <= t < 10.5 else 100.0
@@ -679,11 +678,11 @@ def _late_rank_features(settle_bins: int, monkeypatch):
         return 160.0 if 10 <= t < 12 else 330.0
     ticks = window(16, 4, util, power=power, pids=lambda g: (100 + g,))
     samples, _, _, _, _ = tick_columns(ticks)
-    st = Store(T0)
+    st = Store(T0, th)
     st.add_samples(samples)
     g, h = st.view()
     none = np.zeros(g.shape[-1], bool)
-    return judge_job(g, h, none, np.array([15]), False, excluded=none)
+    return judge_job(g, h, none, np.array([15]), False, th, excluded=none)
 
 
 def test_power_is_compared_only_in_seconds_after_every_gpu_worked(monkeypatch):

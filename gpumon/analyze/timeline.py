@@ -244,7 +244,8 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
         times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
         # (Without Hysteresis.step's ``quick``: below, a log dates every change from the
         # window in which the new verdict first appeared anyway.)
-        held, keys = hold(Hysteresis(th.hold_s, th.bin_s), times, v, c, s, sticky)
+        held, keys = hold(Hysteresis(th.hold_s, th.bin_s, sticky_s=th.sticky_s), times, v, c,
+                          s, sticky)
         # Live, a verdict changes once it has won for hold_s; a log knows when the new one
         # first appeared: date each change from there (the windows judged at bin e + L).
         L = min(int(round(th.hold_s / th.bin_s)), nb - 1)

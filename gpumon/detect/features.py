@@ -38,12 +38,6 @@ _RATIOS = tuple(_RATIO_FIELDS)
 _RECENT = ("workers", "loader_cpu", "loader_busy", "main_cpu", "main_thread")
 _RECENT_NUM = [GI[_RATIO_FIELDS[k][0]] for k in _RECENT]
 _RECENT_DEN = [GI[_RATIO_FIELDS[k][1]] for k in _RECENT]
-# Seconds of host readings that count as "now" (see _recent features).
-RECENT_BINS = 2
-# Seconds with every GPU at work that must come before one whose power is compared across
-# GPUs (rel_power): the driver's power reading is a 1 s average. Callers' views of the bins
-# hold this many bins before the longest window (view_bins).
-POWER_SETTLE_BINS = 1
 _HNUM = [HI[k] for k in ("io", "rd", "wr", "cpu")]
 _HDEN = [HI[k] for k in ("ion", "rdn", "wrn", "cpun")]
 _HIO_NUM = [HI[k] for k in ("io", "rd")]
@@ -64,9 +58,14 @@ SEEN = {"power": "pn", "power_limit": "pln", "clocks": "cn", "clock_events": "en
 def view_bins(th: Thresholds = DEFAULT) -> int:
     """Bins a view must hold before (and including) a window's last bin for its features to
     be those of the whole history: the longest window or context, one bin before it (where
-    a stall began) and POWER_SETTLE_BINS more (whether its first seconds' power settled)."""
+    a stall began) and power_settle_s more (whether its first seconds' power settled)."""
     return int(math.ceil(max(th.window_s, th.window_max_s, th.context_s, th.hang_s)
-                         / th.bin_s)) + 1 + POWER_SETTLE_BINS
+                         / th.bin_s)) + 1 + _bins(th.power_settle_s, th)
+
+
+def _bins(s: float, th: Thresholds) -> int:
+    """Seconds as a whole number of bins."""
+    return int(round(s / th.bin_s))
 
 
 def _div(a, b):
@@ -205,7 +204,7 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     k = len(_RECENT)
     rr = ix["recent"]
     if L == len(S) or (rr[k:] < L).any():
-        Sr = wsum_c(C, min(RECENT_BINS, int(W.min())), ends, rr)
+        Sr = wsum_c(C, min(_bins(th.recent_s, th), int(W.min())), ends, rr)
         Rr = _div(Sr[:k], Sr[k:])
     else:                                           # no host readings: all NaN, as divided
         Rr = np.full((k,) + S.shape[1:], np.nan)
@@ -261,11 +260,11 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
                W, ends)
     f["power_frac_busy"] = _div(pfb[0], pfb[1])
     all_busy = busy_bin.all(axis=0) if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
-    # Power is compared across GPUs only in seconds that follow POWER_SETTLE_BINS seconds
+    # Power is compared across GPUs only in seconds that follow power_settle_s seconds
     # with every GPU at work: the driver's power is a 1 s average, so a GPU's first second
     # back from a wait (its own, or spinning on a rank that waited) still reads cold.
     settled = all_busy.copy()
-    for k in range(1, POWER_SETTLE_BINS + 1):
+    for k in range(1, _bins(th.power_settle_s, th) + 1):
         settled[k:] &= all_busy[:-k]
         settled[:k] = False
     if True:   # (under the caller's errstate)
@@ -287,7 +286,7 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     HR = _div(H[_HNUM], H[_HDEN])
     f["iowait"], f["disk_read"], f["disk_write"], f["host_cpu"] = HR
     # Storage over the last seconds too (as the loaders' _recent readings above).
-    Hr = wsum(hk[_HIO_NUM + _HIO_DEN], min(RECENT_BINS, int(W.min())), ends)
+    Hr = wsum(hk[_HIO_NUM + _HIO_DEN], min(_bins(th.recent_s, th), int(W.min())), ends)
     f["iowait_recent"], f["disk_read_recent"] = _div(Hr[:2], Hr[2:])
     f["pause"] = pause[ends]
     # Why each window's last bin is a pause (an index into diagnosis.CAUSES; -1: no pause).

@@ -28,8 +28,6 @@ from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 _INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
 _BUSY = VERDICTS.index(BUSY)
-# Starvation seen for this long (s) persists while its host cause does (see Hysteresis.step).
-STICKY_AFTER_S = 10.0
 _STARVED = VERDICTS.index(DATA_STARVATION)
 
 
@@ -40,12 +38,13 @@ class Hysteresis:
     insufficient_data never displaces a verdict; the first verdict is taken at once.
     """
 
-    def __init__(self, hold_s: float, step_s: float = 1.0, host_hold_s: float = 0.0):
+    def __init__(self, hold_s: float, step_s: float = 1.0, host_hold_s: float = 0.0,
+                 sticky_s: float = 10.0):
         self.hold_s = hold_s
         self.host_hold_s = min(host_hold_s, hold_s)   # (see ``quick``)
         self.step_s = step_s                     # time between two verdicts fed in
         # A starvation verdict held this long is established enough to be sticky.
-        self.sticky_s = STICKY_AFTER_S
+        self.sticky_s = sticky_s
         self.current: Optional[tuple] = None
         self.since: Optional[float] = None       # when ``current`` was adopted
         self._cand: Optional[tuple] = None
@@ -106,7 +105,7 @@ class _Job:
         self.why: dict[int, int] = {}       # absolute bin -> the pause's cause (CAUSES index)
         self.since = since                  # absolute bin the job was first seen in use
         self.next = since                   # next absolute bin to feed the pause tracker
-        self.hyst = Hysteresis(th.hold_s, th.bin_s, th.host_hold_s)
+        self.hyst = Hysteresis(th.hold_s, th.bin_s, th.host_hold_s, th.sticky_s)
         self.conf: Optional[float] = None   # confidence when the held verdict last won
 
 

@@ -134,6 +134,14 @@ class Thresholds:
                                     "host dilutes iowait; a cached dataset reads nothing).")
     disk_read_mbps: float = th(1.0, "MB/s", "Disk reads needed beside iowait to blame storage.")
     # --- streaming ---------------------------------------------------------------------------
+    recent_s: float = th(2.0, "s", "Host readings over this many last seconds count as 'now': "
+                         "at an onset the window's mean lags the change.")
+    power_settle_s: float = th(1.0, "s", "Every GPU at work this long before a second whose power "
+                               "is compared across GPUs (rel_power): the driver's power is a 1 s "
+                               "average, so a GPU's first second back from a wait reads cold.")
+    sticky_s: float = th(10.0, "s", "A starvation verdict held this long persists while its host "
+                         "cause does (a starving job eating its prefetched batches will "
+                         "starve again).")
     compute_slope: float = th(0.38, "share/share", "Power gained per unit of duty cycle between "
                               "the busier and the idler GPUs of a job, as a share of the power "
                               "limit: a computing GPU draws ~50-80% of its limit more than "
