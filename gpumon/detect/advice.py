@@ -30,43 +30,54 @@ _PAUSED = {
 }
 
 
+def _starvation(cause: Optional[str], straggler: Optional[int]) -> str:
+    line = _STARVATION.get(cause or "input_pipeline", _STARVATION["input_pipeline"])
+    if straggler is not None:
+        return f"GPU {straggler}'s rank starves and the others wait for it: {line}"
+    return line
+
+
+def _stall(cause: Optional[str], straggler: Optional[int]) -> str:
+    if cause == "rank_host":
+        who = f"GPU {straggler}'s rank" if straggler is not None else "one rank"
+        return (f"the others wait for {who}, held up on its host: look at what only that "
+                "rank does (rank-0 checkpoint saves or logging: make them asynchronous or "
+                "less frequent) and at its input pipeline")
+    if cause == "hang":
+        return ("a collective never completes: a rank died or diverged; check every "
+                "rank's log, set NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
+                "with a timeout")
+    if cause == "dataparallel":
+        return ("torch.nn.DataParallel makes GPU 0 gather for everyone: use "
+                "DistributedDataParallel (one process per GPU)")
+    if straggler is not None:
+        return (f"the other GPUs wait for GPU {straggler}: balance the work per rank "
+                f"(batch/sequence sizes), and check GPU {straggler}'s clocks and link")
+    return "GPUs wait for each other: balance the work per rank"
+
+
+def _throttled(cause: Optional[str], straggler: Optional[int]) -> str:
+    which = f"GPU {straggler}" if straggler is not None else "the GPUs"
+    if cause == "power_cap":
+        return f"{which} run at the power cap: check the power limit (nvidia-smi -pl)"
+    return f"check {which}'s clocks and cooling (airflow, fans, ambient temperature)"
+
+
+def _idle(cause: Optional[str], straggler: Optional[int]) -> str:
+    if cause == "held":
+        return ("the job holds GPU memory and runs nothing: it may be stuck on the host "
+                "(py-spy dump --pid PID) or waiting for input that never comes")
+    return "no work on the GPUs"
+
+
+_BY_VERDICT = {
+    DATA_STARVATION: _starvation, SYNC_STALL: _stall, THROTTLED: _throttled, IDLE: _idle,
+    PAUSED: lambda cause, s: _PAUSED.get(cause or "unknown", _PAUSED["unknown"]),
+    BUSY: lambda cause, s: "the GPUs are kept fed; to go faster, look at the model itself",
+    INSUFFICIENT_DATA: lambda cause, s: "not enough samples yet",
+}
+
+
 def advice(verdict: str, cause: Optional[str], straggler: Optional[int]) -> str:
-    if verdict == DATA_STARVATION:
-        line = _STARVATION.get(cause or "input_pipeline", _STARVATION["input_pipeline"])
-        if straggler is not None:
-            return f"GPU {straggler}'s rank starves and the others wait for it: {line}"
-        return line
-    if verdict == SYNC_STALL:
-        if cause == "rank_host":
-            who = f"GPU {straggler}'s rank" if straggler is not None else "one rank"
-            return (f"the others wait for {who}, held up on its host: look at what only that "
-                    "rank does (rank-0 checkpoint saves or logging: make them asynchronous or "
-                    "less frequent) and at its input pipeline")
-        if cause == "hang":
-            return ("a collective never completes: a rank died or diverged; check every "
-                    "rank's log, set NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
-                    "with a timeout")
-        if cause == "dataparallel":
-            return ("torch.nn.DataParallel makes GPU 0 gather for everyone: use "
-                    "DistributedDataParallel (one process per GPU)")
-        if straggler is not None:
-            return (f"the other GPUs wait for GPU {straggler}: balance the work per rank "
-                    f"(batch/sequence sizes), and check GPU {straggler}'s clocks and link")
-        return "GPUs wait for each other: balance the work per rank"
-    if verdict == THROTTLED:
-        which = f"GPU {straggler}" if straggler is not None else "the GPUs"
-        if cause == "power_cap":
-            return f"{which} run at the power cap: check the power limit (nvidia-smi -pl)"
-        return f"check {which}'s clocks and cooling (airflow, fans, ambient temperature)"
-    if verdict == PAUSED:
-        return _PAUSED.get(cause or "unknown", _PAUSED["unknown"])
-    if verdict == IDLE:
-        if cause == "held":
-            return ("the job holds GPU memory and runs nothing: it may be stuck on the host "
-                    "(py-spy dump --pid PID) or waiting for input that never comes")
-        return "no work on the GPUs"
-    if verdict == BUSY:
-        return "the GPUs are kept fed; to go faster, look at the model itself"
-    if verdict == INSUFFICIENT_DATA:
-        return "not enough samples yet"
-    return ""
+    fn = _BY_VERDICT.get(verdict)
+    return fn(cause, straggler) if fn else ""
