@@ -78,43 +78,52 @@ def to_text(log: Log, tl: Timeline, explain: bool = False) -> str:
     """The report; ``explain``: each segment of the timeline also says which rule decided it
     and why."""
     sm = summary(tl)
+    t0 = tl.start or 0.0
+    return "\n".join(_header(log, tl, sm) + _verdict(tl, sm) + [_zone_line(t0), "timeline:"]
+                     + _timeline_rows(tl, t0, explain))
+
+
+def _header(log: Log, tl: Timeline, sm: dict) -> list[str]:
+    """What was read: the file, its kind, its span (and runs), GPUs, rate, notes, bad lines."""
     span = (tl.end or 0) - (tl.start or 0)
     gap = sum(b - a for a, b in tl.gaps)
-    rate = tl.samples_per_s or 0.0
     gpus = ",".join(str(g) for g in sm["gpus"]) or "-"
     length = _dur(span) if not tl.gaps else (
         f"{_dur(span - gap)} of samples in {len(tl.gaps) + 1} runs over {_dur(span)}")
     out = [f"{log.path}: {log.kind} log, {length}, GPUs {gpus}, "
-           f"{rate:.1f} samples/s per GPU"]
+           f"{tl.samples_per_s or 0.0:.1f} samples/s per GPU"]
     out += [f"  note: {n}" for n in log.notes]
     if log.malformed.count:
         line = (f", the first at line {log.malformed.first_line}"
                 if log.malformed.first_line is not None else "")
         out.append(f"  {log.malformed.count} malformed line(s) skipped{line}")
-    head = sm["verdict"]
-    if sm["cause"]:
-        head += f" ({sm['cause']})"
+    return out
+
+
+def _verdict(tl: Timeline, sm: dict) -> list[str]:
+    """The summary verdict, its shares of time, and its longest segment's reason."""
+    head = sm["verdict"] + (f" ({sm['cause']})" if sm["cause"] else "")
     if sm["straggler_gpu"] is not None:
         head += f", straggler GPU {sm['straggler_gpu']}"
-    out.append(f"verdict: {head}, confidence {sm['confidence']:.2f}")
+    out = [f"verdict: {head}, confidence {sm['confidence']:.2f}"]
     fr = ", ".join(f"{k} {v:.0%}" for k, v in sm["fractions"].items())
     if fr:
         out.append(f"  time: {fr}")
     main = [d for d in tl.segments if d.verdict == sm["verdict"] and d.cause == sm["cause"]
             and d.straggler_gpu == sm["straggler_gpu"] and list(d.gpus) == sm["gpus"]]
-    if main:
-        longest = max(main, key=lambda d: d.end - d.start)
-        if longest.rule:
-            out.append(f"  rule {longest.rule}: {longest.because}")
-        ev = evidence_line(longest.evidence)
-        if ev:
-            out.append(f"  evidence: {ev}")
-        out.append(f"  advice: {longest.advice}")
-        if longest.missing:
-            out.append(f"  missing signals: {', '.join(longest.missing)}")
-    t0 = tl.start or 0.0
-    out.append(_zone_line(t0))
-    out.append("timeline:")
+    if not main:
+        return out
+    d = max(main, key=lambda x: x.end - x.start)
+    ev = evidence_line(d.evidence)
+    out += ([f"  rule {d.rule}: {d.because}"] if d.rule else []) + (
+        [f"  evidence: {ev}"] if ev else []) + [f"  advice: {d.advice}"]
+    if d.missing:
+        out.append(f"  missing signals: {', '.join(d.missing)}")
+    return out
+
+
+def _timeline_rows(tl: Timeline, t0: float, explain: bool) -> list[str]:
+    """Segments and gaps in time order."""
     rows = [(a, f"  {_clock(a, t0)} - {_clock(b, t0)}  {_dur(b - a):>7}  no samples "
                 "(logging stopped): no verdict") for a, b in tl.gaps]
     for d in tl.segments:
@@ -127,5 +136,4 @@ def to_text(log: Log, tl: Timeline, explain: bool = False) -> str:
         if explain and d.rule:
             line += f"\n      rule {d.rule}: {d.because}"
         rows.append((d.start, line))
-    out += [r for _, r in sorted(rows, key=lambda x: x[0])]
-    return "\n".join(out)
+    return [r for _, r in sorted(rows, key=lambda x: x[0])]
