@@ -831,3 +831,17 @@ def test_the_demo_says_each_phase(seed):
             right[phase][d is not None and d.verdict == tk.truth.verdict] += 1
     shares = {p: c[True] / sum(c.values()) for p, c in right.items()}
     assert len(shares) >= 6 and min(shares.values()) >= 0.9, shares
+
+
+def test_a_pause_shows_the_samples_and_signals_the_driver_delivered():
+    """During a pause (every GPU stopped after steady work) the banner's evidence still says
+    how many samples a second arrive and lists no signal as missing that the GPUs report
+    (issue 18: samples_per_s 0.00 and every signal missing)."""
+    util = lambda g, t: 100.0 if t < 40 or t >= 52 else 0.0      # noqa: E731
+    v = _live(window(60, 2, util, power=lambda g, t: 300.0 if util(g, t) else 60.0,
+                     clock=lambda g, t: 1400.0, events=lambda g, t: 0))
+    paused = [d for s, d in v.items() if d.verdict == "paused"]
+    assert paused
+    for d in paused:
+        assert d.evidence["samples_per_s"] == pytest.approx(6.0, abs=0.5)
+        assert not {"power", "clocks", "clock_events", "memory"} & set(d.missing), d.missing

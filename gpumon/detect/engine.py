@@ -109,7 +109,6 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
     relk = rel[~np.isnan(rel)]
     thr = np.fmax(np.fmax(N.nan_to_num(col("therm_share")), N.nan_to_num(col("pcap_share"))),
                   N.nan_to_num(col("hws_share")))
-    bins = float(f["bins"][e]) or 1.0
     dmean = float(d.sum()) / len(d) if len(d) else None
     ev = {
         "duty_cycle": dmean,
@@ -136,7 +135,10 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
         "iowait_pct": _num(f["iowait"][e]),
         "disk_read_mbps": _num(f["disk_read"][e]),
         "disk_write_mbps": _num(f["disk_write"][e]),
-        "samples_per_s": (float(N.nanmean(col("n"))) / bins) if len(duty) else None,
+        # (Over the whole window, pauses included: a pause leaves its seconds out of the
+        # other sums, not out of what the driver delivered.)
+        "samples_per_s": (float(N.nanmean(col("n_all"))) / float(f["window"][e])
+                          if len(duty) and "n_all" in f else None),
         "pause": float(bool(f["pause"][e])),
     }
     return {k: _num(ev[k]) for k in EVIDENCE_KEYS}
