@@ -409,28 +409,41 @@ def summary(tl: Timeline) -> dict:
                 "confidence": 0.0, "fractions": {}}
     main = max(tl.jobs, key=lambda j: (len(j[0]), -j[0][0]))[0] if tl.jobs else \
         tl.segments[0].gpus
-    segs = [d for d in tl.segments if tuple(d.gpus) == tuple(main)]
+    core = _core([d for d in tl.segments if tuple(d.gpus) == tuple(main)])
+    frac = _shares(core, lambda d: d.verdict)
+    verdict = max(frac, key=lambda k: frac[k])
+    of = [d for d in core if d.verdict == verdict]
+    cause, strag = max(_shares(of, lambda d: (d.cause, d.straggler_gpu)).items(),
+                       key=lambda kv: kv[1])[0]
+    dur = sum(_len(d) for d in of)
+    conf = sum(d.confidence * _len(d) for d in of) / dur
+    return {"verdict": verdict, "cause": cause, "gpus": list(main), "straggler_gpu": strag,
+            "confidence": round(conf, 3),
+            "fractions": {k: round(v, 4) for k, v in sorted(frac.items(), key=lambda x: -x[1])}}
+
+
+def _core(segs: list) -> list:
+    """The segments without the idle or insufficient ones at either end (start-up, shutdown);
+    a log in which the job never worked is judged whole (its idle is the answer)."""
     edge = (IDLE, INSUFFICIENT_DATA)
     a, b = 0, len(segs)
     while a < b and segs[a].verdict in edge:
         a += 1
     while b > a and segs[b - 1].verdict in edge:
         b -= 1
-    # (A log in which the job never worked is judged whole: its idle is the answer.)
-    core = segs[a:b] if any(d.verdict not in edge + (PAUSED,) for d in segs[a:b]) else segs
-    total = sum(d.end - d.start for d in core) or 1.0
-    frac: dict[str, float] = {}
-    for d in core:
-        frac[d.verdict] = frac.get(d.verdict, 0.0) + (d.end - d.start) / total
-    verdict = max(frac, key=lambda k: frac[k])
-    of = [d for d in core if d.verdict == verdict]
-    weight: dict = {}
-    for d in of:
-        k = (d.cause, d.straggler_gpu)
-        weight[k] = weight.get(k, 0.0) + (d.end - d.start)
-    cause, strag = max(weight, key=lambda k: weight[k])
-    dur = sum(d.end - d.start for d in of) or 1.0
-    conf = sum(d.confidence * (d.end - d.start) for d in of) / dur
-    return {"verdict": verdict, "cause": cause, "gpus": list(main), "straggler_gpu": strag,
-            "confidence": round(conf, 3),
-            "fractions": {k: round(v, 4) for k, v in sorted(frac.items(), key=lambda x: -x[1])}}
+    worked = any(d.verdict not in edge + (PAUSED,) for d in segs[a:b])
+    return segs[a:b] if worked else segs
+
+
+def _len(d: Diagnosis) -> float:
+    """A segment's weight: its length (a run of a single sample weighs a little, not 0)."""
+    return max(d.end - d.start, 1e-3)
+
+
+def _shares(segs: list, key) -> dict:
+    """Each key's share of the segments' time."""
+    total = sum(_len(d) for d in segs)
+    out: dict = {}
+    for d in segs:
+        out[key(d)] = out.get(key(d), 0.0) + _len(d) / total
+    return out
