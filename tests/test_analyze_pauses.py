@@ -3,6 +3,7 @@ between two stretches of steady work is a pause; starvation does not end on its 
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 
 import numpy as np
 
@@ -76,16 +77,16 @@ def test_two_sided_marks_the_dip_only():
     assert not m[:60].any() and not m[100:].any()
     # The log ends 7 s after steady work came back: too short to know, nothing marked.
     assert not two_sided(util[:, :100], n[:100], u[:100], DEFAULT).any()
-    # It ends 12 s after (TAIL_MIN_S = 10): the return is seen, the dip is a pause.
+    # It ends 12 s after (tail_min_s = 10): the return is seen, the dip is a pause.
     m = two_sided(util[:, :105], n[:105], u[:105], DEFAULT)
     assert m[60:91].all() and not m[:60].any(), np.flatnonzero(m)
 
 
-def test_a_validation_pass_just_before_the_log_ends_is_a_pause(tmp_path, monkeypatch):
+def test_a_validation_pass_just_before_the_log_ends_is_a_pause(tmp_path):
     """A simulated 2-GPU job (a tuning seed of the detector benchmark) runs a validation pass
     96-109 s into the scenario, its choppy forward-only rhythm read as starvation live; the
     log ends 11 s after steady work came back. That is a return too, though the log ends
-    before context_s of work after it: the pass is a pause (TAIL_MIN_S)."""
+    before context_s of work after it: the pass is a pause (tail_min_s)."""
     from bench.detect import render_nvsmi, simulate_run
     ticks, change, _ = simulate_run("validation", 2, 7018102)
     path = tmp_path / "val.csv"
@@ -94,18 +95,16 @@ def test_a_validation_pass_just_before_the_log_ends_is_a_pause(tmp_path, monkeyp
     bad = [(d.verdict, d.start - change) for d in tl.segments
            if d.verdict not in ("busy", "paused") and d.end > change + 5]
     assert not bad, bad
-    monkeypatch.setattr("gpumon.analyze.pauses.TAIL_MIN_S", 1e9)
-    _, tl2 = analyze_file(str(path))
+    _, tl2 = analyze_file(str(path), th=replace(DEFAULT, tail_min_s=1e9))
     assert "data_starvation" in {d.verdict for d in tl2.segments if d.end > change + 90}
 
 
-def test_lone_seconds_that_caught_a_step_boundary_keep_work_steady(tmp_path, monkeypatch):
+def test_lone_seconds_that_caught_a_step_boundary_keep_work_steady(tmp_path):
     """A simulated 1-GPU job rendered as nvidia-smi samples it at 1 s (the last value of each
     second, a tuning seed of the detector benchmark): two lone seconds read 0% (the sample
     fell between two steps) shortly before a 24 s checkpoint. The work before the checkpoint
-    is still steady (BLIPS_MAX), so the checkpoint is a pause, not starvation."""
+    is still steady (blips_max), so the checkpoint is a pause, not starvation."""
     from bench.detect import render_nvsmi, simulate_run
-    import gpumon.analyze.pauses as P
     ticks, change, _ = simulate_run("checkpoint", 1, 7131091)
     path = tmp_path / "blips.csv"
     path.write_text(render_nvsmi(ticks, "last"))
@@ -113,9 +112,7 @@ def test_lone_seconds_that_caught_a_step_boundary_keep_work_steady(tmp_path, mon
     bad = [(d.verdict, d.start - change) for d in tl.segments
            if d.verdict not in ("busy", "paused") and d.start > change + 5]
     assert not [b for b in bad if b[0] != "idle"], bad
-    monkeypatch.setattr(P, "BLIPS_MAX", 0)
-    monkeypatch.setattr(P, "BLIPS_AT_WORK_DUTY", False)
-    _, tl2 = analyze_file(str(path))
+    _, tl2 = analyze_file(str(path), th=replace(DEFAULT, blips_max=0.0, blips_work_duty=2.0))
     assert "data_starvation" in {d.verdict for d in tl2.segments if d.end > change + 10}
 
 
@@ -294,7 +291,7 @@ def test_lone_seconds_after_a_pause_do_not_end_the_return():
     """A 4-GPU gloo job (1.46 s steps) sampled by nvidia-smi at the last instant of each
     second: after each 6 s checkpoint, one second in every seven or so catches the ranks
     between two steps. Work is back, with such lone seconds, as before the checkpoint
-    (BLIPS_MAX): the checkpoint is a pause. Requiring every second after it to be steady
+    (blips_max): the checkpoint is a pause. Requiring every second after it to be steady
     found no return, and the windows after it read starvation for 3 s."""
     assert _false_after_change("checkpoint", 4, 7038094, "last") == []
 
@@ -310,7 +307,7 @@ def test_ranks_taking_turns_at_idling_in_a_validation_pass_is_a_pause():
 
 def test_a_rhythm_whose_samples_catch_the_gap_every_few_steps_is_steady_before_a_pause():
     """An 8-GPU gloo job (0.7 s steps) sampled at the last instant of each second: one second
-    in four catches ranks in the all-reduce, more than BLIPS_MAX per context, while the job's
+    in four catches ranks in the all-reduce, more than blips_max per context, while the job's
     duty over the context stays above duty_starved. Its validation pass is still a pause."""
     assert _false_after_change("validation", 8, 7035108, "last") == []
 

@@ -20,11 +20,11 @@ def _bin_by_bin(duty, n, u, host, starts):
         has = (~np.isnan(duty)).any(axis=0) & (n > 0)
         idle = (np.where(np.isnan(duty), 0.0, duty) < th.idle_duty) | np.isnan(duty)
         all_idle = idle.all(axis=0) & (~np.isnan(duty)).any(axis=0)
-        all_on = (np.where(np.isnan(duty), 1.0, duty) >= P.ALL_ON_DUTY).all(axis=0)
+        all_on = (np.where(np.isnan(duty), 1.0, duty) >= th.all_on_duty).all(axis=0)
     for i in range(T):
         d = duty[:, i][~np.isnan(duty[:, i])]
         low = d < th.idle_duty
-        lone = len(d) > 1 and low.sum() == 1 and bool((d[~low] >= P.ALL_ON_DUTY).all())
+        lone = len(d) > 1 and low.sum() == 1 and bool((d[~low] >= th.all_on_duty).all())
         if starts is not None and starts[i]:
             tr.begin()
         out[i] = excl[i] = tr.step_bin(bool(has[i]), bool(all_idle[i]), float(n[i]),

@@ -19,44 +19,17 @@ from typing import Optional
 import numpy as np
 
 from gpumon.detect.features import csum
-from gpumon.detect.pauses import RETURN_TOL
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
-# Steady work: every GPU at this duty or more in every second (a busy rank's seconds stay
-# above it; a starving rank's, or one drifted apart from its waiting peers, fall below).
-STEADY_BIN_DUTY = 0.7
-# A dip goes this low on some GPU in some second (the rest is noise around steady work,
-# such as a DataParallel job's second GPU hovering at 70%).
-DEEP_DUTY = 0.3
-# Seconds between the end of steady work and the first second with every GPU stopped.
-LEAD_IN = 3
-# Lone seconds below steady work allowed in context_s of steady work: at most 2 in 20 s keeps
-# its duty at 0.9 or more, above duty_starved, so a starving job's context never passes.
-BLIPS_MAX = 2
-# More lone seconds than that are allowed where the job's duty over the context is still
-# duty_starved or more, which the rules read as work (an 8-GPU gloo job's 1 s samples catch
-# its all-reduce one second in four): the duty, not the count, tells starvation then.
-BLIPS_AT_WORK_DUTY = True
-# Seconds of work at full speed on each side of such a lone second.
-BLIP_SIDE = 3
-# At the end of the log, steady work up to its last second, at least this long (s), is a
-# return (the log ends before a full context_s of it) after a dip in which the ranks stopped
-# together (no more than LEAD_IN seconds of one idle beside others at work).
-TAIL_MIN_S = 10.0
-# A dip is isolated (a one-off, see recovered) when the steady work on either side of it is at
-# least this many times as long: a starving job's gaps are a large share of its time.
-ISOLATION = 3
-
-
-def _seconds(duty: np.ndarray, n: np.ndarray):
+def _seconds(duty: np.ndarray, n: np.ndarray, th: Thresholds):
     """Per bin of a job: which GPUs have data (G, T), whether the job has any (T,), the
     least busy GPU's duty (a GPU without data reads 0) and whether that is steady work
-    (every GPU at STEADY_BIN_DUTY or more)."""
+    (every GPU at log_steady_duty or more)."""
     with np.errstate(invalid="ignore"):
         have = ~np.isnan(duty)
         has = have.any(axis=0) & (n > 0)
         low = np.where(have, duty, 0.0).min(axis=0)
-    return have, has, low, has & (low >= STEADY_BIN_DUTY)
+    return have, has, low, has & (low >= th.log_steady_duty)
 
 
 def _host_starving(host: Optional[list]) -> Optional[np.ndarray]:
@@ -96,58 +69,58 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     pmax = int(round(th.pause_max_s / th.bin_s))
     if T < 2 * need + 1:
         return out
-    have, has, low, good = _seconds(duty, n)
+    have, has, low, good = _seconds(duty, n, th)
     with np.errstate(invalid="ignore", divide="ignore"):
         jd = np.where(has, u / np.where(n > 0, n, 1.0), 0.0)
     bad_steady = _window_sums(~good, need)      # bins without steady data in [i, i + need)
-    # Before a dip, a lone second below steady work with BLIP_SIDE seconds of work at full
+    # Before a dip, a lone second below steady work with blip_side_s seconds of work at full
     # speed on each side (a 1 s sample that caught the gap between two steps) is steady work
-    # too, up to BLIPS_MAX of them per context. (Not the first second of a validation pass,
+    # too, up to blips_max of them per context. (Not the first second of a validation pass,
     # whose rhythm after it is slower; not a choppy rhythm's, whose seconds alternate
     # faster.) The same holds for what follows a dip where no context_s of steady work
     # throughout does: a lone second that caught the gap between two steps is not a stop.
     full = good & (jd >= th.duty_starved)      # steady work at full speed
     blip = ~good
-    k = BLIP_SIDE
+    k = int(round(th.blip_side_s / th.bin_s))
     blip[:k] = blip[T - k:] = False
     for j in range(1, k + 1):
         blip[k:T - k] &= full[k - j:T - k - j] & full[k + j:T - k + j]
     at_work = good | blip                       # steady work, lone seconds allowed
     jd_w = _window_sums(jd, need)
     with np.errstate(invalid="ignore"):
-        split = has & (np.where(have, duty, 0.0).max(axis=0) >= STEADY_BIN_DUTY)
+        split = has & (np.where(have, duty, 0.0).max(axis=0) >= th.log_steady_duty)
         # Per GPU: the seconds it sat idle beside another at work. One rank falling behind
         # is the same rank again and again; ranks that run on their own (a validation pass
         # has no all-reduce to line them up) take turns.
         lone_g = split & have & (duty < th.idle_duty)
     # More of them where the job's duty over the context still reads as work (a rhythm
     # whose 1 s samples catch the gap every few steps; a starving job's duty is lower), as
-    # long as no more than BLIPS_MAX are one rank idle beside others at work (a rank whose
+    # long as no more than blips_max are one rank idle beside others at work (a rank whose
     # stalls keep coming back).
-    many = _window_sums(blip, need) > BLIPS_MAX
-    if BLIPS_AT_WORK_DUTY:
-        many &= (jd_w < th.duty_starved * need - 1e-9) | (
-            _window_sums(blip & lone_g.any(axis=0), need) > BLIPS_MAX)
+    many = _window_sums(blip, need) > th.blips_max
+    many &= (jd_w < th.blips_work_duty * need - 1e-9) | (
+        _window_sums(blip & lone_g.any(axis=0), need) > th.blips_max)
     bad_lone = np.where(many, need, _window_sums(~at_work, need))
     # A dip: a second without steady work (a stop, a validation pass's rhythm, a rank that
     # fell behind for a moment) after one with it.
     drop = ~good
-    deep = has & (low < DEEP_DUTY)
+    deep = has & (low < th.dip_deep_duty)
     run_after, run_before = _runs(at_work)
     first = np.flatnonzero(drop[need:] & ~drop[need - 1:-1]) + need
     starving = _host_starving(host)
     startup = int(round(th.loader_startup_s / th.bin_s))
-    tail = int(round(TAIL_MIN_S / th.bin_s))
+    tail = int(round(th.tail_min_s / th.bin_s))
+    lead_in = int(round(th.dip_lead_in_s / th.bin_s))
     for s in first.tolist():
         # Ranks stop one after another: the steady work may end a few seconds before all do.
-        lead = next((k for k in range(LEAD_IN + 1)
+        lead = next((k for k in range(lead_in + 1)
                      if s - k - need >= 0 and bad_lone[s - k - need] == 0), None)
         if lead is None:
             continue
         level = jd_w[s - lead - need] / need
         if level < th.pause_context_duty:
             continue
-        bar = min(level, th.duty_starved) - RETURN_TOL     # back at the same level
+        bar = min(level, th.duty_starved) - th.return_tol     # back at the same level
         hi = min(s + pmax, T - need)
         level_ok = jd_w[s + 1:hi + 1] >= bar * need - 1e-9
         hit = np.flatnonzero((bad_steady[s + 1:hi + 1] == 0) & level_ok) if hi > s else ()
@@ -169,7 +142,7 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
         if (not deep[s - lead:e].any() or run_after[e] < min(dip, T - e)
                 or run_before[s - lead] < dip
                 or 2 * lone > dip
-                or at_end and lone > LEAD_IN):
+                or at_end and lone > lead_in):
             continue
         if starving is not None and int((starving[s:e] & drop[s:e]).sum()) > startup:
             continue
@@ -196,23 +169,23 @@ def _tail_return(good: np.ndarray, jd: np.ndarray, s: int, bar: float, tail: int
 def recovered(duty: np.ndarray, n: np.ndarray, th: Thresholds = DEFAULT,
               host: Optional[list] = None) -> np.ndarray:
     """Bins (T,) of a job where starvation is over, as a log shows: the steady work (every
-    GPU at STEADY_BIN_DUTY or more in every second, no rank's host starving) after an
+    GPU at log_steady_duty or more in every second, no rank's host starving) after an
     isolated dip, from its recover_s-th second. Isolated: steady work on either side at
-    least context_s long and ISOLATION times as long as the dip. Such a dip was a one-off (a
+    least context_s long and ``isolation`` times as long as the dip. Such a dip was a one-off (a
     rank's slow batch), where a starving job stops again sooner; its windows would hold
     starvation for up to window_max_s after it."""
     T = len(n)
     out = np.zeros(T, dtype=bool)
     need = max(2, int(round(th.context_s / th.bin_s)))
     rb = max(1, int(round(th.recover_s / th.bin_s)))
-    good = _seconds(duty, n)[3]
+    good = _seconds(duty, n, th)[3]
     starving = _host_starving(host)
     if starving is not None:
         good &= ~starving
     edges = np.flatnonzero(np.diff(np.concatenate(([0], good.astype(np.int8), [0]))))
     runs = list(zip(edges[::2].tolist(), edges[1::2].tolist()))    # steady [a, b)
     for (a0, b0), (a, b) in zip(runs, runs[1:]):
-        span = max(need, ISOLATION * (a - b0))
+        span = max(need, int(th.isolation * (a - b0)))
         if b0 - a0 >= span and b - a >= span:
             out[a + rb:b] = True
     return out

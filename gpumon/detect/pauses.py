@@ -25,23 +25,6 @@ from gpumon.detect.bins import GI, HI
 
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
-# A bin in which the job's duty reaches this counts as work resumed inside a pause.
-ACTIVE_DUTY = 0.5
-# After a "pause" turned out to be starvation, no pause starts for this many context spans.
-STARVING_COOLDOWN = 3
-# Every GPU at this duty or more: all ranks are back at work after a stop (ranks restart
-# one after another after an epoch boundary; their staggered return is not starvation).
-ALL_ON_DUTY = 0.3
-# Bins with every GPU at work, within a pause, before a new stop counts as starvation.
-BACK_BINS = 2
-# Work is back after a pause at the job's level before it less this (share of the time).
-RETURN_TOL = 0.04
-# Bins of steady work that end a pause (the mean duty over them >= duty_starved).
-RESUME_BINS = 4
-# Loader workers younger than the stop plus this (s) were started when the GPUs stopped: a
-# new DataLoader (epoch boundary, validation pass), whose start-up explains the stop. (A rank
-# stops when its last batch is consumed; its new workers are forked within about a second.)
-FRESH_SLACK_S = 3.0
 
 
 class PauseTracker:
@@ -50,9 +33,11 @@ class PauseTracker:
         self.ctx = max(2, int(round(th.context_s / th.bin_s)))
         self.pmax = int(round(th.pause_max_s / th.bin_s))
         self.startup = int(round(th.loader_startup_s / th.bin_s))
+        self.resume = max(1, int(round(th.resume_s / th.bin_s)))
+        self.back = max(1, int(round(th.back_s / th.bin_s)))
         self.hist: deque = deque(maxlen=self.ctx)   # (n, u, stop) of bins outside pauses
-        self.recent: deque = deque(maxlen=RESUME_BINS)
-        self.after: deque = deque(maxlen=RESUME_BINS)   # duty since work resumed in a pause
+        self.recent: deque = deque(maxlen=self.resume)
+        self.after: deque = deque(maxlen=self.resume)   # duty since work resumed in a pause
         self.in_pause = False
         self.length = 0
         self.resumed = False
@@ -75,17 +60,17 @@ class PauseTracker:
         have = ~np.isnan(duties)
         G = int(have.sum())
         all_idle = G > 0 and bool((duties[have] < self.th.idle_duty).all())
-        all_on = G > 0 and bool((duties[have] >= ALL_ON_DUTY).all())
+        all_on = G > 0 and bool((duties[have] >= self.th.all_on_duty).all())
         low = duties[have] < self.th.idle_duty
         lone_idle = G > 1 and int(low.sum()) == 1 and bool((duties[have][~low]
-                                                           >= ALL_ON_DUTY).all())
+                                                           >= self.th.all_on_duty).all())
         return self.step_bin(G > 0 and n > 0, all_idle, n, u, host, all_on, lone_idle)
 
     def step_bin(self, has_data: bool, all_idle: bool, n: float, u: float,
                  host: Optional[tuple] = None, all_on: bool = True,
                  lone_idle: bool = False) -> bool:
         """step() with the bin already reduced: any data, every GPU idle, n and u sums,
-        every GPU working at least ALL_ON_DUTY, one GPU idle beside others at work."""
+        every GPU working at least all_on_duty, one GPU idle beside others at work."""
         th = self.th
         self.i += 1
         self.cooldown -= 1
@@ -98,7 +83,7 @@ class PauseTracker:
         # something other than waiting for batches (saving, evaluating).
         changed = known and self.workers is not None and workers - self.workers >= 0.5
         aged = known and (not math.isnan(age) or workers < 0.5)   # (no workers: none new)
-        fresh = aged and age <= (self.length if self.in_pause else 0) * th.bin_s + FRESH_SLACK_S
+        fresh = aged and age <= (self.length if self.in_pause else 0) * th.bin_s + th.fresh_slack_s
         explained = known and (changed or writing or fresh or main_busy)
         # A new DataLoader or a checkpoint being written: a stop that is a pause even soon
         # after the last one (a job with slow loader start-up pauses at every epoch end).
@@ -134,20 +119,20 @@ class PauseTracker:
             # Work came back at a starved rhythm with nothing to explain it (host known; at a
             # job's start, host or not: a start has no choppy validation rhythm to excuse):
             # this was the onset of starvation, not a pause.
-            slow = ((known or self.starting) and len(self.after) == RESUME_BINS
-                    and sum(self.after) / RESUME_BINS < self.bar)
+            slow = ((known or self.starting) and len(self.after) == self.resume
+                    and sum(self.after) / self.resume < self.bar)
             if all_on:
                 self.on_bins += 1
             # Stopping again after every rank worked for a while is the next starvation gap;
             # a choppy restart (ranks and loaders coming back one by one) is not.
-            back = self.on_bins >= BACK_BINS
+            back = self.on_bins >= self.back
             slow = slow and back
             # A job's start: its workers are all new, so they explain nothing; a start that
             # goes on at a starved rhythm once every rank runs is starvation. New workers
             # explain a stop while they start up (at most loader_startup_s), not once work
             # has resumed: a starved rhythm behind them then is the input pipeline (one that
             # restarts its loaders and then cannot keep up).
-            if self.starting or self.length > self.startup or len(self.after) == RESUME_BINS:
+            if self.starting or self.length > self.startup or len(self.after) == self.resume:
                 explained = known and (changed or writing or main_busy)
             hungry = not explained and (slow or (all_idle and (back or starved_now or (
                 starving and self.length > self.startup))))
@@ -156,14 +141,14 @@ class PauseTracker:
                 if hungry:
                     self.unmark = range(self.start, self.i)
                     # A job found starving gets no new pause for a while: its long gaps recur.
-                    self.cooldown = STARVING_COOLDOWN * self.ctx
-            elif (len(self.recent) == RESUME_BINS and not changed
-                  and sum(self.recent) / RESUME_BINS >= self.bar):
+                    self.cooldown = int(th.cooldown_contexts * self.ctx)
+            elif (len(self.recent) == self.resume and not changed
+                  and sum(self.recent) / self.resume >= self.bar):
                 # Back to steady work; not while the extra DataLoader that came with the
                 # pause (a validation pass's) is still there: its first batches come fast.
                 self.in_pause = self.starting = False
             else:
-                if duty >= ACTIVE_DUTY and not self.resumed:
+                if duty >= th.resumed_duty and not self.resumed:
                     # Work came back during this second: a partial second, not yet the
                     # rhythm to judge (the next ones are).
                     self.resumed = True
@@ -205,7 +190,7 @@ class PauseTracker:
         self.i += k
         self.cooldown -= k
         self.unmark = range(0)
-        self.recent.extend(u / n for n, u in zip(ns[-RESUME_BINS:], us[-RESUME_BINS:]))
+        self.recent.extend(u / n for n, u in zip(ns[-self.resume:], us[-self.resume:]))
         self.hist.extend((n, u, False) for n, u in zip(ns[-self.ctx:], us[-self.ctx:]))
         # _steady over the run: the longest run of steady bins in it (the first one joined to
         # the run before) decides whether a cooldown was lifted; the last one carries on.
@@ -255,7 +240,7 @@ class PauseTracker:
 
     def _return_bar(self) -> float:
         """Duty at which work is back after a pause: duty_starved, or the job's own level
-        before it less RETURN_TOL where that is lower (a job whose steady work sits below
+        before it less return_tol where that is lower (a job whose steady work sits below
         duty_starved, its gaps the step's own uploads, comes back to that level)."""
         sn = su = 0.0
         for n, u, stop in self.hist:
@@ -263,17 +248,17 @@ class PauseTracker:
                 sn += n
                 su += u
         level = su / sn if sn > 0 else 1.0
-        return min(self.th.duty_starved, level - RETURN_TOL)
+        return min(self.th.duty_starved, level - self.th.return_tol)
 
     def _steady_since_pause(self) -> bool:
-        """Work since the last pause (or stop) ran at a steady duty for RESUME_BINS bins."""
+        """Work since the last pause (or stop) ran at a steady duty for resume_s."""
         recent = []
         for n, u, stop in reversed(self.hist):
             if stop:
                 break
             recent.append((n, u))
         sn = sum(n for n, _ in recent)
-        return (len(recent) >= RESUME_BINS and sn > 0
+        return (len(recent) >= self.resume and sn > 0
                 and sum(u for _, u in recent) / sn >= self.th.pause_context_duty)
 
     def _healthy_context(self) -> bool:
@@ -356,10 +341,10 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
         has = ((~np.isnan(duty)).any(axis=0) & (n > 0)).tolist()
         idle = (np.where(np.isnan(duty), 0.0, duty) < th.idle_duty) | np.isnan(duty)
         all_idle = (idle.all(axis=0) & (~np.isnan(duty)).any(axis=0)).tolist()
-        all_on = ((np.where(np.isnan(duty), 1.0, duty) >= ALL_ON_DUTY).all(axis=0)).tolist()
+        all_on = ((np.where(np.isnan(duty), 1.0, duty) >= th.all_on_duty).all(axis=0)).tolist()
         known = ~np.isnan(duty)
         low = idle & known
-        on = (np.where(known, duty, 1.0) >= ALL_ON_DUTY) | low
+        on = (np.where(known, duty, 1.0) >= th.all_on_duty) | low
         lone_idle = ((known.sum(axis=0) > 1) & (low.sum(axis=0) == 1) & on.all(axis=0)).tolist()
     nl, ul = n.tolist(), u.tolist()
     step = tr.step_bin

@@ -142,6 +142,48 @@ class Thresholds:
     sticky_s: float = th(10.0, "s", "A starvation verdict held this long persists while its host "
                          "cause does (a starving job eating its prefetched batches will "
                          "starve again).")
+    # --- the pause tracker (detect/pauses.py) ---------------------------------------------------
+    resumed_duty: float = th(0.5, "share", "A second in which the job's duty reaches this counts as "
+                             "work resumed inside a pause.")
+    cooldown_contexts: float = th(3.0, "context spans", "After a 'pause' turned out to be "
+                                  "starvation, no pause starts for this many context_s spans: a "
+                                  "starving job's long gaps recur.")
+    all_on_duty: float = th(0.3, "share", "Every GPU at this duty or more: all ranks are back at "
+                            "work after a stop (ranks restart one after another after an epoch "
+                            "boundary; their staggered return is not starvation).")
+    back_s: float = th(2.0, "s", "Every GPU at work this long, within a pause, before a new stop "
+                       "counts as starvation.")
+    return_tol: float = th(0.04, "share", "Work is back after a pause at the job's level before "
+                           "it less this (a job whose steady work sits at 83% is back at 83%).")
+    resume_s: float = th(4.0, "s", "Steady work this long (its mean duty at the return level) "
+                         "ends a pause.")
+    fresh_slack_s: float = th(3.0, "s", "Loader workers younger than the stop plus this were "
+                              "started when the GPUs stopped: a new DataLoader, whose start-up "
+                              "explains the stop (a rank's new workers fork within a second).")
+    # --- a log's hindsight (analyze/pauses.py) ---------------------------------------------------
+    log_steady_duty: float = th(0.7, "share", "In a log, steady work: every GPU at this duty or "
+                                "more in every second (a busy rank's seconds stay above it; a "
+                                "starving rank's, or one drifted from its waiting peers, fall "
+                                "below).")
+    dip_deep_duty: float = th(0.3, "share", "A dip goes this low on some GPU in some second (the "
+                              "rest is noise around steady work, such as a DataParallel job's "
+                              "second GPU hovering at 70%).")
+    dip_lead_in_s: float = th(3.0, "s", "Ranks stop one after another: steady work may end this "
+                              "long before every GPU has stopped.")
+    blips_max: float = th(2.0, "seconds", "Lone seconds below steady work allowed in context_s of "
+                          "steady work (a 1 s sample that caught the gap between two steps): 2 "
+                          "in 20 s keeps its duty at 0.9 or more, above duty_starved.")
+    blips_work_duty: float = th(0.86, "share", "More lone seconds than blips_max are allowed where "
+                                "the job's duty over the context is at least this (an 8-GPU gloo "
+                                "job's 1 s samples catch its all-reduce one second in four); "
+                                "above 1: never.")
+    blip_side_s: float = th(3.0, "s", "Seconds at full speed on each side of such a lone second.")
+    tail_min_s: float = th(10.0, "s", "At the end of a log, steady work up to its last second at "
+                           "least this long is a return after a dip in which the ranks stopped "
+                           "together.")
+    isolation: float = th(3.0, "times", "A dip is a one-off when the steady work on either side "
+                          "is at least this many times as long: a starving job's gaps are a "
+                          "large share of its time.")
     compute_slope: float = th(0.38, "share/share", "Power gained per unit of duty cycle between "
                               "the busier and the idler GPUs of a job, as a share of the power "
                               "limit: a computing GPU draws ~50-80% of its limit more than "
