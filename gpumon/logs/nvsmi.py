@@ -11,7 +11,7 @@ from gpumon.detect.bins import SampleCols
 from gpumon.errors import UserError
 from gpumon.logs.arrow import pa_modules, pc, to_np
 from gpumon.logs.lines import Lines
-from gpumon.logs.log import Log, finish, gpu_index, row_times
+from gpumon.logs.log import Log, empty_samples, finish, gpu_index, row_times
 from gpumon.logs.table import read_table
 from gpumon.logs.threads import map_threads
 from gpumon.logs.values import hex_or_num, is_text, key, num, num_fast, per_value, times
@@ -58,7 +58,7 @@ def read(lines: Lines, names: list[str], path: str, interval: Optional[float]) -
     except pa_modules()[0].ArrowInvalid:
         table, body = read_table(lines, names, want)
     if table is None:
-        return Log(path, "nvidia-smi", _no_samples(), malformed=body.malformed)
+        return Log(path, "nvidia-smi", empty_samples(), malformed=body.malformed)
     n = table.num_rows
     bad = np.zeros(n, bool)
     wanted = [x for x in cols if x != "gpu_id"]
@@ -90,11 +90,6 @@ def read(lines: Lines, names: list[str], path: str, interval: Optional[float]) -
                          col("clock_max"), col("events"), col("mem"), None)
     log = Log(path, "nvidia-smi", samples, None, None, {}, body.malformed, n)
     return finish(log, bad, body.line_of)
-
-
-def _no_samples() -> SampleCols:
-    z = np.zeros(0)
-    return SampleCols(z, np.zeros(0, np.int64), z)
 
 
 def _convert(c, target: str) -> tuple[np.ndarray, np.ndarray]:

@@ -7,7 +7,7 @@ import numpy as np
 
 from gpumon.detect.bins import SampleCols
 from gpumon.logs.lines import Lines
-from gpumon.logs.log import Log, finish, gpu_index, row_times
+from gpumon.logs.log import Log, empty_samples, finish, gpu_index, row_times
 from gpumon.logs.sniff import (PLAIN_GPU, PLAIN_LIMIT, PLAIN_MEM, PLAIN_POWER, pick,
                                plain_key, plain_time, plain_util)
 from gpumon.logs.table import read_table
@@ -22,9 +22,7 @@ def read(lines: Lines, names: list[str], path: str) -> Log:
     at = {k: i for k, i in at.items() if i is not None}
     table, body = read_table(lines, names, list(dict.fromkeys(names[i] for i in at.values())))
     if table is None:
-        z = np.zeros(0)
-        return Log(path, "plain", SampleCols(z, np.zeros(0, np.int64), z),
-                   malformed=body.malformed)
+        return Log(path, "plain", empty_samples(), malformed=body.malformed)
     n = table.num_rows
     bad = np.zeros(n, bool)
 

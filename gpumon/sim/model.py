@@ -514,14 +514,19 @@ class Node:
     # -- pauses that are not starvation ----------------------------------------------------
     def _event(self, ph: Phase) -> None:
         kind, p, t = ph.spec.events, ph.p, self.t
-        if kind == "checkpoint":
+        if kind in ("checkpoint", "rank0_checkpoint"):
+            # Rank 0 saves (model and optimizer to disk). checkpoint: every rank stops
+            # meanwhile; rank0_checkpoint: the other ranks have gone on to the next
+            # all-reduce and wait there for it (NCCL: spinning).
             ck = p["ckpt_s"]
             size_mb = p["ckpt_write_mbps"] * ck
             copy = min(0.5 * ck, size_mb / (p["pcie_gbps"] * 1000.0))
             self._g(0, t, t + copy, SAVECOPY, ph)
             self._g(0, t + copy, t + ck, PAUSE, ph)
+            others = PAUSE if kind == "checkpoint" else (
+                SPIN if p["backend"] == "nccl" else WAIT_IDLE)
             for g in range(1, self.n):
-                self._g(g, t, t + ck, PAUSE, ph)
+                self._g(g, t, t + ck, others, ph)
             seen = set()
             for r, m in enumerate(self.mains):
                 if id(m) in seen:
@@ -531,23 +536,6 @@ class Node:
                     m.seg(t, t + ck, CKPT_MAIN_CPU, 0.3, 0.0, p["ckpt_write_mbps"])
                 else:
                     m.seg(t, t + ck, MAIN_SYNC_CPU)
-            self.pauses.append((t, t + ck))
-            self.t = t + ck
-            self.next_event = self.t + p["ckpt_every_s"]
-        elif kind == "rank0_checkpoint":
-            # Rank 0 alone saves (model and optimizer to disk); the other ranks have gone on
-            # to the next all-reduce and wait there for it (NCCL: spinning).
-            ck = p["ckpt_s"]
-            size_mb = p["ckpt_write_mbps"] * ck
-            copy = min(0.5 * ck, size_mb / (p["pcie_gbps"] * 1000.0))
-            self._g(0, t, t + copy, SAVECOPY, ph)
-            self._g(0, t + copy, t + ck, PAUSE, ph)
-            wait = SPIN if p["backend"] == "nccl" else WAIT_IDLE
-            for g in range(1, self.n):
-                self._g(g, t, t + ck, wait, ph)
-            self.mains[0].seg(t, t + ck, CKPT_MAIN_CPU, 0.3, 0.0, p["ckpt_write_mbps"])
-            for m in self.mains[1:]:
-                m.seg(t, t + ck, MAIN_SYNC_CPU)
             self.pauses.append((t, t + ck))
             self.t = t + ck
             self.next_event = self.t + p["ckpt_every_s"]
