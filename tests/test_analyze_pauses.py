@@ -326,3 +326,20 @@ def test_a_rank_whose_one_second_stalls_keep_coming_back_is_not_at_work():
     assert stalls and stalls[0][0] <= 5, segs
     assert sum(b - max(a, 0) for a, b in stalls if b > 0) >= 0.3 * (tl.end - change), segs
     assert "paused" not in {d.verdict for d in tl.segments if d.start > change}, segs
+
+
+def test_spinning_ranks_are_not_work_that_ends_a_stall(tmp_path):
+    """GPU 3 computes 3 s (hot) and idles 2 s, again and again, while GPUs 0-2 sit at 100% and
+    25% of their power, spinning in the collective. The seconds in which every GPU reads
+    100% are not the job back at work (the others are cold): the whole stretch stays a sync
+    stall naming GPU 3, not thousands of stall/busy flips."""
+    work = [[(98, 340)] * 4] * 40
+    stall = []
+    for k in range(60):
+        stall.append([(100, 100)] * 3 + [(100, 340) if k % 5 < 3 else (0, 60)])
+    _, tl = analyze_file(_smi_power(tmp_path, work + stall + work))
+    segs = [(d.verdict, d.cause, d.straggler_gpu, round(d.start - tl.start))
+            for d in tl.segments]
+    assert _verdicts(tl, 46, 96) == {"sync_stall"}, segs
+    assert {d.straggler_gpu for d in tl.segments if d.verdict == "sync_stall"} == {3}, segs
+    assert len(tl.segments) < 10, segs

@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 
 from gpumon.diagnosis import CAUSES, IDLE, INSUFFICIENT_DATA, PAUSED, VERDICTS, Diagnosis
-from gpumon.detect.bins import Store
+from gpumon.detect.bins import GI, Store
 from gpumon.detect.engine import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
 from gpumon.detect.engine import bin_duty
 from gpumon.detect.features import view_bins, window_features
@@ -278,10 +278,15 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
 
 def _at_full_work(st: Store, rows: list[int], th: Thresholds) -> np.ndarray:
     """Per bin: inside a run of at least recover_s seconds with every GPU of the job at
-    busy_bin_duty or more."""
-    duty, _, _ = bin_duty(st.view(rows, raw=True)[0])
-    with np.errstate(invalid="ignore"):
+    busy_bin_duty or more, and (where power is known) none of them cold beside the hottest
+    (spinning in a collective is not work)."""
+    g = st.view(rows, raw=True)[0]
+    duty, _, _ = bin_duty(g)
+    with np.errstate(invalid="ignore", divide="ignore"):
         full = (duty >= th.busy_bin_duty).all(axis=0)
+        pw = np.where(g[GI["pn"]] > 0, g[GI["pw"]] / g[GI["pn"]], np.nan)
+        top = np.nanmax(np.where(np.isnan(pw), -np.inf, pw), axis=0)
+        full &= ~((pw / top) <= th.cold_power_ratio).any(axis=0)
     edges = np.flatnonzero(np.diff(np.concatenate(([0], full.astype(np.int8), [0]))))
     out = np.zeros(len(full), bool)
     for a, b in zip(edges[::2], edges[1::2]):
