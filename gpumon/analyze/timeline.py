@@ -225,7 +225,8 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
         pause, excl, rec, why = job_flags(st, rows, th)
         # A pause is over, as the log shows, where every GPU is back at full speed for
         # recover_s (live, the tracker waits for that much steady work before it ends one).
-        pause = pause & ~_at_full_work(st, rows, th)
+        working = _at_full_work(st, rows, th)
+        pause = pause & ~working
         outs = _judge_chunks(st, rows, shared, pause, th, ends, excl=excl, why=why)
         r = _cat(outs)
         v, c, s, sticky = r["verdict"], r["cause"], r["straggler"], r["sticky"]
@@ -236,8 +237,8 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
         # least recover_s: windows that end later still hold the stall's seconds, but the
         # log shows the rank back at work. (The verdict of the window ending at bin e is
         # dated to bin e - L below.)
-        L0 = min(int(round(th.hold_s / th.bin_s)), nb - 1)
-        back = np.concatenate([np.zeros(L0, bool), _at_full_work(st, rows, th)])[:nb]
+        L = min(int(round(th.hold_s / th.bin_s)), nb - 1)
+        back = np.concatenate([np.zeros(L, bool), working])[:nb]
         over |= (v == _STALL) & (c == _RANK_HOST) & back
         if over.any():
             v, c, s = np.where(over, _BUSY, v), np.where(over, -1, c), np.where(over, -1, s)
@@ -248,7 +249,6 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
                           s, sticky)
         # Live, a verdict changes once it has won for hold_s; a log knows when the new one
         # first appeared: date each change from there (the windows judged at bin e + L).
-        L = min(int(round(th.hold_s / th.bin_s)), nb - 1)
         if L > 0:
             held = np.concatenate([held[L:], np.full(L, held[-1])])
         # Segments: runs of one held verdict.

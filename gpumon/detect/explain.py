@@ -8,6 +8,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.diagnosis import CAUSES
 
 
 def _pct(x: Optional[float]) -> str:
@@ -144,7 +145,6 @@ _PAUSE_WHY = {
 
 
 def _pause(w: _Window) -> str:
-    from gpumon.diagnosis import CAUSES
     code = int(w.f["pause_cause"][w.e]) if "pause_cause" in w.f else -1
     cause = CAUSES[code] if code >= 0 else "unknown"
     secs = int(w.f["pause_len"][w.e]) if "pause_len" in w.f else 0

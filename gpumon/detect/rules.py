@@ -29,7 +29,7 @@ import numpy as np
 from gpumon.detect import nanops as N
 from gpumon.detect.hostview import CALM
 from gpumon.detect.thresholds import DEFAULT, Thresholds
-from gpumon.detect.windows import Windows, _nan
+from gpumon.detect.windows import Windows, low_nan
 from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, PAUSED,
                               SYNC_STALL, THROTTLED)
 
@@ -166,8 +166,8 @@ def busy_but_cold(w: Windows) -> None:
     pfb, rel = f["power_frac_busy"], f["rel_power"]
     with CALM:
         # The hottest GPU; without a power limit, by its power relative to the others.
-        hot = np.where(np.isnan(pfb).all(axis=0), np.argmax(_nan(rel), axis=0),
-                       np.argmax(_nan(pfb), axis=0))
+        hot = np.where(np.isnan(pfb).all(axis=0), np.argmax(low_nan(rel), axis=0),
+                       np.argmax(low_nan(pfb), axis=0))
         top = pfb[hot, ar]
         has = ~np.isnan(pfb)
         # Mean power of the other GPUs (a median costs 20x more for the same answer).

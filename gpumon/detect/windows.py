@@ -19,7 +19,8 @@ V = {v: i for i, v in enumerate(VERDICTS)}
 C = {c: i for i, c in enumerate(CAUSES)}
 
 
-def _nan(a):
+def low_nan(a):
+    """NaN as -inf, so a missing GPU never wins a max."""
     return np.where(np.isnan(a), -np.inf, a)
 
 
@@ -77,7 +78,7 @@ class Windows:
     @cached_property
     def dmax(self) -> np.ndarray:
         with CALM:
-            return N.nanmax(_nan(self.f["duty"]), axis=0)
+            return N.nanmax(low_nan(self.f["duty"]), axis=0)
 
     @cached_property
     def dmin(self) -> np.ndarray:
@@ -86,7 +87,7 @@ class Windows:
 
     @property
     def amax(self) -> np.ndarray:
-        return np.argmax(_nan(self.f["duty"]), axis=0)
+        return np.argmax(low_nan(self.f["duty"]), axis=0)
 
     @property
     def amin(self) -> np.ndarray:

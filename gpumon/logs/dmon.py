@@ -33,9 +33,8 @@ def read(lines: Lines, path: str, interval: Optional[float]) -> Log:
         s = line.strip()
         if s.startswith("#"):
             low = s.lstrip("#").lower().split()
-            if "gpu" in low or "idx" in low and names is None:
-                if "gpu" in low:
-                    names = low
+            if "gpu" in low:             # the names line ("# Idx W C ..." is the units line)
+                names = low
             continue
         if not s:
             continue
