@@ -16,22 +16,15 @@ def _bin_by_bin(duty, n, u, host, starts):
     T = len(n)
     out = np.zeros(T, bool)
     excl = np.zeros(T, bool)
-    with np.errstate(invalid="ignore"):
-        has = (~np.isnan(duty)).any(axis=0) & (n > 0)
-        idle = (np.where(np.isnan(duty), 0.0, duty) < th.idle_duty) | np.isnan(duty)
-        all_idle = idle.all(axis=0) & (~np.isnan(duty)).any(axis=0)
-        all_on = (np.where(np.isnan(duty), 1.0, duty) >= th.all_on_duty).all(axis=0)
+    sec = P.Seconds(duty, n, u, th)
     for i in range(T):
-        d = duty[:, i][~np.isnan(duty[:, i])]
-        low = d < th.idle_duty
-        lone = len(d) > 1 and low.sum() == 1 and bool((d[~low] >= th.all_on_duty).all())
         if starts is not None and starts[i]:
             tr.begin()
-        out[i] = excl[i] = tr.step_bin(bool(has[i]), bool(all_idle[i]), float(n[i]),
-                                       float(u[i]), host[i] if host else None, bool(all_on[i]),
-                                       lone)
+        out[i] = excl[i] = tr.step(sec.at(i), host[i] if host else None)
         if tr.unmark:
             excl[tr.unmark.start:tr.unmark.stop] = False
+        if tr.lead_in:
+            excl[tr.lead_in.start:tr.lead_in.stop] = True
     return out, excl
 
 
@@ -44,6 +37,8 @@ def _job(seed, T=900, G=4, with_host=False):
         ln = int(rng.integers(1, 25))
         who = slice(None) if rng.random() < 0.7 else slice(int(rng.integers(G)), None)
         duty[who, t:t + ln] = rng.uniform(0, 0.04)
+        if rng.random() < 0.2:
+            duty[0, t:t + ln] = 0.1          # rank 0 alone at a trickle (saving)
     duty[:, rng.integers(T, size=10)] = np.nan         # seconds without data
     n = np.full(T, 6.0 * G)
     n[rng.integers(T, size=5)] = 0

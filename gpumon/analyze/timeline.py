@@ -226,7 +226,7 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
         # A pause is over, as the log shows, where every GPU is back at full speed for
         # recover_s (live, the tracker waits for that much steady work before it ends one).
         working = _at_full_work(st, rows, th)
-        pause = pause & ~working
+        pause, excl = pause & ~working, excl & ~working
         outs = _judge_chunks(st, rows, shared, pause, th, ends, excl=excl, why=why)
         r = _cat(outs)
         v, c, s, sticky = r["verdict"], r["cause"], r["straggler"], r["sticky"]
@@ -247,12 +247,9 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
         # window in which the new verdict first appeared anyway.)
         held, keys = hold(Hysteresis(th.hold_s, th.bin_s, sticky_s=th.sticky_s), times, v, c,
                           s, sticky)
-        # Live, a verdict changes once it has won for hold_s; a log knows when the new one
-        # first appeared: date each change from there (the windows judged at bin e + L).
-        if L > 0:
-            held = np.concatenate([held[L:], np.full(L, held[-1])])
-        # Segments: runs of one held verdict.
-        bounds = [0] + (np.flatnonzero(held[1:] != held[:-1]) + 1).tolist() + [nb]
+        # Segments: runs of one held verdict. Live, a verdict changes once it has won for
+        # hold_s; a log knows when the new one first appeared: date each change from there.
+        bounds = [0] + _first_seen(held, keys, v) + [nb]
         spans = list(zip(bounds[:-1], bounds[1:]))
         picks = []
         for a, b in spans:
@@ -264,7 +261,7 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
         f_all, r_all = _cat(feats), _cat(outs2)
         where = {int(p): i for i, p in enumerate(pts)}
         for (a, b), pk in zip(spans, picks):
-            key = keys[held[a]]
+            key = keys[held[b - 1]]      # (held changes at or after a)
             ds = [make_diagnosis(f_all, r_all, where[int(p)], gpus, None, None, th) for p in pk]
             vcode, ccode, scode = key
             a2, b2 = min(a + L, nb - 1), min(b + L, nb)
@@ -274,6 +271,21 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
             tl.segments.append(seg)
     tl.segments.sort(key=lambda d: (d.start, d.gpus))
     return tl
+
+
+def _first_seen(held: np.ndarray, keys: list, v: np.ndarray) -> list:
+    """The bins at which the held verdict changes, each moved back to where the new verdict
+    first appeared in the raw ones (the run of raw verdicts that won the hold)."""
+    out = []
+    prev = 0
+    for i in (np.flatnonzero(held[1:] != held[:-1]) + 1).tolist():
+        want = keys[held[i]][0]
+        j = i
+        while j - 1 > prev and v[j - 1] == want:
+            j -= 1
+        out.append(j)
+        prev = j
+    return out
 
 
 def _at_full_work(st: Store, rows: list[int], th: Thresholds) -> np.ndarray:

@@ -27,7 +27,86 @@ from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 
 
+class Seconds:
+    """Each second of a job reduced to what the pause tracker reads, from per-GPU duty
+    (G, T) and the job's sample count and busy sum per bin (T,); NaN duty: no data.
+
+    has       the job has data
+    idle      every GPU with data below idle_duty
+    alone     one GPU at idle_duty..all_on_duty while every other is below idle_duty: one
+              rank works alone, at a trickle, while the others run nothing (rank 0 copying a
+              checkpoint off the GPU, or evaluating, while the others wait for it). A
+              synchronous job's ranks cannot do that while training: a rank waiting for its
+              input holds every other in the next collective
+    lone_idle one GPU below idle_duty while every other works (all_on_duty or more)
+    all_on    every GPU at all_on_duty or more
+    """
+
+    def __init__(self, duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds):
+        with np.errstate(invalid="ignore"):
+            known = ~np.isnan(duty)
+            d = np.where(known, duty, 0.0)
+            low = (d < th.idle_duty) & known
+            on = (d >= th.all_on_duty) & known
+            nk, nlow = known.sum(axis=0), low.sum(axis=0)
+            trickle = known & ~low & ~on
+            self.has = known.any(axis=0) & (n > 0)
+            self.idle = (nlow == nk) & (nk > 0)
+            self.alone = (nk > 1) & (nlow == nk - 1) & (trickle.sum(axis=0) == 1)
+            self.lone_idle = (nk > 1) & (nlow == 1) & (on.sum(axis=0) == nk - 1)
+            self.all_on = (on | ~known).all(axis=0)
+            self.duty = np.where(n > 0, u / np.where(n > 0, n, 1.0), 0.0)
+        self.n, self.u = n, u
+
+    def at(self, i: int) -> tuple:
+        """(has, idle, alone, lone_idle, all_on, n, u) of second ``i``, as Python values."""
+        return (bool(self.has[i]), bool(self.idle[i]), bool(self.alone[i]),
+                bool(self.lone_idle[i]), bool(self.all_on[i]), float(self.n[i]),
+                float(self.u[i]))
+
+
+NO_HOST = (math.nan, False, False, True, math.nan, False)
+
+
+class _Host:
+    """What the host says of one second, for the tracker (see ``host_bins``)."""
+
+    def __init__(self, host: Optional[tuple], tr: "PauseTracker"):
+        th = tr.th
+        workers, self.starving, self.writing, self.present, age, self.main_busy = \
+            host if host is not None else NO_HOST
+        self.workers = workers
+        self.known = known = not math.isnan(workers)
+        # More loader workers than in steady work: a validation DataLoader.
+        self.changed = known and tr.workers is not None and workers - tr.workers >= 0.5
+        # Workers started when the GPUs stopped: a new DataLoader (an epoch boundary's).
+        aged = known and (not math.isnan(age) or workers < 0.5)    # (no workers: none new)
+        since = (tr.length if tr.in_pause else 0) * th.bin_s
+        self.fresh = aged and age <= since + th.fresh_slack_s
+        # Something explains a stop: new or extra workers, checkpoint writes, or a main
+        # process busy with something other than waiting for batches (saving, evaluating).
+        self.new_work = known and (self.changed or self.writing or self.fresh)
+        self.explained = self.new_work or (known and self.main_busy)
+        # Saturated loaders that are not new behind GPUs that stopped, nothing else to explain
+        # it: the input pipeline cannot keep up. (Without worker ages, new workers at an
+        # epoch boundary look the same for up to loader_startup_s: only a longer stop says.)
+        self.starved_now = aged and self.starving and not self.explained
+
+
 class PauseTracker:
+    """Marks, one second at a time, the seconds of a job that are a pause of healthy work.
+
+    A pause starts at a stop (every GPU idle; one rank working alone at a trickle; one rank
+    idle beside the others while checkpoint-size writes go to disk) that is explained: by
+    steady work for context_s before it with no stop in it (a one-off: a starving job's gaps
+    recur), by the host (new or extra loader workers, checkpoint writes) or by one rank
+    working alone, after resume_s of steady work. Saturated old loaders behind it say it is
+    starvation. It ends when work is back at the job's level for resume_s, after pause_max_s,
+    or when the job lets go of its GPUs; it turns out to be starvation ("hungry": its seconds
+    are unmarked, and no pause starts for cooldown_contexts) when, with nothing to explain
+    it, work comes back at a starved rhythm or every GPU stops again after being back.
+    """
+
     def __init__(self, th: Thresholds = DEFAULT):
         self.th = th
         self.ctx = max(2, int(round(th.context_s / th.bin_s)))
@@ -44,6 +123,9 @@ class PauseTracker:
         self.i = -1                  # bins fed so far - 1
         self.start = 0               # first bin of the current pause
         self.unmark: range = range(0)   # bins of a "pause" just found to be starvation
+        self.lead_in: range = range(0)  # the bin before a pause that just started, when the
+        # stop began inside it (it is part of the pause: its duty is not the job's work)
+        self.last = (-2, 1.0)     # (bin, duty) of the last bin with data outside a pause
         self.workers: Optional[float] = None   # loader workers during steady work
         self.cooldown = 0
         self.steady = 0           # bins of steady work in a row, outside pauses
@@ -53,134 +135,119 @@ class PauseTracker:
         self.reason = "unknown"   # why the current pause (a cause of diagnosis.CAUSES)
         self.bar = th.duty_starved   # duty at which work is back (see _return_bar)
 
-    def step(self, duties: np.ndarray, n: float, u: float,
-             host: Optional[tuple] = None) -> bool:
-        """Feed one bin: per-GPU duty (NaN without data), job sample count and busy sum, and
-        the host's view of it (see ``host_bins``). True when this bin is part of a pause."""
-        have = ~np.isnan(duties)
-        G = int(have.sum())
-        all_idle = G > 0 and bool((duties[have] < self.th.idle_duty).all())
-        all_on = G > 0 and bool((duties[have] >= self.th.all_on_duty).all())
-        low = duties[have] < self.th.idle_duty
-        lone_idle = G > 1 and int(low.sum()) == 1 and bool((duties[have][~low]
-                                                           >= self.th.all_on_duty).all())
-        return self.step_bin(G > 0 and n > 0, all_idle, n, u, host, all_on, lone_idle)
-
-    def step_bin(self, has_data: bool, all_idle: bool, n: float, u: float,
-                 host: Optional[tuple] = None, all_on: bool = True,
-                 lone_idle: bool = False) -> bool:
-        """step() with the bin already reduced: any data, every GPU idle, n and u sums,
-        every GPU working at least all_on_duty, one GPU idle beside others at work."""
-        th = self.th
+    def step(self, sec: tuple, host: Optional[tuple] = None) -> bool:
+        """Feed one second (``Seconds.at``) and the host's view of it (``host_bins``); True
+        when the second is part of a pause."""
+        has, idle, alone, lone_idle, all_on, n, u = sec
         self.i += 1
         self.cooldown -= 1
-        workers, starving, writing, present, age, main_busy = host if host is not None else (
-            math.nan, False, False, True, math.nan, False)
-        known = not math.isnan(workers)
-        # What the host says explains a stop: more loader workers than in steady work (a
-        # validation DataLoader), workers started when the GPUs stopped (any new DataLoader,
-        # also an epoch boundary's), checkpoint-size disk writes, or a main process busy with
-        # something other than waiting for batches (saving, evaluating).
-        changed = known and self.workers is not None and workers - self.workers >= 0.5
-        aged = known and (not math.isnan(age) or workers < 0.5)   # (no workers: none new)
-        fresh = aged and age <= (self.length if self.in_pause else 0) * th.bin_s + th.fresh_slack_s
-        explained = known and (changed or writing or fresh or main_busy)
-        # A new DataLoader or a checkpoint being written: a stop that is a pause even soon
-        # after the last one (a job with slow loader start-up pauses at every epoch end).
-        new_work = known and (changed or writing or fresh)
-        # Saturated loaders that are not new, behind GPUs that all stopped, with nothing else
-        # to explain it: the input pipeline cannot keep up. Not a pause, from its first second.
-        # (Without worker ages, new workers at an epoch boundary look the same for up to
-        # loader_startup_s, so only a longer stop says so.)
-        starved_now = aged and starving and not explained
-        self.unmark = range(0)
-        if not has_data:
-            if self.in_pause:
-                self.length += 1
-                if self.length >= self.pmax:
-                    self.in_pause = self.starting = False
-            return self.in_pause
-        # A stop: every GPU idle, or one rank idle while the others wait for it and the host
-        # writes at checkpoint rate (rank 0 alone saving, the others in the next all-reduce).
-        stop = all_idle or (lone_idle and writing)
+        self.unmark = self.lead_in = range(0)
+        hv = _Host(host, self)
+        if not has:
+            return self._no_data()
+        stop = idle or alone or (lone_idle and hv.writing)
         duty = u / n
         self.recent.append(duty)
         if self.in_pause:
-            self.length += 1
-            if self.extra and not changed:
-                # The extra DataLoader (a validation pass's) is gone: training restarts now,
-                # its ramp-up is not a starved rhythm.
-                self.resumed, self.on_bins = False, 0
-                self.after.clear()
-            self.extra = changed
-            self._why(writing, changed, fresh and not self.starting)
-            if self.resumed and (all_on or self.after):
-                self.after.append(duty)     # counted from when every rank is back
-            # Work came back at a starved rhythm with nothing to explain it (host known; at a
-            # job's start, host or not: a start has no choppy validation rhythm to excuse):
-            # this was the onset of starvation, not a pause.
-            slow = ((known or self.starting) and len(self.after) == self.resume
-                    and sum(self.after) / self.resume < self.bar)
-            if all_on:
-                self.on_bins += 1
-            # Stopping again after every rank worked for a while is the next starvation gap;
-            # a choppy restart (ranks and loaders coming back one by one) is not.
-            back = self.on_bins >= self.back
-            slow = slow and back
-            # A job's start: its workers are all new, so they explain nothing; a start that
-            # goes on at a starved rhythm once every rank runs is starvation. New workers
-            # explain a stop while they start up (at most loader_startup_s), not once work
-            # has resumed: a starved rhythm behind them then is the input pipeline (one that
-            # restarts its loaders and then cannot keep up).
-            if self.starting or self.length > self.startup or len(self.after) == self.resume:
-                explained = known and (changed or writing or main_busy)
-            hungry = not explained and (slow or (all_idle and (back or starved_now or (
-                starving and self.length > self.startup))))
-            if self.length >= self.pmax or hungry or not present:
-                self.in_pause = self.starting = False   # too long, or starving: judge it
-                if hungry:
-                    self.unmark = range(self.start, self.i)
-                    # A job found starving gets no new pause for a while: its long gaps recur.
-                    self.cooldown = int(th.cooldown_contexts * self.ctx)
-            elif (len(self.recent) == self.resume and not changed
-                  and sum(self.recent) / self.resume >= self.bar):
-                # Back to steady work; not while the extra DataLoader that came with the
-                # pause (a validation pass's) is still there: its first batches come fast.
-                self.in_pause = self.starting = False
-            else:
-                if duty >= th.resumed_duty and not self.resumed:
-                    # Work came back during this second: a partial second, not yet the
-                    # rhythm to judge (the next ones are).
-                    self.resumed = True
-                # A pause blocks the next one for context_s: a job stopping every few seconds
-                # starves, it does not checkpoint.
+            if self._inside(duty, idle, alone, all_on, hv):
                 self.hist.append((0.0, 0.0, True))
                 return True
-        elif ((stop or changed) and present and not (stop and starved_now)
-              and ((self.cooldown <= 0 and self._healthy_context())
-                   or (stop and new_work and self._steady_since_pause()))):
-            # (A new DataLoader's workers appearing after steady work is a validation pass
-            # starting, even before the GPUs stop.)
-            self.in_pause, self.length, self.resumed = True, 1, False
-            self.reason = "unknown"
-            self._why(writing, changed, fresh)
-            self.steady = 0
-            self.bar = self._return_bar()
-            self.extra = changed
-            self.after.clear()
-            self.on_bins = 0
-            self.start = self.i
-            self.recent.clear()
-            self.hist.append((0.0, 0.0, True))
+        elif self._starts(stop, alone, hv):
+            self._start(hv)
             return True
         self.hist.append((n, u, stop))
-        self._steady(not stop and duty >= th.duty_starved)
-        if known and duty >= th.duty_starved:
-            self.workers = workers              # the loader of steady work
+        self.last = (self.i, duty)
+        self._steady(not stop and duty >= self.th.duty_starved)
+        if hv.known and duty >= self.th.duty_starved:
+            self.workers = hv.workers              # the loader of steady work
         return False
 
+    def _no_data(self) -> bool:
+        if self.in_pause:
+            self.length += 1
+            if self.length >= self.pmax:
+                self.in_pause = self.starting = False
+        return self.in_pause
+
+    def _starts(self, stop: bool, alone: bool, hv: _Host) -> bool:
+        """A stop (or a new DataLoader appearing) that starts a pause."""
+        if not (stop or hv.changed) or not hv.present or (stop and hv.starved_now):
+            return False
+        if self.cooldown <= 0 and self._healthy_context():
+            return True
+        return stop and (hv.new_work or alone) and self._steady_since_pause()
+
+    def _start(self, hv: _Host) -> None:
+        self.in_pause, self.length, self.resumed = True, 1, False
+        self.reason = "unknown"
+        self._why(hv.writing, hv.changed, hv.fresh)
+        self.steady = 0
+        self.bar = self._return_bar()
+        self.extra = hv.changed
+        self.after.clear()
+        self.on_bins = 0
+        self.start = self.i
+        b, d = self.last
+        if b == self.i - 1 and d < self.bar:
+            self.lead_in = range(b, self.i)
+        self.recent.clear()
+        self.hist.append((0.0, 0.0, True))
+
+    def _inside(self, duty: float, idle: bool, alone: bool, all_on: bool, hv: _Host) -> bool:
+        """One more second of the current pause; False when the pause ends with it."""
+        self.length += 1
+        if self.extra and not hv.changed:
+            # The extra DataLoader (a validation pass's) is gone: training restarts now, its
+            # ramp-up is not a starved rhythm.
+            self.resumed, self.on_bins = False, 0
+            self.after.clear()
+        self.extra = hv.changed
+        self._why(hv.writing, hv.changed, hv.fresh and not self.starting)
+        if self.resumed and (all_on or self.after):
+            self.after.append(duty)     # counted from when every rank is back
+        if all_on:
+            self.on_bins += 1
+        hungry = self._hungry(idle, alone, hv)
+        if self.length >= self.pmax or hungry or not hv.present:
+            self.in_pause = self.starting = False     # too long, or starving: judge it
+            if hungry:
+                self.unmark = range(self.start, self.i)
+                # A job found starving gets no new pause for a while: its long gaps recur.
+                self.cooldown = int(self.th.cooldown_contexts * self.ctx)
+            return False
+        if (len(self.recent) == self.resume and not hv.changed
+                and sum(self.recent) / self.resume >= self.bar):
+            # Back to steady work; not while the extra DataLoader that came with the pause
+            # (a validation pass's) is still there: its first batches come fast.
+            self.in_pause = self.starting = False
+            return False
+        if duty >= self.th.resumed_duty:
+            # Work came back during this second: a partial second, not yet the rhythm to
+            # judge (the next ones are).
+            self.resumed = True
+        return True
+
+    def _hungry(self, idle: bool, alone: bool, hv: _Host) -> bool:
+        """The pause is starvation after all: work came back at a starved rhythm (host known;
+        at a job's start, host or not: a start has no validation rhythm to excuse), or every
+        GPU stopped again after every rank was back for back_s (the next starvation gap; a
+        choppy restart, ranks and loaders coming back one by one, is not), or saturated old
+        loaders behind the stop; with nothing on the host or GPUs to explain it. New workers
+        explain a stop while they start up (at most loader_startup_s), not once work has
+        resumed: a starved rhythm behind them then is the input pipeline."""
+        back = self.on_bins >= self.back
+        slow = ((hv.known or self.starting) and back and len(self.after) == self.resume
+                and sum(self.after) / self.resume < self.bar)
+        explained = hv.explained
+        if self.starting or self.length > self.startup or len(self.after) == self.resume:
+            explained = hv.known and (hv.changed or hv.writing or hv.main_busy)
+        if explained or alone:
+            return False
+        return slow or (idle and (back or hv.starved_now
+                                  or (hv.starving and self.length > self.startup)))
+
     def quiet(self, ns: list, us: list) -> None:
-        """step_bin over bins that, outside a pause, can neither start one nor change what
+        """step() over bins that, outside a pause, can neither start one nor change what
         the tracker knows of steady work: bins with data, not every GPU idle, host unknown
         (no loader workers known) and the job present. The same state as stepping each."""
         k = len(ns)
@@ -189,7 +256,8 @@ class PauseTracker:
         assert not self.in_pause
         self.i += k
         self.cooldown -= k
-        self.unmark = range(0)
+        self.unmark = self.lead_in = range(0)
+        self.last = (self.i, us[-1] / ns[-1])
         self.recent.extend(u / n for n, u in zip(ns[-self.resume:], us[-self.resume:]))
         self.hist.extend((n, u, False) for n, u in zip(ns[-self.ctx:], us[-self.ctx:]))
         # _steady over the run: the longest run of steady bins in it (the first one joined to
@@ -334,26 +402,18 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     ``starts``: bins at which the job is seen starting (PauseTracker.begin), as live.
     """
     tr = PauseTracker(th)
-    out = np.zeros(len(n), dtype=bool)
-    excl = np.zeros(len(n), dtype=bool)
-    why = np.full(len(n), -1, dtype=np.int64)
-    with np.errstate(invalid="ignore"):
-        has = ((~np.isnan(duty)).any(axis=0) & (n > 0)).tolist()
-        idle = (np.where(np.isnan(duty), 0.0, duty) < th.idle_duty) | np.isnan(duty)
-        all_idle = (idle.all(axis=0) & (~np.isnan(duty)).any(axis=0)).tolist()
-        all_on = ((np.where(np.isnan(duty), 1.0, duty) >= th.all_on_duty).all(axis=0)).tolist()
-        known = ~np.isnan(duty)
-        low = idle & known
-        on = (np.where(known, duty, 1.0) >= th.all_on_duty) | low
-        lone_idle = ((known.sum(axis=0) > 1) & (low.sum(axis=0) == 1) & on.all(axis=0)).tolist()
-    nl, ul = n.tolist(), u.tolist()
-    step = tr.step_bin
+    T = len(n)
+    out = np.zeros(T, dtype=bool)
+    excl = np.zeros(T, dtype=bool)
+    why = np.full(T, -1, dtype=np.int64)
+    sec = Seconds(duty, n, u, th)
     begin = set() if starts is None else set(np.flatnonzero(starts).tolist())
     # Runs of bins that outside a pause change nothing but the tracker's history (see
     # PauseTracker.quiet) are fed at once: the end of each run (exclusive), per bin.
-    quiet_end = _quiet_runs(has, all_idle, host, begin, len(nl))
+    quiet_end = _quiet_runs(sec.has.tolist(), (sec.idle | sec.alone).tolist(), host, begin, T)
+    nl, ul = n.tolist(), u.tolist()
     i = 0
-    while i < len(nl):
+    while i < T:
         j = quiet_end[i]
         if j > i and not tr.in_pause:
             tr.quiet(nl[i:j], ul[i:j])
@@ -361,23 +421,23 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
             continue
         if i in begin:
             tr.begin()
-        out[i] = excl[i] = step(has[i], all_idle[i], nl[i], ul[i],
-                                host[i] if host is not None else None, all_on[i],
-                                lone_idle[i])
+        out[i] = excl[i] = tr.step(sec.at(i), host[i] if host is not None else None)
         if out[i]:
             why[i] = CAUSES.index(tr.reason)
         if tr.unmark:
             excl[tr.unmark.start:tr.unmark.stop] = False
+        if tr.lead_in:
+            excl[tr.lead_in.start:tr.lead_in.stop] = True
         i += 1
     return out, excl, why
 
 
-def _quiet_runs(has: list, all_idle: list, host: Optional[list], begin: set,
+def _quiet_runs(has: list, stop: list, host: Optional[list], begin: set,
                 T: int) -> list:
     """Per bin, the end (exclusive) of the run of quiet bins it starts (itself when it is
-    not quiet): bins with data, not every GPU idle, no loader workers known, no checkpoint
+    not quiet): bins with data and no stop (every GPU idle, a rank alone), no loader workers known, no checkpoint
     writes, the job present and not seen starting there."""
-    q = np.array(has, dtype=bool) & ~np.array(all_idle, dtype=bool)
+    q = np.array(has, dtype=bool) & ~np.array(stop, dtype=bool)
     if host is not None:
         w = np.fromiter((x[0] for x in host), float, T)
         wr = np.fromiter((x[2] for x in host), bool, T)

@@ -22,7 +22,7 @@ from gpumon.detect.bins import Store
 from gpumon.detect.engine import (active_since, bin_duty, idle_diagnosis, judge_job,
                                   make_diagnosis, store_jobs, tick_columns)
 from gpumon.detect.features import view_bins
-from gpumon.detect.pauses import PauseTracker, host_bins
+from gpumon.detect.pauses import PauseTracker, Seconds, host_bins
 from gpumon.detect.rules import CAUSE_NAMES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
@@ -179,14 +179,16 @@ class StreamingDetector:
             if b_first <= last:
                 i0 = b_first - st.b0 - lo
                 hb = host_bins(g[:, :, i0:], h[:, i0:], self.th)
+                secs = Seconds(duty[:, i0:], n[i0:], u[i0:], self.th)
             for b in range(b_first, last + 1):
                 i = b - st.b0 - lo
-                job.flags[b] = job.excl[b] = job.pauses.step(duty[:, i], float(n[i]),
-                                                             float(u[i]), hb[i - i0])
+                job.flags[b] = job.excl[b] = job.pauses.step(secs.at(i - i0), hb[i - i0])
                 if job.flags[b]:
                     job.why[b] = CAUSES.index(job.pauses.reason)
                 for k in job.pauses.unmark:       # that "pause" was starvation after all
                     job.excl[b - job.pauses.i + k] = False
+                for k in job.pauses.lead_in:      # the stop began inside the bin before
+                    job.excl[b - job.pauses.i + k] = True
             job.next = last + 1
             for b in [b for b in job.flags if b < st.b0 + lo]:
                 del job.flags[b]
