@@ -134,11 +134,12 @@ def _quiet_after_work(w: _Window) -> str:
 
 # Why a pause, by its cause (rules: the pause tracker's reading of the host, pauses.py).
 _PAUSE_WHY = {
-    "checkpoint": "the host writes to disk at checkpoint rate meanwhile: a checkpoint",
+    "checkpoint": ("a checkpoint: the host writes to disk at checkpoint rate, or one rank "
+                   "works alone at a trickle (copying its state off the GPU) while the others "
+                   "run nothing"),
     "validation": ("more DataLoader workers than training had appeared: a validation pass "
                    "with its own loader"),
     "epoch_boundary": "new DataLoader workers started: an epoch boundary",
-    "startup": "the job has just started: its ranks load and get their first batches",
     "unknown": ("this is not the burst-then-idle rhythm of starved input, and nothing in "
                 "the counters says why (no disk writes, no new loader workers known)"),
 }
@@ -150,8 +151,10 @@ def _pause(w: _Window) -> str:
     secs = int(w.f["pause_len"][w.e]) if "pause_len" in w.f else 0
     wm = int(round(w.th.window_max_s / w.th.bin_s))
     ago = f"{secs} s ago" if secs <= wm else f"more than {wm} s ago"
-    return (f"the job stopped after steady work {ago} (every GPU, or one rank while the "
-            f"others wait for it); "
+    if cause == "startup":
+        return f"the job started {ago}: its ranks load and get their first batches"
+    return (f"the job stopped after steady work {ago} (every GPU, or all but one working "
+            f"alone, or one rank while the others wait for it); "
             f"{_PAUSE_WHY.get(cause, _PAUSE_WHY['unknown'])}")
 
 

@@ -153,7 +153,7 @@ class PauseTracker:
                 self.hist.append((0.0, 0.0, True))
                 return True
         elif self._starts(stop, alone, hv):
-            self._start(hv)
+            self._start(hv, alone)
             return True
         self.hist.append((n, u, stop))
         self.last = (self.i, duty)
@@ -177,10 +177,10 @@ class PauseTracker:
             return True
         return stop and (hv.new_work or alone) and self._steady_since_pause()
 
-    def _start(self, hv: _Host) -> None:
+    def _start(self, hv: _Host, alone: bool) -> None:
         self.in_pause, self.length, self.resumed = True, 1, False
         self.reason = "unknown"
-        self._why(hv.writing, hv.changed, hv.fresh)
+        self._why(hv.writing or alone, hv.changed, hv.fresh)
         self.steady = 0
         self.bar = self._return_bar()
         self.extra = hv.changed
@@ -202,7 +202,8 @@ class PauseTracker:
             self.resumed, self.on_bins = False, 0
             self.after.clear()
         self.extra = hv.changed
-        self._why(hv.writing, hv.changed, hv.fresh and not self.starting)
+        self._why(hv.writing or (alone and not self.starting), hv.changed,
+                  hv.fresh and not self.starting)
         if self.resumed and (all_on or self.after):
             self.after.append(duty)     # counted from when every rank is back
         if all_on:
@@ -283,11 +284,12 @@ class PauseTracker:
         if self.steady >= self.ctx:
             self.cooldown = min(self.cooldown, 0)
 
-    def _why(self, writing: bool, changed: bool, fresh: bool) -> None:
-        """What the host says the current pause is, most specific first: checkpoint-size
-        disk writes, more loader workers than steady work had (a validation pass's own
+    def _why(self, saving: bool, changed: bool, fresh: bool) -> None:
+        """What the current pause is, most specific first: a checkpoint (disk writes at
+        checkpoint rate, or one rank alone at a trickle while the others run nothing: copying
+        its state off the GPU, as real logs show), more loader workers than steady work had (a validation pass's own
         DataLoader), new loader workers (an epoch boundary's)."""
-        if writing:
+        if saving:
             self.reason = "checkpoint"
         elif changed and self.reason not in ("checkpoint",):
             self.reason = "validation"

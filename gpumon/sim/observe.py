@@ -91,7 +91,7 @@ class Observer:
             self.memact[j, [M.COMPUTE, M.UPLOAD, M.SPIN, M.COMM, M.SAVECOPY]] = \
                 [p["mem_util_compute"], 0.3, 0.01, 0.25, 0.3]
             self.rx[j, M.UPLOAD] = pcie
-            self.tx[j, M.SAVECOPY] = pcie
+            self.tx[j, M.SAVECOPY] = 2.0 * p["ckpt_write_mbps"]     # (copied in half the save)
             self.tx[j, M.COMPUTE] = COMPUTE_TX_MBPS
             self.mem_job[j] = round(p["mem_used_frac"] * self.mem_total)
             comp_nominal = p["compute_power_frac"] * L
