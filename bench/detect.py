@@ -217,6 +217,12 @@ def _all_computed(tr) -> bool:
     return all(st.get("computing", 0.0) >= COMPUTED_SHARE for st in tr.states.values())
 
 
+def _sync_idle(tr) -> bool:
+    """A GPU waited for a peer ONSET_WAIT_SHARE of this second or more (under gloo the wait
+    is idle: without host counters it looks like a wait for data)."""
+    return any(st.get("waiting_sync", 0.0) >= ONSET_WAIT_SHARE for st in tr.states.values())
+
+
 def waited(tk) -> bool:
     """A GPU of this tick waited for data ONSET_WAIT_SHARE of the second or more, outside a
     pause (a healthy job's loaders fell behind for a moment: one slow batch, a prefetch
@@ -236,7 +242,8 @@ def evaluate(job) -> dict:
     unjudged = change + {"hang": DEFAULT.hang_s, "held": DEFAULT.pause_max_s}.get(name, 0.0)
     for tk in ticks:
         tr = tk.truth
-        res["truth"].append((tr.verdict, tr.straggler_gpu, tr.pause, _all_computed(tr))
+        res["truth"].append((tr.verdict, tr.straggler_gpu, tr.pause, _all_computed(tr),
+                             _sync_idle(tr))
                             if tr and not change < tk.time < unjudged else None)
         res["t"].append(tk.time)
     res["waits"] = [tk.time for tk in ticks if waited(tk)]
@@ -263,6 +270,9 @@ class Score:
         self.neg_bad: Counter = Counter()
         self.neg_after_wait = 0     # of neg_bad: soon after the healthy job waited for data
         self.per_run_err: list[tuple] = []
+        # (b): seconds a gloo job's idle all-reduce dominated: without host counters no
+        # different from a wait for data (issue 18's decision): counted, not scored.
+        self.ambiguous: Counter = Counter()
 
     def add(self, res: dict, key: str) -> None:
         pred = res[key]
@@ -272,7 +282,12 @@ class Score:
         for (truth, (pv, ps), t) in zip(res["truth"], pred, res["t"]):
             if truth is None or t <= change:
                 continue
-            tv, tstrag, _, computed = truth
+            tv, tstrag, _, computed, sync_idle = truth
+            if (key == "b" and res.get("backend") == "gloo" and sync_idle
+                    and tv in ("data_starvation", "sync_stall")):
+                if t >= change + SKIP_S + 1e-9:
+                    self.ambiguous[tv] += 1
+                continue
             if key == "b" and tv in ("data_starvation", "paused") and tstrag is not None:
                 if res.get("backend") == "gloo":
                     # gloo's waits leave every GPU idle: one rank held up looks like the job
@@ -350,6 +365,10 @@ def table(score: Score, title: str, target: float) -> list[str]:
               f"{score.neg_after_wait} s within {WAIT_LOOKBACK_S:.0f} s after a second in "
               f"which the simulated healthy job's GPU waited for data {ONSET_WAIT_SHARE:.0%} "
               f"of it or more, outside a pause"]
+    if score.ambiguous:
+        lines.append(f"- ambiguous without host counters (a gloo job's idle all-reduce "
+                     f"dominated the second; not scored): {sum(score.ambiguous.values())} s "
+                     f"{dict(score.ambiguous)}")
     def timing(values):
         lat = np.array(values)
         fin = lat[np.isfinite(lat)]

@@ -76,6 +76,92 @@ def _gpu_time_order(gpu: np.ndarray, t: np.ndarray) -> Optional[np.ndarray]:
     return np.lexsort((t, gpu))
 
 
+def _flat_slots(arr: np.ndarray, rows: Optional[np.ndarray], slots: np.ndarray, m):
+    """(idx, m) for Store._scatter: each sample's index into ``arr`` flattened past its first
+    axis, and its values, without the samples that fall outside ``arr``."""
+    width = arr.shape[-1]
+    ok = (slots >= 0) & (slots < width)
+    if arr.ndim == 2:
+        rows = None
+    if rows is not None:
+        ok &= rows >= 0
+        idx = rows * width + slots
+    else:
+        idx = slots
+    if not ok.all():
+        idx = idx[ok]
+        m = [r[ok] for r in m] if isinstance(m, list) else m[:, ok]
+    return idx, m
+
+
+def _add_log(flat: np.ndarray, fidx: np.ndarray, idx: np.ndarray, m) -> None:
+    """flat[fidx[k], idx[i]] += m[k][i] for a log's many samples: one bincount per field."""
+    # Only over the slots the samples touch, and not for fields they leave at zero
+    # (adding zeros changes no sum): a log's chunk covers a few GPUs' rows.
+    if bool((idx[1:] > idx[:-1]).all()):
+        _add_one_per_slot(flat, fidx, idx, m)
+        return
+    lo, hi = int(idx.min()), int(idx.max()) + 1
+    if lo:
+        idx = idx - lo
+    for k, f in enumerate(fidx):
+        w = m[k]
+        if w.any():
+            flat[f, lo:hi] += np.bincount(idx, w, hi - lo)
+
+
+def _add_one_per_slot(flat: np.ndarray, fidx: np.ndarray, idx: np.ndarray, m) -> None:
+    """_add_log where ``idx`` increases: one sample per slot (a 1 Hz log), nothing to sum
+    first; the same numbers."""
+    live = [(k, f) for k, f in enumerate(fidx) if m[k].any()]
+    # Runs of consecutive slots (a GPU's seconds) are added as slices.
+    brk = np.flatnonzero(idx[1:] != idx[:-1] + 1) + 1
+    if len(brk) <= 64:
+        for a, b in zip([0] + brk.tolist(), brk.tolist() + [len(idx)]):
+            lo = int(idx[a])
+            for k, f in live:
+                flat[f, lo:lo + b - a] += m[k][a:b]
+        return
+    for k, f in live:
+        flat[f, idx] += m[k]
+
+
+def _add_tick(flat: np.ndarray, fidx: np.ndarray, idx: np.ndarray, m) -> None:
+    """flat[fidx[k], idx[i]] += m[k][i] for a tick's few samples: one reduceat, one add."""
+    if isinstance(m, list):
+        m = np.array(m, dtype=float)
+    if len(idx) <= 64 and len(set(idx.tolist())) == len(idx):
+        # One sample per slot (a tick's host and job readings): nothing to sum first.
+        flat[fidx[:, None], idx[None, :]] += m
+        return
+    order = np.argsort(idx, kind="stable")
+    idx, m = idx[order], m[:, order]
+    starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
+    sums = np.add.reduceat(m, starts, axis=1)
+    flat[fidx[:, None], idx[starts][None, :]] += sums
+
+
+def _split_runs(tl: list, ul: list, s0: int, e0: int, first_dt: float, seg: float,
+                gapmax: float) -> list:
+    """Runs of samples ``s0`` to ``e0`` (one GPU's) at or above / below ``seg``, as [last
+    sample index, kind, seconds]; the first sample counts ``first_dt`` seconds."""
+    # Holes in the data are missing time, not work or idleness.
+    runs = []
+    kind = None
+    for i in range(s0, e0):
+        dt = first_dt if i == s0 else tl[i] - tl[i - 1]
+        if dt > gapmax:
+            dt = 0.0
+        k = ul[i] >= seg
+        if k is not kind:
+            run = [i, k, 0.0]
+            runs.append(run)
+            kind = k
+        run[0] = i
+        run[2] += dt
+    return runs
+
+
 @dataclass
 class SampleCols:
     """GPU samples as columns (NaN = missing). ``events`` holds the clock event bitmask."""
@@ -204,57 +290,14 @@ class Store:
                  slots: np.ndarray, m) -> None:
         """arr[fidx[k], row, slot] += m[k, i] for every sample i (one reduceat, one add).
         ``m``: a float array, or a list of its rows (numbers or booleans, as 1.0 and 0.0)."""
-        width = arr.shape[-1]
-        ok = (slots >= 0) & (slots < width)
-        if arr.ndim == 2:
-            rows = None
-        if rows is not None:
-            ok &= rows >= 0
-            idx = rows * width + slots
-        else:
-            idx = slots
-        if not ok.all():
-            idx = idx[ok]
-            m = [r[ok] for r in m] if isinstance(m, list) else m[:, ok]
+        idx, m = _flat_slots(arr, rows, slots, m)
         if len(idx) == 0:
             return
         flat = arr.reshape(arr.shape[0], -1)
         if len(idx) > 4096:       # a log: one bincount per field beats sorting
-            # Only over the slots the samples touch, and not for fields they leave at zero
-            # (adding zeros changes no sum): a log's chunk covers a few GPUs' rows.
-            if bool((idx[1:] > idx[:-1]).all()):
-                # One sample per slot (a 1 Hz log): nothing to sum first; the same numbers.
-                live = [(k, f) for k, f in enumerate(fidx) if m[k].any()]
-                # Runs of consecutive slots (a GPU's seconds) are added as slices.
-                brk = np.flatnonzero(idx[1:] != idx[:-1] + 1) + 1
-                if len(brk) <= 64:
-                    for a, b in zip([0] + brk.tolist(), brk.tolist() + [len(idx)]):
-                        lo = int(idx[a])
-                        for k, f in live:
-                            flat[f, lo:lo + b - a] += m[k][a:b]
-                    return
-                for k, f in live:
-                    flat[f, idx] += m[k]
-                return
-            lo, hi = int(idx.min()), int(idx.max()) + 1
-            if lo:
-                idx = idx - lo
-            for k, f in enumerate(fidx):
-                w = m[k]
-                if w.any():
-                    flat[f, lo:hi] += np.bincount(idx, w, hi - lo)
-            return
-        if isinstance(m, list):
-            m = np.array(m, dtype=float)
-        if len(idx) <= 64 and len(set(idx.tolist())) == len(idx):
-            # One sample per slot (a tick's host and job readings): nothing to sum first.
-            flat[fidx[:, None], idx[None, :]] += m
-            return
-        order = np.argsort(idx, kind="stable")
-        idx, m = idx[order], m[:, order]
-        starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
-        sums = np.add.reduceat(m, starts, axis=1)
-        flat[fidx[:, None], idx[starts][None, :]] += sums
+            _add_log(flat, fidx, idx, m)
+        else:
+            _add_tick(flat, fidx, idx, m)
 
     # -- adding data --------------------------------------------------------------------------
     def add_gpus(self, gpus) -> None:
@@ -310,8 +353,6 @@ class Store:
             return
         if n > PY_RUNS_MAX:
             return self._runs_np(t, gpu, rows, util)
-        th, c = self.th, self.carry
-        seg, gapmax = th.seg_util_pct, th.max_sample_gap_s
         tl, gl, ul, rl = t.tolist(), gpu.tolist(), util.tolist(), rows.tolist()
         carried = []                          # runs carried from the last call, now ended
         d_row, d_t, d_kind, d_len = [], [], [], []    # runs completed in this call
@@ -321,39 +362,9 @@ class Store:
             e0 = s0 + 1
             while e0 < n and gl[e0] == g:
                 e0 += 1
-            if e0 - s0 > 1:
-                # Mean period of this chunk (a median costs more; holes are clipped below).
-                period = min((tl[e0 - 1] - tl[s0]) / (e0 - s0 - 1), gapmax)
-                c.period[g] = period
-            else:
-                period = c.period.get(g, 1.0 / 6)
-            prev = c.last.get(g)
-            c.last[g] = tl[e0 - 1]
-            first_dt = tl[s0] - prev if prev is not None and tl[s0] > prev else period
-            # This GPU's runs: [last sample index, kind, seconds]. Holes in the data are
-            # missing time, not work or idleness.
-            runs = []
-            kind = None
-            for i in range(s0, e0):
-                dt = first_dt if i == s0 else tl[i] - tl[i - 1]
-                if dt > gapmax:
-                    dt = 0.0
-                k = ul[i] >= seg
-                if k is not kind:
-                    run = [i, k, 0.0]
-                    runs.append(run)
-                    kind = k
-                run[0] = i
-                run[2] += dt
+            runs = self._gpu_runs(g, tl, ul, s0, e0)
             # Join the run carried from the previous call; the last run is carried on.
-            if g in c.kind:
-                if c.kind[g] == runs[0][1]:
-                    runs[0][2] += c.length[g]
-                else:
-                    carried.append((self.rows[g], c.last_end[g], c.kind[g], c.length[g]))
-            c.kind[g] = runs[-1][1]
-            c.length[g] = runs[-1][2]
-            c.last_end[g] = tl[e0 - 1]
+            self._carry_on(g, runs, tl[e0 - 1], carried)
             for i, k, length in runs[:-1]:
                 d_row.append(rl[i])
                 d_t.append(tl[i])
@@ -365,6 +376,34 @@ class Store:
         if d_row:
             self._emit(np.array(d_row, dtype=np.int64), np.array(d_t, dtype=float),
                        np.array(d_kind, dtype=bool), np.array(d_len, dtype=float))
+
+    def _gpu_runs(self, g: int, tl: list, ul: list, s0: int, e0: int) -> list:
+        """GPU ``g``'s runs in samples ``s0`` to ``e0`` (lists of times and utilizations), as
+        [last sample index, kind, seconds]; notes its sample period and last sample time."""
+        c, gapmax = self.carry, self.th.max_sample_gap_s
+        if e0 - s0 > 1:
+            # Mean period of this chunk (a median costs more; holes are clipped below).
+            period = min((tl[e0 - 1] - tl[s0]) / (e0 - s0 - 1), gapmax)
+            c.period[g] = period
+        else:
+            period = c.period.get(g, 1.0 / 6)
+        prev = c.last.get(g)
+        c.last[g] = tl[e0 - 1]
+        first_dt = tl[s0] - prev if prev is not None and tl[s0] > prev else period
+        return _split_runs(tl, ul, s0, e0, first_dt, self.th.seg_util_pct, gapmax)
+
+    def _carry_on(self, g: int, runs: list, tend: float, carried: list) -> None:
+        """Join the run carried from the previous call to GPU ``g``'s first run, or end it
+        (into ``carried``) where the kind changed; carry its last run (ending at ``tend``) on."""
+        c = self.carry
+        if g in c.kind:
+            if c.kind[g] == runs[0][1]:
+                runs[0][2] += c.length[g]
+            else:
+                carried.append((self.rows[g], c.last_end[g], c.kind[g], c.length[g]))
+        c.kind[g] = runs[-1][1]
+        c.length[g] = runs[-1][2]
+        c.last_end[g] = tend
 
     def _runs_np(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray) -> None:
         """Bursts and gaps: runs of samples above / below seg_util_pct, per GPU, across calls."""

@@ -170,28 +170,56 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     """
     out = pause if excluded is None else excluded
     keep = ~out if keep is None else (~out & keep)
-    ctx = max(1, int(round(th.context_s / th.bin_s)))
     C, pos, L = _live_sums(g, keep)                 # running sums, shared by the windows
     ix = _DENSE_ROWS if pos is _ALL else {k: pos[v] for k, v in _DENSE_ROWS.items()}
+    W, ctx_duty = _window_bins(C, ix, ends, th, w)
+    f = _gpu_ratios(g, C, pos, L, ix, W, ends, th)
+    # Per-bin quantities compared across GPUs, then summed over the window.
+    bn = g[GI["n"]]
+    bduty = _div(g[GI["u"]], bn)                    # (G, T)
+    have = (bn > 0).all(axis=0) & keep              # bins where every GPU has data
+    ix_t = np.arange(have.shape[-1])                # bin indices
+    f.update(_sync_features(bduty, have, W, ends, th, ix_t))
+    f.update(_power_features(g, bduty, keep, W, ends, th, ix_t))
+    f.update(_host_features(h, keep, W, ends, th))
+    f.update(_pause_features(pause, why, ends, th, ix_t))
+    # Memory held in the last bin of each window (NaN where unknown).
+    f["mem_last"] = _div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])
+    f["ctx_duty"] = ctx_duty
+    f["window"] = W
+    f.update(_seen(g, h))
+    return f
+
+
+def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: int):
+    """(W, ctx_duty): each window's length in bins (see _window_features) and the job's duty
+    over the context_s before its end, from the running sums ``C`` (rows ``ix``)."""
+    ctx = max(1, int(round(th.context_s / th.bin_s)))
     Sc = wsum_c(C, ctx, ends, ix["ctx"])            # (6, G, E)
     tot = Sc.sum(axis=1)                            # (6, E)
     ctx_duty = _div(tot[1], tot[0])
-    cycle = _div(tot[3] + tot[5], tot[2])           # s per (burst + gap)
     if w:
-        W = np.full(len(ends), int(w))
-    else:
-        w0 = max(1, int(round(th.window_s / th.bin_s)))
-        wmax = max(w0, int(round(th.window_max_s / th.bin_s)))
-        # Stretch only for a job whose context already looked starved before the last
-        # window_s: a busy job's rare short dips, or a change of regime within the last
-        # window_s, would otherwise stretch the window back over the old regime and slow
-        # the answer at an onset.
-        t0 = tot - wsum_c(C, w0, ends, ix["ctx"]).sum(axis=1)
-        old_duty = _div(t0[1], t0[0])
-        before = np.where(np.isnan(old_duty), ctx_duty, old_duty)
-        slow = N.nan_to_num(before, nan=1.0) < th.duty_starved
-        want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
-        W = np.clip(want, w0, wmax).astype(int)
+        return np.full(len(ends), int(w)), ctx_duty
+    cycle = _div(tot[3] + tot[5], tot[2])           # s per (burst + gap)
+    w0 = max(1, int(round(th.window_s / th.bin_s)))
+    wmax = max(w0, int(round(th.window_max_s / th.bin_s)))
+    # Stretch only for a job whose context already looked starved before the last
+    # window_s: a busy job's rare short dips, or a change of regime within the last
+    # window_s, would otherwise stretch the window back over the old regime and slow
+    # the answer at an onset.
+    t0 = tot - wsum_c(C, w0, ends, ix["ctx"]).sum(axis=1)
+    old_duty = _div(t0[1], t0[0])
+    before = np.where(np.isnan(old_duty), ctx_duty, old_duty)
+    slow = N.nan_to_num(before, nan=1.0) < th.duty_starved
+    want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
+    return np.clip(want, w0, wmax).astype(int), ctx_duty
+
+
+def _gpu_ratios(g: np.ndarray, C: np.ndarray, pos: np.ndarray, L: int, ix: dict,
+                W: np.ndarray, ends: np.ndarray, th: Thresholds) -> dict:
+    """Per-GPU window features (G, E) from the running sums ``C`` (see _live_sums): sample
+    counts, every ratio of _RATIO_FIELDS, the host's _RECENT readings, power and clock
+    fractions."""
     S = wsum_c(C, W, ends)                         # (L + 1, G, E): pos[field] -> row
     f = {"n": S[pos[GI["n"]]], "gap_n": S[pos[GI["gapn"]]],
          # Samples in the window, pauses included: whether there is enough data at all.
@@ -212,11 +240,14 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
         f[name + "_recent"] = Rr[i]
     f["power_frac"] = _div(f["power_w"], f["power_limit"])
     f["clock_frac"] = _div(f["clock"], f["clock_max"])
+    return f
 
-    # Per-bin quantities compared across GPUs, then summed over the window.
-    bn = g[GI["n"]]
-    bduty = _div(g[GI["u"]], bn)                    # (G, T)
-    have = (bn > 0).all(axis=0) & keep              # bins where every GPU has data
+
+def _sync_features(bduty: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.ndarray,
+                   th: Thresholds, ix_t: np.ndarray) -> dict:
+    """How the GPUs' per-second duty (``bduty``, (G, T)) compares across GPUs over each
+    window, in the seconds where every GPU has data (``have``): gap synchrony, job idleness,
+    seconds below steady work, duty spread, and the stall before the window's end."""
     bidle = np.where(have, 1.0 - N.nan_to_num(bduty), 0.0)
     mean_idle = bidle.mean(axis=0)
     min_idle = bidle.min(axis=0)
@@ -226,47 +257,53 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     floor = have & (least < th.steady_floor_duty)
     sm = wsum(np.stack([min_idle, mean_idle, have.astype(float), low.astype(float),
                         floor.astype(float)]), W, ends)
-    f["gap_sync"] = _div(sm[0], sm[1])
-    f["job_idle"] = _div(sm[1], sm[2])
-    f["bins"] = sm[2]
-    f["low_bins"] = sm[3]
-    f["floor_bins"] = sm[4]
-    # How much each GPU's duty moves from second to second (the largest standard deviation
-    # of any GPU over the window's seconds with data).
+    f = {"gap_sync": _div(sm[0], sm[1]), "job_idle": _div(sm[1], sm[2]), "bins": sm[2],
+         "low_bins": sm[3], "floor_bins": sm[4],
+         "duty_sd": _duty_sd(bidle, have, W, ends, sm[2])}
+    f.update(_stall_features(have & (least >= th.busy_bin_duty), ends, th, ix_t))
+    return f
+
+
+def _duty_sd(bidle: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.ndarray,
+             nbins: np.ndarray) -> np.ndarray:
+    """How much each GPU's duty moves from second to second (the largest standard deviation
+    of any GPU over the window's ``nbins`` seconds with data)."""
     bd = np.where(have, 1.0 - bidle, 0.0)           # (G, T)
     sq = wsum(np.stack([bd, bd * bd]), W, ends)     # (2, G, E)
-    mu = _div(sq[0], sm[2])
-    var = np.maximum(_div(sq[1], sm[2]) - mu * mu, 0.0)
-    f["duty_sd"] = np.sqrt(N.nanmax(var, axis=0)) if var.shape[0] else np.full(len(ends), np.nan)
-    # The stall before the window's end (Thresholds.recover_s, lone_stall_s): seconds in
-    # which every GPU ran at full speed since it (full_run) and its length (stall_bins).
-    full = have & (least >= th.busy_bin_duty)
-    ix_t = np.arange(full.shape[-1])
+    mu = _div(sq[0], nbins)
+    var = np.maximum(_div(sq[1], nbins) - mu * mu, 0.0)
+    return np.sqrt(N.nanmax(var, axis=0)) if var.shape[0] else np.full(len(ends), np.nan)
+
+
+def _stall_features(full: np.ndarray, ends: np.ndarray, th: Thresholds,
+                    ix_t: np.ndarray) -> dict:
+    """The stall before the window's end (Thresholds.recover_s, lone_stall_s): seconds in
+    which every GPU ran at full speed (``full``) since it (full_run) and its length
+    (stall_bins)."""
     last_not = np.maximum.accumulate(np.where(full, -1, ix_t))
     last_full = np.maximum.accumulate(np.where(full, ix_t, -1))
     # Both are read within window_max_s of the end only (what every caller's view of the
     # bins holds): a longer run reads wm + 1; a stall that began earlier, wm + 1; none, 0.
-    wm = int(round(th.window_max_s / th.bin_s))
+    wm = _bins(th.window_max_s, th)
     j = last_not[ends]
-    f["full_run"] = np.minimum(ends - j, wm + 1)
     lf = last_full[np.maximum(j, 0)]
-    f["stall_bins"] = np.where(ends - j > wm, 0,
-                               np.where((lf >= 0) & (lf >= ends - wm), j - lf, wm + 1))
+    return {"full_run": np.minimum(ends - j, wm + 1),
+            "stall_bins": np.where(ends - j > wm, 0,
+                                   np.where((lf >= 0) & (lf >= ends - wm), j - lf, wm + 1))}
 
+
+def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.ndarray,
+                    ends: np.ndarray, th: Thresholds, ix_t: np.ndarray) -> dict:
+    """Power in busy seconds: its fraction of the limit, relative to the hottest GPU once all
+    are settled at work (busy-but-cold), and the run of seconds all busy yet cold (a hang)."""
     bpw = _div(g[GI["pw"]], g[GI["pn"]])            # mean power per bin (W), NaN if none
     blim = _div(g[GI["pl"]], g[GI["pln"]])
     busy_bin = (bduty >= th.busy_bin_duty) & ~np.isnan(bpw) & keep
     pfb = wsum(np.stack([np.where(busy_bin, _div(bpw, blim), 0.0), busy_bin.astype(float)]),
                W, ends)
-    f["power_frac_busy"] = _div(pfb[0], pfb[1])
+    f = {"power_frac_busy": _div(pfb[0], pfb[1])}
     all_busy = busy_bin.all(axis=0) if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
-    # Power is compared across GPUs only in seconds that follow power_settle_s seconds
-    # with every GPU at work: the driver's power is a 1 s average, so a GPU's first second
-    # back from a wait (its own, or spinning on a rank that waited) still reads cold.
-    settled = all_busy.copy()
-    for k in range(1, _bins(th.power_settle_s, th) + 1):
-        settled[k:] &= all_busy[:-k]
-        settled[:k] = False
+    settled = _settled(all_busy, th)
     if True:   # (under the caller's errstate)
         top = N.nanmax(np.where(busy_bin, bpw, np.nan), axis=0) if bpw.shape[0] else bpw[0]
     rel = np.where(settled, _div(bpw, top), 0.0)
@@ -280,18 +317,43 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     f["cold_run"] = np.minimum(ends - last_warm[ends],
                                int(math.ceil(th.hang_s / th.bin_s)) + 1)
     f["all_busy_bins"] = rs[1][0] if rs.shape[1] else np.zeros(len(ends))   # (settled ones)
+    return f
 
+
+def _settled(all_busy: np.ndarray, th: Thresholds) -> np.ndarray:
+    """The seconds in which power is compared across GPUs (see _power_features)."""
+    # Power is compared across GPUs only in seconds that follow power_settle_s seconds
+    # with every GPU at work: the driver's power is a 1 s average, so a GPU's first second
+    # back from a wait (its own, or spinning on a rank that waited) still reads cold.
+    settled = all_busy.copy()
+    for k in range(1, _bins(th.power_settle_s, th) + 1):
+        settled[k:] &= all_busy[:-k]
+        settled[:k] = False
+    return settled
+
+
+def _host_features(h: np.ndarray, keep: np.ndarray, W: np.ndarray, ends: np.ndarray,
+                   th: Thresholds) -> dict:
+    """The host's iowait, disk rates and CPU over each window, storage also over its last
+    recent_s."""
     hk = h * keep
     H = wsum(hk, W, ends)
-    HR = _div(H[_HNUM], H[_HDEN])
-    f["iowait"], f["disk_read"], f["disk_write"], f["host_cpu"] = HR
-    # Storage over the last seconds too (as the loaders' _recent readings above).
+    f = {}
+    f["iowait"], f["disk_read"], f["disk_write"], f["host_cpu"] = _div(H[_HNUM], H[_HDEN])
+    # Storage over the last seconds too (as the loaders' _recent readings, _gpu_ratios).
     Hr = wsum(hk[_HIO_NUM + _HIO_DEN], min(_bins(th.recent_s, th), int(W.min())), ends)
     f["iowait_recent"], f["disk_read_recent"] = _div(Hr[:2], Hr[2:])
-    f["pause"] = pause[ends]
+    return f
+
+
+def _pause_features(pause: np.ndarray, why: Optional[np.ndarray], ends: np.ndarray,
+                    th: Thresholds, ix_t: np.ndarray) -> dict:
+    """Whether each window's last bin is a pause, why, for how long, and since when not."""
+    f = {"pause": pause[ends]}
     # Why each window's last bin is a pause (an index into diagnosis.CAUSES; -1: no pause).
     f["pause_cause"] = (why[ends] if why is not None else
                         np.where(f["pause"], CAUSES.index("unknown"), -1))
+    wm = _bins(th.window_max_s, th)
     # Seconds the pause has lasted, up to the window's end (read within window_max_s, as
     # full_run is: wm + 1 for longer).
     last_on = np.maximum.accumulate(np.where(pause, -1, ix_t))
@@ -300,14 +362,14 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     # none in the last window_max_s).
     last_pause = np.maximum.accumulate(np.where(pause, ix_t, -1))
     f["since_pause"] = np.minimum(ends - last_pause[ends], wm + 1)
-    # Memory held in the last bin of each window (NaN where unknown).
-    f["mem_last"] = _div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])
-    f["ctx_duty"] = ctx_duty
-    f["window"] = W
-    # Which signals the job's GPUs reported at all in this view, pauses included: a signal is
-    # missing only when absent from the input, not when a window left its seconds out.
-    for k, c in SEEN.items():
-        f["seen_" + k] = bool(g[GI[c]].any())
+    return f
+
+
+def _seen(g: np.ndarray, h: np.ndarray) -> dict:
+    """Which signals the job's GPUs reported at all in this view, pauses included."""
+    # A signal is missing only when absent from the input, not when a window left its
+    # seconds out.
+    f = {"seen_" + k: bool(g[GI[c]].any()) for k, c in SEEN.items()}
     f["seen_job_processes"] |= bool(g[GI["ldn"]].any())
     f["seen_host"] = bool(h[HI["ion"]].any()) if h.size else False
     return f

@@ -36,45 +36,65 @@ def group(gpus: list[int], pids: Mapping[int, Optional[tuple]], mem: Mapping[int
                                      th)]
     if not act:
         return []
-    parent = {g: g for g in act}
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def union(a, b):
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-
+    parent = {g: g for g in act}      # union-find over the active GPUs
     # GPUs that share a process, or whose processes share a launcher, are one job.
-    owner: dict = {}
-    for g in act:
-        for pid in pids.get(g) or ():
-            keys = [("pid", pid)]
-            parent_pid = (ppid or {}).get(pid)
-            if parent_pid is not None and parent_pid > 1:   # init is no launcher
-                keys.append(("parent", parent_pid))
-            for key in keys:
-                if key in owner:
-                    union(owner[key], g)
-                owner[key] = g
-    if len({find(g) for g in act}) == len(act):
+    _tie_by_process(parent, act, pids, ppid or {})
+    if len({_find(parent, g) for g in act}) == len(act):
         # Nothing ties any GPUs together (no shared process, no common launcher): one job per
         # node is the common case, so the active GPUs form one job.
-        for g in act[1:]:
-            union(act[0], g)
+        loose = act[1:]
     else:
         # GPUs with memory but no visible process (PIDs from another namespace) join the
         # first job rather than being judged alone.
-        for g in act:
-            if not pids.get(g):
-                union(act[0], g)
+        loose = [g for g in act if not pids.get(g)]
+    for g in loose:
+        _union(parent, act[0], g)
+    return _jobs(parent, act, pids)
+
+
+def _find(parent: dict, x: int) -> int:
+    """The root of ``x`` in the union-find ``parent`` (halving the path on the way)."""
+    while parent[x] != x:
+        parent[x] = parent[parent[x]]
+        x = parent[x]
+    return x
+
+
+def _union(parent: dict, a: int, b: int) -> None:
+    """Join the sets of ``a`` and ``b``; the lower root becomes the root."""
+    ra, rb = _find(parent, a), _find(parent, b)
+    if ra != rb:
+        parent[max(ra, rb)] = min(ra, rb)
+
+
+def _tie_by_process(parent: dict, act: list[int], pids: Mapping[int, Optional[tuple]],
+                    ppid: Mapping[int, int]) -> None:
+    """Join the GPUs that share a process or a launcher (a parent process other than init)."""
+    owner: dict = {}
+    for g in act:
+        for key in _process_keys(pids.get(g) or (), ppid):
+            if key in owner:
+                _union(parent, owner[key], g)
+            owner[key] = g
+
+
+def _process_keys(gpu_pids: tuple, ppid: Mapping[int, int]) -> list[tuple[str, int]]:
+    """What ties a GPU to others: each of its processes, and each one's launcher."""
+    keys = []
+    for pid in gpu_pids:
+        keys.append(("pid", pid))
+        parent_pid = ppid.get(pid)
+        if parent_pid is not None and parent_pid > 1:   # init is no launcher
+            keys.append(("parent", parent_pid))
+    return keys
+
+
+def _jobs(parent: dict, act: list[int], pids: Mapping[int, Optional[tuple]]
+          ) -> list[tuple[tuple[int, ...], bool]]:
+    """The union-find's sets as sorted (GPUs, shared_process) pairs (see group)."""
     jobs: dict[int, list[int]] = {}
     for g in act:
-        jobs.setdefault(find(g), []).append(g)
+        jobs.setdefault(_find(parent, g), []).append(g)
     out = []
     for members in jobs.values():
         sets = [set(pids.get(g) or ()) for g in members]

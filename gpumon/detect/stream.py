@@ -107,6 +107,48 @@ class _Job:
         self.next = since                   # next absolute bin to feed the pause tracker
         self.hyst = Hysteresis(th.hold_s, th.bin_s, th.host_hold_s, th.sticky_s)
         self.conf: Optional[float] = None   # confidence when the held verdict last won
+        self.th = th
+
+    def step_pauses(self, g, h, duty, n, u, base: int, last: int) -> None:
+        """Feed the pause tracker the bins it has not seen, up to ``last`` (absolute); the
+        view's index 0 is absolute bin ``base``. Forget bins older than the view."""
+        b_first = max(self.next, base)
+        if b_first <= last:
+            i0 = b_first - base
+            hb = host_bins(g[:, :, i0:], h[:, i0:], self.th)
+            secs = Seconds(duty[:, i0:], n[i0:], u[i0:], self.th)
+        tr = self.pauses
+        for b in range(b_first, last + 1):
+            k = b - base - i0
+            self.flags[b] = self.excl[b] = tr.step(secs.at(k), hb[k])
+            if self.flags[b]:
+                self.why[b] = CAUSES.index(tr.reason)
+            for j in tr.unmark:       # that "pause" was starvation after all
+                self.excl[b - tr.i + j] = False
+            for j in tr.lead_in:      # the stop began inside the bin before
+                self.excl[b - tr.i + j] = True
+        self.next = last + 1
+        for b in [b for b in self.flags if b < base]:
+            del self.flags[b]
+            self.excl.pop(b, None)
+            self.why.pop(b, None)
+
+    def arrays(self, base: int, end: int):
+        """(pause, excluded, why, keep) over absolute bins base..end-1."""
+        absr = range(base, end)
+        fl, ex, wy = self.flags.get, self.excl.get, self.why.get
+        pause = np.array([fl(b, False) for b in absr], dtype=bool)
+        excl = np.array([ex(b, False) for b in absr], dtype=bool)
+        why = np.array([wy(b, -1) for b in absr], dtype=np.int64)
+        keep = np.arange(base, end) >= self.since
+        return pause, excl, why, keep
+
+    def feed(self, t: float, r: dict, e: int) -> None:
+        """The rules' raw verdict of window ``e`` into the hysteresis."""
+        raw = (int(r["verdict"][e]), int(r["cause"][e]), int(r["straggler"][e]))
+        self.hyst.step(t, raw, bool(r["sticky"][e]), bool(r["quick"][e]))
+        if raw == self.hyst.current:
+            self.conf = float(r["confidence"][e])
 
 
 class StreamingDetector:
@@ -134,6 +176,29 @@ class StreamingDetector:
     def update(self, tick: Tick) -> list[Diagnosis]:
         if not tick.gpus:
             return self.current
+        last = self._ingest(tick)
+        st = self.store
+        if last is None:
+            return self.current
+        first = max(self._done + 1, last - self.window + 1, st.b0)
+        self._done = last
+        stop = last - st.b0 + 1
+        t_end = st.bin_time(stop)
+        found = store_jobs(st, stop, 1, self._pids, self._ppid, self.th)
+        if not found:
+            self.current = [idle_diagnosis(sorted(st.gpus), t_end - self.th.window_s, t_end)]
+            self._jobs.clear()
+            return self.current
+        out = [self._judge(tuple(gpus), shared, first, last) for gpus, shared in found]
+        keys = {tuple(gpus) for gpus, _ in found}
+        for k in [k for k in self._jobs if k not in keys]:
+            del self._jobs[k]
+        self.current = out
+        return out
+
+    def _ingest(self, tick: Tick) -> Optional[int]:
+        """Add the tick to the store; the last complete bin when it completed one not yet
+        judged (bins before the newest sample's bin are complete), else None."""
         samples, jobs, hosts, pids, ppid = tick_columns((tick,))
         if self.store is None:
             self.store = Store(math.floor(float(samples.time.min())), self.th, cap=self.cap)
@@ -146,81 +211,39 @@ class StreamingDetector:
                 self._pids[g] = p
         if ppid:
             self._ppid = ppid
-        # Bins before the newest sample's bin are complete.
         newest = int(math.floor((float(samples.time.max()) - st.origin) / self.th.bin_s))
         last = newest - 1
-        if last <= self._done or last < st.b0:
-            return self.current
-        first = max(self._done + 1, last - self.window + 1, st.b0)
-        self._done = last
+        return None if last <= self._done or last < st.b0 else last
+
+    def _judge(self, gpus: tuple, shared: bool, first: int, last: int) -> Diagnosis:
+        """The job's Diagnosis at bin ``last``: its pauses stepped up to there, the windows
+        ending at bins first..last judged and fed to its hysteresis."""
+        st = self.store
         stop = last - st.b0 + 1
-        t_end = st.bin_time(stop)
-        found = store_jobs(st, stop, 1, self._pids, self._ppid, self.th)
-        if not found:
-            self.current = [idle_diagnosis(sorted(st.gpus), t_end - self.th.window_s, t_end)]
-            self._jobs.clear()
-            return self.current
         lo = max(0, stop - self.span)
-        out = []
-        keys = set()
-        for gpus, shared in found:
-            key = tuple(gpus)
-            keys.add(key)
-            rows = [st.rows[x] for x in gpus]
-            g, h = st.view(rows, stop, lo)
-            duty, n, u = bin_duty(g)
-            job = self._jobs.get(key)
-            if job is None:
-                since = active_since(g, self.th)
-                job = self._jobs[key] = _Job(self.th, st.b0 + lo + since)
-                if since > 0:               # seen starting, not already running
-                    job.pauses.begin()
-            b_first = max(job.next, st.b0 + lo)
-            if b_first <= last:
-                i0 = b_first - st.b0 - lo
-                hb = host_bins(g[:, :, i0:], h[:, i0:], self.th)
-                secs = Seconds(duty[:, i0:], n[i0:], u[i0:], self.th)
-            for b in range(b_first, last + 1):
-                i = b - st.b0 - lo
-                job.flags[b] = job.excl[b] = job.pauses.step(secs.at(i - i0), hb[i - i0])
-                if job.flags[b]:
-                    job.why[b] = CAUSES.index(job.pauses.reason)
-                for k in job.pauses.unmark:       # that "pause" was starvation after all
-                    job.excl[b - job.pauses.i + k] = False
-                for k in job.pauses.lead_in:      # the stop began inside the bin before
-                    job.excl[b - job.pauses.i + k] = True
-            job.next = last + 1
-            for b in [b for b in job.flags if b < st.b0 + lo]:
-                del job.flags[b]
-                job.excl.pop(b, None)
-                job.why.pop(b, None)
-            absr = range(st.b0 + lo, st.b0 + stop)
-            fl, ex = job.flags.get, job.excl.get
-            pause = np.array([fl(b, False) for b in absr], dtype=bool)
-            excl = np.array([ex(b, False) for b in absr], dtype=bool)
-            why = np.array([job.why.get(b, -1) for b in absr], dtype=np.int64)
-            keep = np.arange(st.b0 + lo, st.b0 + stop) >= job.since
-            ends = np.arange(max(first, job.since, st.b0 + lo), last + 1) - st.b0 - lo
-            if len(ends) == 0:
-                ends = np.array([stop - lo - 1])
-            f, r = judge_job(g, h, pause, ends, shared, self.th, keep=keep, excluded=excl,
-                             why=why)
-            hy = job.hyst
-            for e in range(len(ends)):
-                t = st.bin_time(lo + int(ends[e]) + 1)
-                raw = (int(r["verdict"][e]), int(r["cause"][e]), int(r["straggler"][e]))
-                hy.step(t, raw, bool(r["sticky"][e]), bool(r["quick"][e]))
-                if raw == hy.current:
-                    job.conf = float(r["confidence"][e])
-            e = len(ends) - 1
-            d = make_diagnosis(f, r, e, gpus, t_end - float(f["window"][e]) * self.th.bin_s,
-                               t_end, self.th)
-            out.append(_hold(d, hy.current, gpus, job.conf))
-        for k in list(self._jobs):
-            if k not in keys:
-                del self._jobs[k]
-        self.current = out
-        return out
+        g, h = st.view([st.rows[x] for x in gpus], stop, lo)
+        duty, n, u = bin_duty(g)
+        job = self._jobs.get(gpus)
+        if job is None:
+            since = active_since(g, self.th)
+            job = self._jobs[gpus] = _Job(self.th, st.b0 + lo + since)
+            if since > 0:               # seen starting, not already running
+                job.pauses.begin()
+        base = st.b0 + lo              # absolute bin of view index 0
+        job.step_pauses(g, h, duty, n, u, base, last)
+        pause, excl, why, keep = job.arrays(base, st.b0 + stop)
+        ends = np.arange(max(first, job.since, base), last + 1) - base
+        if len(ends) == 0:
+            ends = np.array([stop - lo - 1])
+        f, r = judge_job(g, h, pause, ends, shared, self.th, keep=keep, excluded=excl,
+                         why=why)
+        for e in range(len(ends)):
+            job.feed(st.bin_time(lo + int(ends[e]) + 1), r, e)
+        e = len(ends) - 1
+        t_end = st.bin_time(stop)
+        d = make_diagnosis(f, r, e, gpus, t_end - float(f["window"][e]) * self.th.bin_s,
+                           t_end, self.th)
+        return _hold(d, job.hyst.current, gpus, job.conf)
 
 
 def _named(key: Optional[tuple], gpus: Sequence[int]):
