@@ -64,15 +64,35 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     (G, T), the job's sample count and busy sum per bin, and host_bins' tuples (or None)."""
     T = len(n)
     out = np.zeros(T, dtype=bool)
-    ctx = max(2, int(round(th.context_s / th.bin_s)))
-    need = ctx                                  # steady bins before and after the dip
-    pmax = int(round(th.pause_max_s / th.bin_s))
+    need = max(2, int(round(th.context_s / th.bin_s)))   # steady bins before and after a dip
     if T < 2 * need + 1:
         return out
+    sc = _scan(duty, n, u, th, need)
+    starving = _host_starving(host)
+    startup = int(round(th.loader_startup_s / th.bin_s))
+    for s in sc.first.tolist():
+        dip = _dip(sc, s, th, need)
+        if dip is None:
+            continue
+        a, e = dip
+        if starving is not None and int((starving[s:e] & sc.drop[s:e]).sum()) > startup:
+            continue
+        out[a:e] = True
+    return out
+
+
+class _Scan:
+    """Per bin of a job, what two_sided reads (see _scan)."""
+
+
+def _scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds, need: int) -> _Scan:
+    sc = _Scan()
+    T = len(n)
     have, has, low, good = _seconds(duty, n, th)
+    sc.good = good
     with np.errstate(invalid="ignore", divide="ignore"):
-        jd = np.where(has, u / np.where(n > 0, n, 1.0), 0.0)
-    bad_steady = _window_sums(~good, need)      # bins without steady data in [i, i + need)
+        sc.jd = jd = np.where(has, u / np.where(n > 0, n, 1.0), 0.0)
+    sc.bad_steady = _window_sums(~good, need)   # bins without steady data in [i, i + need)
     # Before a dip, a lone second below steady work with blip_side_s seconds of work at full
     # speed on each side (a 1 s sample that caught the gap between two steps) is steady work
     # too, up to blips_max of them per context. (Not the first second of a validation pass,
@@ -86,13 +106,13 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     for j in range(1, k + 1):
         blip[k:T - k] &= full[k - j:T - k - j] & full[k + j:T - k + j]
     at_work = good | blip                       # steady work, lone seconds allowed
-    jd_w = _window_sums(jd, need)
+    sc.jd_w = jd_w = _window_sums(jd, need)
     with np.errstate(invalid="ignore"):
         split = has & (np.where(have, duty, 0.0).max(axis=0) >= th.log_steady_duty)
         # Per GPU: the seconds it sat idle beside another at work. One rank falling behind
         # is the same rank again and again; ranks that run on their own (a validation pass
         # has no all-reduce to line them up) take turns.
-        lone_g = split & have & (duty < th.idle_duty)
+        sc.lone_g = lone_g = split & have & (duty < th.idle_duty)
     # More of them where the job's duty over the context still reads as work (a rhythm
     # whose 1 s samples catch the gap every few steps; a starving job's duty is lower), as
     # long as no more than blips_max are one rank idle beside others at work (a rank whose
@@ -100,54 +120,61 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     many = _window_sums(blip, need) > th.blips_max
     many &= (jd_w < th.blips_work_duty * need - 1e-9) | (
         _window_sums(blip & lone_g.any(axis=0), need) > th.blips_max)
-    bad_lone = np.where(many, need, _window_sums(~at_work, need))
+    sc.bad_lone = np.where(many, need, _window_sums(~at_work, need))
     # A dip: a second without steady work (a stop, a validation pass's rhythm, a rank that
     # fell behind for a moment) after one with it.
-    drop = ~good
-    deep = has & (low < th.dip_deep_duty)
-    run_after, run_before = _runs(at_work)
-    first = np.flatnonzero(drop[need:] & ~drop[need - 1:-1]) + need
-    starving = _host_starving(host)
-    startup = int(round(th.loader_startup_s / th.bin_s))
-    tail = int(round(th.tail_min_s / th.bin_s))
+    sc.drop = drop = ~good
+    sc.deep = has & (low < th.dip_deep_duty)
+    sc.run_after, sc.run_before = _runs(at_work)
+    sc.first = np.flatnonzero(drop[need:] & ~drop[need - 1:-1]) + need
+    return sc
+
+
+def _dip(sc: _Scan, s: int, th: Thresholds, need: int) -> Optional[tuple[int, int]]:
+    """The pause [start, end) whose first non-steady bin is ``s``, or None: steady work
+    before it at pause_context_duty or more, a return to steady work at that level within
+    pause_max_s (or to the end of the log), and the dip isolated (see _isolated)."""
+    T = len(sc.good)
     lead_in = int(round(th.dip_lead_in_s / th.bin_s))
-    for s in first.tolist():
-        # Ranks stop one after another: the steady work may end a few seconds before all do.
-        lead = next((k for k in range(lead_in + 1)
-                     if s - k - need >= 0 and bad_lone[s - k - need] == 0), None)
-        if lead is None:
-            continue
-        level = jd_w[s - lead - need] / need
-        if level < th.pause_context_duty:
-            continue
-        bar = min(level, th.duty_starved) - th.return_tol     # back at the same level
-        hi = min(s + pmax, T - need)
-        level_ok = jd_w[s + 1:hi + 1] >= bar * need - 1e-9
-        hit = np.flatnonzero((bad_steady[s + 1:hi + 1] == 0) & level_ok) if hi > s else ()
-        if not len(hit) and hi > s:
-            # No return to steady work throughout: one with lone seconds as before a dip.
-            hit = np.flatnonzero((bad_lone[s + 1:hi + 1] == 0) & level_ok)
-        at_end = not len(hit)
-        if not at_end:
-            e = s + 1 + int(hit[0])
-        elif (e := _tail_return(good, jd, s, bar, tail, pmax, need)) is None:
-            continue
-        # Isolated: steady work (lone seconds as above allowed) at least as long as the dip
-        # on either side (after it, up to the end of the log where that comes first); and
-        # the ranks stopped together (one rank idle beside others at work for most of the
-        # dip, the same rank throughout, is held up on its host: its input, or a checkpoint
-        # only it writes, which the live tracker calls a pause where the host shows writes).
-        dip = e - (s - lead)
-        lone = int(lone_g[:, s - lead:e].sum(axis=1).max())
-        if (not deep[s - lead:e].any() or run_after[e] < min(dip, T - e)
-                or run_before[s - lead] < dip
-                or 2 * lone > dip
-                or at_end and lone > lead_in):
-            continue
-        if starving is not None and int((starving[s:e] & drop[s:e]).sum()) > startup:
-            continue
-        out[s - lead:e] = True
-    return out
+    # Ranks stop one after another: the steady work may end a few seconds before all do.
+    lead = next((k for k in range(lead_in + 1)
+                 if s - k - need >= 0 and sc.bad_lone[s - k - need] == 0), None)
+    if lead is None:
+        return None
+    level = sc.jd_w[s - lead - need] / need
+    if level < th.pause_context_duty:
+        return None
+    bar = min(level, th.duty_starved) - th.return_tol     # back at the same level
+    pmax = int(round(th.pause_max_s / th.bin_s))
+    hi = min(s + pmax, T - need)
+    level_ok = sc.jd_w[s + 1:hi + 1] >= bar * need - 1e-9
+    hit = np.flatnonzero((sc.bad_steady[s + 1:hi + 1] == 0) & level_ok) if hi > s else ()
+    if not len(hit) and hi > s:
+        # No return to steady work throughout: one with lone seconds as before a dip.
+        hit = np.flatnonzero((sc.bad_lone[s + 1:hi + 1] == 0) & level_ok)
+    at_end = not len(hit)
+    if not at_end:
+        e = s + 1 + int(hit[0])
+    else:
+        e = _tail_return(sc.good, sc.jd, s, bar, int(round(th.tail_min_s / th.bin_s)), pmax,
+                         need)
+        if e is None:
+            return None
+    return (s - lead, e) if _isolated(sc, s - lead, e, at_end, lead_in) else None
+
+
+def _isolated(sc: _Scan, a: int, e: int, at_end: bool, lead_in: int) -> bool:
+    """Steady work (lone seconds allowed) at least as long as the dip [a, e) on either side
+    (after it, up to the end of the log where that comes first), and the ranks stopped
+    together: one rank idle beside others at work for most of the dip, the same rank
+    throughout, is held up on its host (its input, or a checkpoint only it writes, which
+    the live tracker calls a pause where the host shows writes)."""
+    T = len(sc.good)
+    dip = e - a
+    lone = int(sc.lone_g[:, a:e].sum(axis=1).max())
+    return bool(sc.deep[a:e].any() and sc.run_after[e] >= min(dip, T - e)
+                and sc.run_before[a] >= dip and 2 * lone <= dip
+                and not (at_end and lone > lead_in))
 
 
 def _tail_return(good: np.ndarray, jd: np.ndarray, s: int, bar: float, tail: int,

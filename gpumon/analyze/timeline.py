@@ -219,58 +219,69 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
                                  evidence={k: None for k in EVIDENCE_KEYS},
                                  advice="no work on the GPUs", start=start, end=end)]
         return tl
-    ends = np.arange(nb)
     for gpus, shared in jobs:
-        rows = [st.rows[x] for x in gpus]
-        pause, excl, rec, why = job_flags(st, rows, th)
-        # A pause is over, as the log shows, where every GPU is back at full speed for
-        # recover_s (live, the tracker waits for that much steady work before it ends one).
-        working = _at_full_work(st, rows, th)
-        pause, excl = pause & ~working, excl & ~working
-        outs = _judge_chunks(st, rows, shared, pause, th, ends, excl=excl, why=why)
-        r = _cat(outs)
-        v, c, s, sticky = r["verdict"], r["cause"], r["straggler"], r["sticky"]
-        # Starvation, or a stall on one rank's host, is over where steady work outlasted the
-        # dip (analyze/pauses.recovered).
-        over = rec & ((v == _STARVED) | ((v == _STALL) & (c == _RANK_HOST)))
-        # A stall on one rank's host ends where every GPU is back at full speed for at
-        # least recover_s: windows that end later still hold the stall's seconds, but the
-        # log shows the rank back at work. (The verdict of the window ending at bin e is
-        # dated to bin e - L below.)
-        L = min(int(round(th.hold_s / th.bin_s)), nb - 1)
-        back = np.concatenate([np.zeros(L, bool), working])[:nb]
-        over |= (v == _STALL) & (c == _RANK_HOST) & back
-        if over.any():
-            v, c, s = np.where(over, _BUSY, v), np.where(over, -1, c), np.where(over, -1, s)
-        times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
-        # (Without Hysteresis.step's ``quick``: below, a log dates every change from the
-        # window in which the new verdict first appeared anyway.)
-        held, keys = hold(Hysteresis(th.hold_s, th.bin_s, sticky_s=th.sticky_s), times, v, c,
-                          s, sticky)
-        # Segments: runs of one held verdict. Live, a verdict changes once it has won for
-        # hold_s; a log knows when the new one first appeared: date each change from there.
-        bounds = [0] + _first_seen(held, keys, v) + [nb]
-        spans = list(zip(bounds[:-1], bounds[1:]))
-        picks = []
-        for a, b in spans:
-            k = min(EVIDENCE_POINTS, b - a)
-            picks.append(np.unique(np.minimum(np.linspace(a, b - 1, k).round().astype(int)
-                                              + L, nb - 1)))
-        pts = np.unique(np.concatenate(picks))
-        outs2, feats = _judge_points(st, rows, shared, pause, th, pts, excl, why)
-        f_all, r_all = _cat(feats), _cat(outs2)
-        where = {int(p): i for i, p in enumerate(pts)}
-        for (a, b), pk in zip(spans, picks):
-            key = keys[held[b - 1]]      # (held changes at or after a)
-            ds = [make_diagnosis(f_all, r_all, where[int(p)], gpus, None, None, th) for p in pk]
-            vcode, ccode, scode = key
-            a2, b2 = min(a + L, nb - 1), min(b + L, nb)
-            same = (v[a2:b2] == vcode) & (c[a2:b2] == ccode) & (s[a2:b2] == scode)
-            conf = r["confidence"][a2:b2][same].tolist()
-            seg = _merge(ds, key, gpus, st.bin_time(a), min(st.bin_time(b), end), conf)
-            tl.segments.append(seg)
+        tl.segments += _job_segments(st, gpus, shared, th, end)
     tl.segments.sort(key=lambda d: (d.start, d.gpus))
     return tl
+
+
+def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> list:
+    """One job's segments: its raw verdict per bin, held (hysteresis), in runs, each with
+    the evidence of a few of its windows."""
+    nb = st.nb
+    rows = [st.rows[x] for x in gpus]
+    v, c, s, r, (pause, excl, why) = _raw_verdicts(st, rows, shared, th)
+    times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
+    # (Without Hysteresis.step's ``quick``: below, a log dates every change from the
+    # window in which the new verdict first appeared anyway.)
+    held, keys = hold(Hysteresis(th.hold_s, th.bin_s, sticky_s=th.sticky_s), times, v, c,
+                      s, r["sticky"])
+    # Segments: runs of one held verdict. Live, a verdict changes once it has won for
+    # hold_s; a log knows when the new one first appeared: date each change from there.
+    bounds = [0] + _first_seen(held, keys, v) + [nb]
+    spans = list(zip(bounds[:-1], bounds[1:]))
+    # Evidence from windows L bins into each segment (a window's evidence lags its end).
+    L = min(int(round(th.hold_s / th.bin_s)), nb - 1)
+    picks = [np.unique(np.minimum(np.linspace(a, b - 1, min(EVIDENCE_POINTS, b - a))
+                                  .round().astype(int) + L, nb - 1)) for a, b in spans]
+    pts = np.unique(np.concatenate(picks))
+    outs2, feats = _judge_points(st, rows, shared, pause, th, pts, excl, why)
+    f_all, r_all = _cat(feats), _cat(outs2)
+    where = {int(p): i for i, p in enumerate(pts)}
+    out = []
+    for (a, b), pk in zip(spans, picks):
+        key = keys[held[b - 1]]      # (held changes at or after a)
+        ds = [make_diagnosis(f_all, r_all, where[int(p)], gpus, None, None, th) for p in pk]
+        vcode, ccode, scode = key
+        a2, b2 = min(a + L, nb - 1), min(b + L, nb)
+        same = (v[a2:b2] == vcode) & (c[a2:b2] == ccode) & (s[a2:b2] == scode)
+        conf = r["confidence"][a2:b2][same].tolist()
+        out.append(_merge(ds, key, gpus, st.bin_time(a), min(st.bin_time(b), end), conf))
+    return out
+
+
+def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
+    """(verdict, cause, straggler) per bin, the rules' output, and (pause, excluded, why)."""
+    nb = st.nb
+    pause, excl, rec, why = job_flags(st, rows, th)
+    # A pause is over, as the log shows, where every GPU is back at full speed for
+    # recover_s (live, the tracker waits for that much steady work before it ends one).
+    working = _at_full_work(st, rows, th)
+    pause, excl = pause & ~working, excl & ~working
+    r = _cat(_judge_chunks(st, rows, shared, pause, th, np.arange(nb), excl=excl, why=why))
+    v, c, s = r["verdict"], r["cause"], r["straggler"]
+    # Starvation, or a stall on one rank's host, is over where steady work outlasted the
+    # dip (analyze/pauses.recovered).
+    over = rec & ((v == _STARVED) | ((v == _STALL) & (c == _RANK_HOST)))
+    # A stall on one rank's host ends where every GPU is back at full speed for at least
+    # recover_s: windows that end later still hold the stall's seconds, but the log shows
+    # the rank back at work (L bins on, as a window's verdict lags its end).
+    L = min(int(round(th.hold_s / th.bin_s)), nb - 1)
+    back = np.concatenate([np.zeros(L, bool), working])[:nb]
+    over |= (v == _STALL) & (c == _RANK_HOST) & back
+    if over.any():
+        v, c, s = np.where(over, _BUSY, v), np.where(over, -1, c), np.where(over, -1, s)
+    return v, c, s, r, (pause, excl, why)
 
 
 def _first_seen(held: np.ndarray, keys: list, v: np.ndarray) -> list:

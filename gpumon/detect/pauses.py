@@ -196,6 +196,27 @@ class PauseTracker:
     def _inside(self, duty: float, idle: bool, alone: bool, all_on: bool, hv: _Host) -> bool:
         """One more second of the current pause; False when the pause ends with it."""
         self.length += 1
+        self._track_return(duty, alone, all_on, hv)
+        hungry = self._hungry(idle, alone, hv)
+        if self.length >= self.pmax or hungry or not hv.present:
+            self.in_pause = self.starting = False     # too long, or starving: judge it
+            if hungry:
+                self.unmark = range(self.start, self.i)
+                # A job found starving gets no new pause for a while: its long gaps recur.
+                self.cooldown = int(self.th.cooldown_contexts * self.ctx)
+            return False
+        if self._back_to_work(hv):
+            self.in_pause = self.starting = False
+            return False
+        if duty >= self.th.resumed_duty:
+            # Work came back during this second: a partial second, not yet the rhythm to
+            # judge (the next ones are).
+            self.resumed = True
+        return True
+
+    def _track_return(self, duty: float, alone: bool, all_on: bool, hv: _Host) -> None:
+        """What the pause knows of work coming back: the rhythm since every rank returned
+        (``after``), the seconds with every rank at work, and the pause's cause."""
         if self.extra and not hv.changed:
             # The extra DataLoader (a validation pass's) is gone: training restarts now, its
             # ramp-up is not a starved rhythm.
@@ -208,44 +229,41 @@ class PauseTracker:
             self.after.append(duty)     # counted from when every rank is back
         if all_on:
             self.on_bins += 1
-        hungry = self._hungry(idle, alone, hv)
-        if self.length >= self.pmax or hungry or not hv.present:
-            self.in_pause = self.starting = False     # too long, or starving: judge it
-            if hungry:
-                self.unmark = range(self.start, self.i)
-                # A job found starving gets no new pause for a while: its long gaps recur.
-                self.cooldown = int(self.th.cooldown_contexts * self.ctx)
-            return False
-        if (len(self.recent) == self.resume and not hv.changed
-                and sum(self.recent) / self.resume >= self.bar):
-            # Back to steady work; not while the extra DataLoader that came with the pause
-            # (a validation pass's) is still there: its first batches come fast.
-            self.in_pause = self.starting = False
-            return False
-        if duty >= self.th.resumed_duty:
-            # Work came back during this second: a partial second, not yet the rhythm to
-            # judge (the next ones are).
-            self.resumed = True
-        return True
+
+    def _back_to_work(self, hv: _Host) -> bool:
+        """Steady work for resume_s at the job's level; not while the extra DataLoader that
+        came with the pause (a validation pass's) is still there: its first batches come
+        fast."""
+        return (len(self.recent) == self.resume and not hv.changed
+                and sum(self.recent) / self.resume >= self.bar)
 
     def _hungry(self, idle: bool, alone: bool, hv: _Host) -> bool:
         """The pause is starvation after all: work came back at a starved rhythm (host known;
         at a job's start, host or not: a start has no validation rhythm to excuse), or every
         GPU stopped again after every rank was back for back_s (the next starvation gap; a
         choppy restart, ranks and loaders coming back one by one, is not), or saturated old
-        loaders behind the stop; with nothing on the host or GPUs to explain it. New workers
-        explain a stop while they start up (at most loader_startup_s), not once work has
-        resumed: a starved rhythm behind them then is the input pipeline."""
-        back = self.on_bins >= self.back
-        slow = ((hv.known or self.starting) and back and len(self.after) == self.resume
-                and sum(self.after) / self.resume < self.bar)
-        explained = hv.explained
-        if self.starting or self.length > self.startup or len(self.after) == self.resume:
-            explained = hv.known and (hv.changed or hv.writing or hv.main_busy)
-        if explained or alone:
+        loaders behind the stop; with nothing on the host or GPUs to explain it."""
+        if alone or self._explained(hv):
             return False
-        return slow or (idle and (back or hv.starved_now
-                                  or (hv.starving and self.length > self.startup)))
+        if idle and (self.on_bins >= self.back or hv.starved_now):
+            return True
+        if idle and hv.starving and self.length > self.startup:
+            return True
+        return self._slow(hv)
+
+    def _explained(self, hv: _Host) -> bool:
+        """The host explains the stop. New workers explain it while they start up (at most
+        loader_startup_s), not once work has resumed: a starved rhythm behind them then is
+        the input pipeline."""
+        if self.starting or self.length > self.startup or len(self.after) == self.resume:
+            return hv.known and (hv.changed or hv.writing or hv.main_busy)
+        return hv.explained
+
+    def _slow(self, hv: _Host) -> bool:
+        """Every rank back for back_s, at a starved rhythm for resume_s since."""
+        if not (hv.known or self.starting) or self.on_bins < self.back:
+            return False
+        return len(self.after) == self.resume and sum(self.after) / self.resume < self.bar
 
     def quiet(self, ns: list, us: list) -> None:
         """step() over bins that, outside a pause, can neither start one nor change what

@@ -69,11 +69,7 @@ class Hysteresis:
         and the loaders, main process or storage behind them agree; the hold is for a
         verdict from the GPUs' counters alone.
         """
-        if key[0] == _INSUFFICIENT and self.current is not None:
-            return False
-        if sticky and key[0] == _BUSY and self.current is not None \
-                and self.current[0] == _STARVED and t - self.since >= self.sticky_s:
-            self._cand = None
+        if self._kept(t, key, sticky):
             return False
         if self.current is None or (self.current[0] == _INSUFFICIENT and key[0] != _INSUFFICIENT):
             changed = self.current != key
@@ -82,17 +78,36 @@ class Hysteresis:
         if key == self.current:
             self._cand = None
             return False
-        hold = (self.host_hold_s if quick and key[0] == _STARVED and self.current[0] == _BUSY
-                else self.hold_s)
-        if key[0] != self.current[0] and self._cand is not None and key[0] == self._cand[0]:
-            # Another verdict keeps winning while its cause or straggler wobble: it counts.
-            self._cand = key
-        elif key != self._cand:
-            self._cand, self._cand_since = key, t
-        if t - self._cand_since >= hold - self.step_s - 1e-9:
+        self._candidate(t, key)
+        if t - self._cand_since >= self._hold(key, quick) - self.step_s - 1e-9:
             self.current, self.since, self._cand = key, t, None
             return True
         return False
+
+    def _kept(self, t: float, key: tuple, sticky: bool) -> bool:
+        """``key`` cannot displace the current verdict: insufficient_data never does, and an
+        established starvation verdict stays while its host cause persists (see step)."""
+        cur = self.current
+        if cur is None:
+            return False
+        if key[0] == _INSUFFICIENT:
+            return True
+        if sticky and key[0] == _BUSY and cur[0] == _STARVED and t - self.since >= self.sticky_s:
+            self._cand = None
+            return True
+        return False
+
+    def _candidate(self, t: float, key: tuple) -> None:
+        """Another verdict keeps winning while its cause or straggler wobble: it counts."""
+        if key[0] != self.current[0] and self._cand is not None and key[0] == self._cand[0]:
+            self._cand = key
+        elif key != self._cand:
+            self._cand, self._cand_since = key, t
+
+    def _hold(self, key: tuple, quick: bool) -> float:
+        if quick and key[0] == _STARVED and self.current[0] == _BUSY:
+            return self.host_hold_s
+        return self.hold_s
 
 
 class _Job:
