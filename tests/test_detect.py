@@ -525,7 +525,7 @@ def test_a_host_reading_is_binned_with_the_gpu_samples_of_its_tick():
     that describes the same second: both land in one per-second bin (the host used to land
     one bin later, a second behind the GPUs it explains)."""
     from gpumon.detect.bins import Store
-    from gpumon.detect.engine import tick_columns
+    from gpumon.detect.pipeline import tick_columns
     from gpumon.detect.thresholds import DEFAULT
     jobs = lambda g: JobProcs(gpu=g, main_pid=100, main_cpu_pct=97.0, main_thread_max_pct=None,
                               loader_workers=0, loader_cpu_pct=0.0, loader_busy=0)
@@ -666,7 +666,7 @@ def _late_rank_features(settle_bins: int, monkeypatch):
     and then spin in the all-reduce (100%, 160 W) through second 11, while rank 2 computes
     (340 W). Judged on the 6 s window ending in second 15."""
     from gpumon.detect.bins import Store
-    from gpumon.detect.engine import judge_job, tick_columns
+    from gpumon.detect.pipeline import judge_job, tick_columns
     th = dataclasses.replace(DEFAULT, power_settle_s=float(settle_bins))
 
     def util(g, t):

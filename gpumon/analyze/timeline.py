@@ -17,8 +17,8 @@ import numpy as np
 
 from gpumon.diagnosis import CAUSES, IDLE, INSUFFICIENT_DATA, PAUSED, VERDICTS, Diagnosis
 from gpumon.detect.bins import GI, Store
-from gpumon.detect.engine import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
-from gpumon.detect.engine import bin_duty
+from gpumon.detect.pipeline import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
+from gpumon.detect.pipeline import bin_duty
 from gpumon.detect.features import view_bins, window_features
 from gpumon.detect.pauses import host_bins, pause_flags
 from gpumon.detect.rules import judge

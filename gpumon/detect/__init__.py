@@ -1,12 +1,14 @@
-"""The starvation detector: busy, idle, data_starvation, sync_stall or throttled, per job.
+"""The starvation detector: busy, idle, paused, data_starvation, sync_stall or throttled,
+per job.
 
     from gpumon.detect import diagnose, StreamingDetector
     diagnose(window) -> list[Diagnosis]        # pure, one per job
     det = StreamingDetector(); det.update(tick) -> list[Diagnosis]   # live, with hysteresis
 
-How: samples -> per-second bins (bins.py) -> features over a window (features.py) -> rules
-(rules.py) -> Diagnosis (engine.py); thresholds.py names every threshold with its unit and
-why. The same bins, features and rules serve live verdicts and `gpumon analyze`.
+How (pipeline.py, the stages in order): samples -> per-second bins (bins.py) -> jobs
+(jobs.py) -> pauses (pauses.py) -> features over a window (features.py) -> rules (rules.py)
+-> Diagnosis; live (stream.py) adds hysteresis, `gpumon analyze` (analyze/timeline.py)
+hindsight. thresholds.py names every threshold with its unit and why.
 
 Diagnosis.evidence keys (numbers, None when unknown; stable for the exporter and dashboard):
   duty_cycle          share of time a kernel ran, mean over the job's GPUs (0..1)
@@ -33,8 +35,8 @@ Diagnosis.evidence keys (numbers, None when unknown; stable for the exporter and
 Diagnosis.missing names absent signals: subsecond_util, power, clocks, clock_events,
 processes, memory, job_processes, host; each lowers the confidence.
 """
-from gpumon.detect.diagnose import diagnose
-from gpumon.detect.engine import EVIDENCE_KEYS
+from gpumon.detect.pipeline import diagnose
+from gpumon.detect.pipeline import EVIDENCE_KEYS
 from gpumon.detect.stream import Hysteresis, StreamingDetector
 from gpumon.detect.thresholds import DEFAULT as THRESHOLDS, Thresholds
 

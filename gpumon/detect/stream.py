@@ -19,7 +19,7 @@ from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, INSUFFICIENT_DATA, 
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
 from gpumon.detect.bins import Store
-from gpumon.detect.engine import (active_since, bin_duty, idle_diagnosis, judge_job,
+from gpumon.detect.pipeline import (active_since, bin_duty, idle_diagnosis, judge_job,
                                   make_diagnosis, store_jobs, tick_columns)
 from gpumon.detect.features import view_bins
 from gpumon.detect.pauses import PauseTracker, Seconds, host_bins

@@ -1,5 +1,13 @@
-"""Glue shared by diagnose(), StreamingDetector and `gpumon analyze`: ticks to columns, the
-evidence dict of a window, and a Diagnosis from the rules' output."""
+"""The detector's pipeline, one stage per function, shared by its three drivers:
+``diagnose`` (below: one window, no state), ``StreamingDetector`` (stream.py: live, second
+by second, with hysteresis) and ``gpumon analyze`` (analyze/timeline.py: every second of a
+log, with hindsight).
+
+    ticks -> columns (tick_columns) -> per-second bins (bins.Store)
+          -> jobs (store_jobs) -> per job: duty per bin (bin_duty), pauses (pauses.py)
+          -> window features and rules (judge_job: features.py, rules.py)
+          -> Diagnosis with evidence, rule and reason (make_diagnosis)
+"""
 from __future__ import annotations
 
 import math
@@ -9,12 +17,13 @@ import numpy as np
 
 from gpumon.detect import nanops as N
 
-from gpumon.diagnosis import Diagnosis, VERDICTS
+from gpumon.diagnosis import Diagnosis, INSUFFICIENT_DATA, VERDICTS
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
 from gpumon.detect.bins import GI, HostCols, JobCols, SampleCols, Store
 from gpumon.detect.features import window_features
 from gpumon.detect.jobs import group
+from gpumon.detect.pauses import host_bins, pause_flags
 from gpumon.detect.explain import because
 from gpumon.detect.rules import CAUSE_NAMES, RULES, judge
 from gpumon.detect.thresholds import DEFAULT, Thresholds
@@ -242,3 +251,30 @@ def idle_diagnosis(gpus: Sequence[int], start, end) -> Diagnosis:
     return Diagnosis(verdict=IDLE, gpus=tuple(gpus), confidence=0.9,
                      evidence={k: None for k in EVIDENCE_KEYS}, advice=advice(IDLE, None, None),
                      start=start, end=end)
+
+
+def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis]:
+    """One Diagnosis per job, judged on the whole window (no hysteresis, no state)."""
+    samples, jobs, hosts, pids, ppid = tick_columns(window)
+    if len(samples.time) == 0:
+        return [Diagnosis(verdict=INSUFFICIENT_DATA, confidence=0.0,
+                          evidence={k: None for k in EVIDENCE_KEYS},
+                          advice="not enough samples yet")]
+    start, end = float(samples.time.min()), float(samples.time.max())
+    store = Store(math.floor(start), th)
+    store.add_samples(samples)
+    store.add_jobs(jobs)
+    store.add_host(hosts)
+    nb = store.nb
+    found = store_jobs(store, nb, nb, pids, ppid, th)
+    if not found:
+        return [idle_diagnosis(sorted(store.gpus), start, end)]
+    out = []
+    for gpus, shared in found:
+        g, h = store.view([store.rows[x] for x in gpus])
+        duty, n, u = bin_duty(g)
+        pause, excl, why = pause_flags(duty, n, u, th, host_bins(g, h, th))
+        f, r = judge_job(g, h, pause, np.array([nb - 1]), shared, th, w=nb, excluded=excl,
+                         why=why)
+        out.append(make_diagnosis(f, r, 0, gpus, start, end, th))
+    return out
