@@ -11,6 +11,8 @@
   evidence behind it, host-side job CPU, ``gpumon_up``, sample age, lost GPUs, NVML errors.
 - A missing value is left out, never exported as 0.
 
+The HTTP side (listening, /metrics, /healthz, TLS and auth) is gpumon.export_http.
+
 The text is written here (``render``) rather than by ``prometheus_client.generate_latest``:
 that one renames every counter's TYPE line to ``<name>_total``, which would break
 ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` (a counter without the suffix in dcgm-exporter).
@@ -18,11 +20,9 @@ that one renames every counter's TYPE line to ``<name>_total``, which would brea
 from __future__ import annotations
 
 import math
-import socket
 import threading
 import time
 from dataclasses import dataclass, fields
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable, Optional, Sequence
 
 from gpumon import __version__
@@ -30,25 +30,11 @@ from gpumon.diagnosis import VERDICTS, Diagnosis
 from gpumon.errors import UserError
 from gpumon.samples import (CLOCK_EVENT_NAMES, GpuInfo, GpuSample, JobProcs, Tick)
 
-# gpumon's default port: beside dcgm-exporter's 9400 (so one firewall rule can cover both),
-# never on it, so both exporters can run on one node.
-DEFAULT_PORT = 9402
-# Whatever listens on the network binds to loopback unless the user says otherwise (PRODUCT.md).
-DEFAULT_ADDR = "127.0.0.1"
 # gpumon_up turns 0 when the newest tick is older than this many sampling intervals: a
 # sampler that fell this far behind (stuck NVML call, dead thread) no longer reports the present.
 STALE_INTERVALS = 5.0
 # ... and never sooner than this, so a 0.1 s interval does not flap on one slow NVML call.
 STALE_MIN_S = 5.0
-# Backlog of the listening socket: 50 scrapers connecting at once must not be dropped (the
-# stdlib default of 5 makes the kernel drop SYNs, and the client then retries after 1 s).
-LISTEN_BACKLOG = 128
-
-# A kept-alive connection idle this long is closed, so clients that never hang up cannot pile
-# up threads; Prometheus scrapes every 15-60 s and simply reconnects after a longer pause.
-IDLE_CONNECTION_S = 120.0
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # dcgm-exporter's units where gpumon keeps another: (dcgm unit, factor from gpumon's unit).
 _DCGM_UNITS = {"J": ("mJ", 1000.0), "MB/s": ("B/s", 1e6)}
@@ -340,6 +326,12 @@ class MonitorCollector:
         with self.monitor.lock:
             self._take(tick)
 
+    def sampler_running(self) -> bool:
+        """The sampling thread runs and has not failed (what /healthz answers)."""
+        m = self.monitor
+        return (m.error is None and not m.stop_event.is_set()
+                and (self.thread is None or self.thread.is_alive()))
+
     def snapshot(self) -> Snapshot:
         m = self.monitor
         with m.lock:
@@ -350,8 +342,7 @@ class MonitorCollector:
                 diagnoses=tuple(m.diagnoses), lost=tuple(latest.lost) if latest else (),
                 host_jobs=self._host_jobs, unmapped_pids=self._unmapped,
                 errors=_errors_of(m.source), interval=m.interval,
-                sampler_ok=(m.error is None and not m.stop_event.is_set()
-                            and (self.thread is None or self.thread.is_alive())),
+                sampler_ok=self.sampler_running(),
                 source_kind=getattr(m.source, "kind", ""))
         return snap
 
@@ -404,92 +395,6 @@ def render(metric_families: Iterable) -> bytes:
             else:
                 out.append(f"{s.name} {_fmt(s.value)}\n")
     return "".join(out).encode("utf-8")
-
-
-# -- the HTTP server -------------------------------------------------------------------------
-def parse_listen(text: str) -> tuple[str, int]:
-    """'ADDR:PORT', '[v6]:PORT' or ':PORT' (all addresses) -> (host, port); UserError if bad."""
-    text = text.strip()
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise UserError(f"--listen: expected [ADDR]:PORT, got {text!r}", 2)
-        port_s = rest[1:]
-    else:
-        host, sep, port_s = text.rpartition(":")
-        if not sep:
-            raise UserError(f"--listen: expected ADDR:PORT, e.g. 127.0.0.1:{DEFAULT_PORT} or "
-                            f"0.0.0.0:{DEFAULT_PORT}, got {text!r}", 2)
-        if ":" in host:
-            raise UserError(f"--listen: write an IPv6 address in brackets, e.g. [::1]:"
-                            f"{DEFAULT_PORT}, got {text!r}", 2)
-    return host if host else "0.0.0.0", parse_port(port_s, "--listen")
-
-
-def parse_port(text: str, what: str = "--port") -> int:
-    try:
-        port = int(text)
-    except (TypeError, ValueError):
-        raise UserError(f"{what}: not a port number: {text!r}", 2) from None
-    if not 0 <= port <= 65535:
-        raise UserError(f"{what}: port must be 0-65535, got {port}", 2)
-    return port
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server_version = f"gpumon/{__version__}"
-    protocol_version = "HTTP/1.1"      # keep-alive: Prometheus reuses its connection
-    timeout = IDLE_CONNECTION_S
-
-    def do_GET(self):  # noqa: N802 (http.server's name)
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            try:
-                body = render(self.server.registry.collect())
-            except Exception as exc:   # a bug must not kill the server: answer 500, say why
-                self._send(500, f"gpumon: collecting metrics failed: {exc!r}\n".encode(),
-                           "text/plain; charset=utf-8")
-                return
-            self._send(200, body, CONTENT_TYPE)
-        elif path == "/":
-            self._send(200, b"<html><head><title>gpumon exporter</title></head><body>"
-                       b"<h1>gpumon exporter</h1><p><a href=\"/metrics\">/metrics</a></p>"
-                       b"</body></html>\n", "text/html; charset=utf-8")
-        else:
-            self._send(404, b"not found; try /metrics\n", "text/plain; charset=utf-8")
-
-    def _send(self, code: int, body: bytes, ctype: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format, *args):  # noqa: A002 - quiet: a scrape a second is no news
-        pass
-
-
-class MetricsServer(ThreadingHTTPServer):
-    """/metrics over HTTP, one thread per connection (daemon threads)."""
-    daemon_threads = True
-    request_queue_size = LISTEN_BACKLOG
-
-    def __init__(self, host: str, port: int, registry):
-        self.registry = registry
-        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        try:
-            super().__init__((host, port), _Handler)
-        except OSError as exc:
-            raise UserError(f"cannot listen on {format_addr(host, port)}: "
-                            f"{exc.strerror or exc}", 1) from None
-
-    @property
-    def port(self) -> int:
-        return self.server_address[1]
-
-
-def format_addr(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def make_registry(collector):

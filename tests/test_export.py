@@ -12,8 +12,8 @@ import pytest
 
 from gpumon.diagnosis import VERDICTS, Diagnosis
 from gpumon.errors import UserError
-from gpumon.export import (DEFAULT_ADDR, DEFAULT_PORT, MonitorCollector, Snapshot, families,
-                           make_registry, parse_listen, render)
+from gpumon.export import MonitorCollector, Snapshot, families, make_registry, render
+from gpumon.export_http import DEFAULT_ADDR, DEFAULT_PORT, parse_listen
 from gpumon.monitor import Monitor
 from gpumon.samples import GpuInfo
 from samples_util import gpu_sample, tick

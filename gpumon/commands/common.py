@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import threading
 
 from gpumon.errors import UserError
 
@@ -106,3 +107,18 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, handler)
+
+
+def sigterm_event() -> threading.Event:
+    """SIGTERM and SIGHUP set the returned event, every time they come: a second one while
+    stopping (GNU timeout sends two; a service manager may repeat) changes nothing, so the
+    command still ends cleanly with 0. For loops that wait on the event instead of catching
+    KeyboardInterrupt."""
+    stop = threading.Event()
+
+    def handler(signum, frame):
+        stop.set()
+    signal.signal(signal.SIGTERM, handler)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, handler)
+    return stop
