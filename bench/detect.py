@@ -217,6 +217,19 @@ def _all_computed(tr) -> bool:
     return all(st.get("computing", 0.0) >= COMPUTED_SHARE for st in tr.states.values())
 
 
+def _lone_data_wait(tr):
+    """The one GPU that waited for data ONSET_WAIT_SHARE of this second or more while every
+    other waited for a peer that long (in the collective, for it), else None: by physics
+    the others wait for that rank, whose own input holds it up."""
+    st = tr.states
+    data = [g for g, x in st.items() if x.get("waiting_data", 0.0) >= ONSET_WAIT_SHARE]
+    if len(st) < 2 or len(data) != 1:
+        return None
+    rest = [x for g, x in st.items() if g != data[0]]
+    return data[0] if all(x.get("waiting_sync", 0.0) >= ONSET_WAIT_SHARE for x in rest) \
+        else None
+
+
 def _sync_idle(tr) -> bool:
     """A GPU waited for a peer ONSET_WAIT_SHARE of this second or more (under gloo the wait
     is idle: without host counters it looks like a wait for data)."""
@@ -242,8 +255,10 @@ def evaluate(job) -> dict:
     unjudged = change + {"hang": DEFAULT.hang_s, "held": DEFAULT.pause_max_s}.get(name, 0.0)
     for tk in ticks:
         tr = tk.truth
-        res["truth"].append((tr.verdict, tr.straggler_gpu, tr.pause, _all_computed(tr),
-                             _sync_idle(tr))
+        strag = tr.straggler_gpu
+        if tr.verdict == "data_starvation" and strag is None:
+            strag = _lone_data_wait(tr)
+        res["truth"].append((tr.verdict, strag, tr.pause, _all_computed(tr), _sync_idle(tr))
                             if tr and not change < tk.time < unjudged else None)
         res["t"].append(tk.time)
     res["waits"] = [tk.time for tk in ticks if waited(tk)]

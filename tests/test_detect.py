@@ -261,7 +261,7 @@ def test_one_second_utilization_only_still_answers_with_less_confidence():
 # -- hysteresis ---------------------------------------------------------------------------------
 def test_hysteresis_needs_two_seconds_in_a_row():
     hy = Hysteresis(2.0, 1.0)
-    B, S = (0, -1, -1), (2, 0, -1)
+    B, S = (VERDICTS.index("busy"), -1, -1), (VERDICTS.index("data_starvation"), 0, -1)
     assert hy.step(0, B) and hy.current == B
     flapping = [S, B, S, B, S, B]
     for i, k in enumerate(flapping, start=1):
@@ -274,6 +274,15 @@ def test_hysteresis_needs_two_seconds_in_a_row():
     hy.step(12, (VERDICTS.index("insufficient_data"), -1, -1))
     hy.step(13, (VERDICTS.index("insufficient_data"), -1, -1))
     assert hy.current == S
+
+
+def test_hysteresis_takes_a_pause_and_its_end_at_once():
+    """The pause tracker decides a pause second by second with its own history: no hold."""
+    hy = Hysteresis(2.0, 1.0)
+    B, P = (VERDICTS.index("busy"), -1, -1), (VERDICTS.index("paused"), 0, -1)
+    hy.step(0, B)
+    assert hy.step(1, P) and hy.current == P
+    assert hy.step(2, B) and hy.current == B
 
 
 def test_streaming_detector_does_not_flap_on_a_noisy_boundary():

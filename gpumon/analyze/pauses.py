@@ -109,10 +109,10 @@ def _scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds, need: 
     sc.jd_w = jd_w = _window_sums(jd, need)
     with np.errstate(invalid="ignore"):
         split = has & (np.where(have, duty, 0.0).max(axis=0) >= th.log_steady_duty)
-        # Per GPU: the seconds it sat idle beside another at work. One rank falling behind
-        # is the same rank again and again; ranks that run on their own (a validation pass
-        # has no all-reduce to line them up) take turns.
-        sc.lone_g = lone_g = split & have & (duty < th.idle_duty)
+        # Per GPU: the seconds it sat idle (or at a trickle) beside another at work. One rank
+        # falling behind is the same one again and again; ranks that run on their own (a
+        # validation pass has no all-reduce to line them up) take turns.
+        sc.lone_g = lone_g = split & have & (duty < th.trickle_duty)
     # More of them where the job's duty over the context still reads as work (a rhythm
     # whose 1 s samples catch the gap every few steps; a starving job's duty is lower), as
     # long as no more than blips_max are one rank idle beside others at work (a rank whose

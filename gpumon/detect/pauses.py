@@ -32,14 +32,15 @@ class Seconds:
     (G, T) and the job's sample count and busy sum per bin (T,); NaN duty: no data.
 
     has       the job has data
-    idle      every GPU with data below idle_duty
-    alone     one GPU at idle_duty..all_on_duty while every other is below idle_duty: one
+    idle      every GPU with data below trickle_duty: the job stopped
+    alone     one GPU at idle_duty..trickle_duty while every other is below idle_duty: one
               rank works alone, at a trickle, while the others run nothing (rank 0 copying a
               checkpoint off the GPU, or evaluating, while the others wait for it). A
               synchronous job's ranks cannot do that while training: a rank waiting for its
               input holds every other in the next collective
-    lone_idle one GPU below idle_duty while every other works (all_on_duty or more)
+    lone_idle one GPU below trickle_duty while every other works (all_on_duty or more)
     all_on    every GPU at all_on_duty or more
+    full      every GPU at busy_bin_duty or more: full work
     """
 
     def __init__(self, duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds):
@@ -48,21 +49,24 @@ class Seconds:
             d = np.where(known, duty, 0.0)
             low = (d < th.idle_duty) & known
             on = (d >= th.all_on_duty) & known
+            stopped = (d < th.trickle_duty) & known
             nk, nlow = known.sum(axis=0), low.sum(axis=0)
-            trickle = known & ~low & ~on
+            trickle = stopped & ~low
             self.has = known.any(axis=0) & (n > 0)
-            self.idle = (nlow == nk) & (nk > 0)
+            self.idle = (stopped.sum(axis=0) == nk) & (nk > 0)
             self.alone = (nk > 1) & (nlow == nk - 1) & (trickle.sum(axis=0) == 1)
-            self.lone_idle = (nk > 1) & (nlow == 1) & (on.sum(axis=0) == nk - 1)
+            self.lone_idle = (nk > 1) & (stopped.sum(axis=0) == 1) & (on.sum(axis=0) == nk - 1)
             self.all_on = (on | ~known).all(axis=0)
+            self.full = ((d >= th.busy_bin_duty) | ~known).all(axis=0) & (nk > 0)
             self.duty = np.where(n > 0, u / np.where(n > 0, n, 1.0), 0.0)
         self.n, self.u = n, u
 
     def at(self, i: int) -> tuple:
-        """(has, idle, alone, lone_idle, all_on, n, u) of second ``i``, as Python values."""
+        """(has, idle, alone, lone_idle, all_on, full, n, u) of second ``i``, as Python
+        values."""
         return (bool(self.has[i]), bool(self.idle[i]), bool(self.alone[i]),
-                bool(self.lone_idle[i]), bool(self.all_on[i]), float(self.n[i]),
-                float(self.u[i]))
+                bool(self.lone_idle[i]), bool(self.all_on[i]), bool(self.full[i]),
+                float(self.n[i]), float(self.u[i]))
 
 
 NO_HOST = (math.nan, False, False, True, math.nan, False)
@@ -126,6 +130,7 @@ class PauseTracker:
         self.lead_in: range = range(0)  # the bin before a pause that just started, when the
         # stop began inside it (it is part of the pause: its duty is not the job's work)
         self.last = (-2, 1.0)     # (bin, duty) of the last bin with data outside a pause
+        self.full = False         # the last bin had every GPU at full work
         self.workers: Optional[float] = None   # loader workers during steady work
         self.cooldown = 0
         self.steady = 0           # bins of steady work in a row, outside pauses
@@ -138,20 +143,24 @@ class PauseTracker:
     def step(self, sec: tuple, host: Optional[tuple] = None) -> bool:
         """Feed one second (``Seconds.at``) and the host's view of it (``host_bins``); True
         when the second is part of a pause."""
-        has, idle, alone, lone_idle, all_on, n, u = sec
+        has, idle, alone, lone_idle, all_on, full, n, u = sec
         self.i += 1
         self.cooldown -= 1
         self.unmark = self.lead_in = range(0)
         hv = _Host(host, self)
+        back, self.full = self.full and full, full and has
         if not has:
             return self._no_data()
         stop = idle or alone or (lone_idle and hv.writing)
         duty = u / n
-        self.recent.append(duty)
+        self.recent.append(duty if all_on else 0.0)    # (work is back on every GPU)
         if self.in_pause:
             if self._inside(duty, idle, alone, all_on, hv):
                 self.hist.append((0.0, 0.0, True))
-                return True
+                # Two seconds in a row of every GPU at full work are work, whatever the
+                # tracker still waits to see (resume_s) before it ends the pause; not while
+                # a validation pass's extra DataLoader is there (its forward bursts).
+                return not (back and not hv.changed)
         elif self._starts(stop, alone, hv):
             self._start(hv, alone)
             return True
@@ -231,9 +240,10 @@ class PauseTracker:
             self.on_bins += 1
 
     def _back_to_work(self, hv: _Host) -> bool:
-        """Steady work for resume_s at the job's level; not while the extra DataLoader that
-        came with the pause (a validation pass's) is still there: its first batches come
-        fast."""
+        """Steady work for resume_s at the job's level, every GPU at work (one rank still
+        stopped beside ranks spinning for it is not a return); not while the extra
+        DataLoader that came with the pause (a validation pass's) is still there: its first
+        batches come fast."""
         return (len(self.recent) == self.resume and not hv.changed
                 and sum(self.recent) / self.resume >= self.bar)
 
@@ -276,6 +286,7 @@ class PauseTracker:
         self.i += k
         self.cooldown -= k
         self.unmark = self.lead_in = range(0)
+        self.full = False
         self.last = (self.i, us[-1] / ns[-1])
         self.recent.extend(u / n for n, u in zip(ns[-self.resume:], us[-self.resume:]))
         self.hist.extend((n, u, False) for n, u in zip(ns[-self.ctx:], us[-self.ctx:]))
@@ -319,6 +330,7 @@ class PauseTracker:
         workers come up one by one, are a pause until work runs steady, as after an epoch
         boundary, unless the ranks then run at a starved rhythm."""
         self.in_pause, self.starting, self.length, self.resumed = True, True, 0, False
+        self.full = False
         self.reason = "startup"
         self.bar = self.th.duty_starved
         self.start = self.i + 1
@@ -339,9 +351,15 @@ class PauseTracker:
         return min(self.th.duty_starved, level - self.th.return_tol)
 
     def _steady_since_pause(self) -> bool:
-        """Work since the last pause (or stop) ran at a steady duty for resume_s."""
+        """Work before this stop and since the last pause (or stop) ran at a steady duty
+        for resume_s. (This stop's own seconds so far are skipped: what explains a stop may
+        show in its second second, as a rank left alone copying a checkpoint does.)"""
         recent = []
-        for n, u, stop in reversed(self.hist):
+        h = list(self.hist)
+        k = len(h)
+        while k and h[k - 1][2] and h[k - 1][0] > 0:     # (a pause's own bins have n = 0)
+            k -= 1
+        for n, u, stop in reversed(h[:k]):
             if stop:
                 break
             recent.append((n, u))

@@ -14,8 +14,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, INSUFFICIENT_DATA, VERDICTS,
-                              Diagnosis)
+from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, INSUFFICIENT_DATA, PAUSED,
+                              VERDICTS, Diagnosis)
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
 from gpumon.detect.bins import Store
@@ -29,13 +29,17 @@ from gpumon.detect.thresholds import DEFAULT, Thresholds
 _INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
 _BUSY = VERDICTS.index(BUSY)
 _STARVED = VERDICTS.index(DATA_STARVATION)
+_PAUSED = VERDICTS.index(PAUSED)
 
 
 class Hysteresis:
     """Keeps the current (verdict, cause, straggler) until another wins ``hold_s`` of data in a
     row (verdicts come once per ``step_s``: hold 2 s = two verdicts in a row).
 
-    insufficient_data never displaces a verdict; the first verdict is taken at once.
+    insufficient_data never displaces a verdict; the first verdict is taken at once, and so
+    is a change into or out of ``paused``: the pause tracker decides a pause with its own
+    history (steady work before a stop, work back after it), per second, not from a window
+    whose edge wobbles.
     """
 
     def __init__(self, hold_s: float, step_s: float = 1.0, host_hold_s: float = 0.0,
@@ -105,6 +109,8 @@ class Hysteresis:
             self._cand, self._cand_since = key, t
 
     def _hold(self, key: tuple, quick: bool) -> float:
+        if _PAUSED in (key[0], self.current[0]):
+            return 0.0
         if quick and key[0] == _STARVED and self.current[0] == _BUSY:
             return self.host_hold_s
         return self.hold_s

@@ -143,6 +143,9 @@ class Thresholds:
                          "cause does (a starving job eating its prefetched batches will "
                          "starve again).")
     # --- the pause tracker (detect/pauses.py) ---------------------------------------------------
+    trickle_duty: float = th(0.15, "share", "Every GPU below this in a second: the job stopped "
+                             "(a stop may keep a trickle of kernels: a rank copying a checkpoint "
+                             "off its GPU reads 4-10% in real logs, 2- and 8-GPU).")
     resumed_duty: float = th(0.5, "share", "A second in which the job's duty reaches this counts as "
                              "work resumed inside a pause.")
     cooldown_contexts: float = th(3.0, "context spans", "After a 'pause' turned out to be "
