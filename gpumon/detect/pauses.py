@@ -32,7 +32,7 @@ class Seconds:
     (G, T) and the job's sample count and busy sum per bin (T,); NaN duty: no data.
 
     has       the job has data
-    idle      every GPU with data below trickle_duty: the job stopped
+    idle      every GPU below trickle_duty: the job stopped
     alone     one GPU at idle_duty..trickle_duty while every other is below idle_duty: one
               rank works alone, at a trickle, while the others run nothing (rank 0 copying a
               checkpoint off the GPU, or evaluating, while the others wait for it). A
@@ -53,7 +53,8 @@ class Seconds:
             nk, nlow = known.sum(axis=0), low.sum(axis=0)
             trickle = stopped & ~low
             self.has = known.any(axis=0) & (n > 0)
-            self.idle = (stopped.sum(axis=0) == nk) & (nk > 0)
+            # (Seen on every GPU: a second in which some GPUs sent no sample is no stop.)
+            self.idle = (stopped.sum(axis=0) == len(d)) & (nk == len(d))
             self.alone = (nk > 1) & (nlow == nk - 1) & (trickle.sum(axis=0) == 1)
             self.lone_idle = (nk > 1) & (stopped.sum(axis=0) == 1) & (on.sum(axis=0) == nk - 1)
             self.all_on = (on | ~known).all(axis=0)
@@ -164,7 +165,8 @@ class PauseTracker:
         elif self._starts(stop, alone, hv):
             self._start(hv, alone)
             return True
-        self.hist.append((n, u, stop))
+        # (A second with a GPU not at work is no steady work for a pause to follow.)
+        self.hist.append((n, u, stop or not all_on))
         self.last = (self.i, duty)
         self._steady(not stop and duty >= self.th.duty_starved)
         if hv.known and duty >= self.th.duty_starved:
@@ -448,7 +450,8 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     begin = set() if starts is None else set(np.flatnonzero(starts).tolist())
     # Runs of bins that outside a pause change nothing but the tracker's history (see
     # PauseTracker.quiet) are fed at once: the end of each run (exclusive), per bin.
-    quiet_end = _quiet_runs(sec.has.tolist(), (sec.idle | sec.alone).tolist(), host, begin, T)
+    quiet_end = _quiet_runs(sec.has.tolist(), (sec.idle | sec.alone | ~sec.all_on).tolist(),
+                            host, begin, T)
     nl, ul = n.tolist(), u.tolist()
     i = 0
     while i < T:
@@ -470,12 +473,12 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     return out, excl, why
 
 
-def _quiet_runs(has: list, stop: list, host: Optional[list], begin: set,
+def _quiet_runs(has: list, unsteady: list, host: Optional[list], begin: set,
                 T: int) -> list:
     """Per bin, the end (exclusive) of the run of quiet bins it starts (itself when it is
-    not quiet): bins with data and no stop (every GPU idle, a rank alone), no loader workers known, no checkpoint
-    writes, the job present and not seen starting there."""
-    q = np.array(has, dtype=bool) & ~np.array(stop, dtype=bool)
+    not quiet): bins with data, not ``unsteady`` (a stop, or a GPU not at work), no loader
+    workers known, no checkpoint writes, the job present and not seen starting there."""
+    q = np.array(has, dtype=bool) & ~np.array(unsteady, dtype=bool)
     if host is not None:
         w = np.fromiter((x[0] for x in host), float, T)
         wr = np.fromiter((x[2] for x in host), bool, T)
