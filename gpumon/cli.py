@@ -8,6 +8,7 @@ import sys
 
 from gpumon import __version__
 from gpumon.errors import UserError
+from gpumon.interrupts import held_interrupts
 
 # Sub-commands, each a module of gpumon.commands with register(subparsers) and run(args).
 COMMANDS = ("watch", "log", "run", "analyze", "list", "export", "plugin", "sim", "stream")
@@ -37,7 +38,14 @@ def _choices(parser: argparse.ArgumentParser) -> set:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:       # Ctrl-C or SIGTERM before a command's loop took over
+        print("gpumon: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser(argv: list[str]) -> argparse.ArgumentParser:
     # A named sub-command needs only its own module (the others import the UI, the exporter
     # and the monitor: ~50 ms that `gpumon analyze` would spend for nothing).
     parser = None
@@ -45,8 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser((argv[0],))
         if argv[0] not in _choices(parser):     # that command is not built
             parser = None
-    if parser is None:
-        parser = build_parser()
+    return parser or build_parser()
+
+
+def _main(argv: list[str]) -> int:
+    with held_interrupts():         # (the command's modules are imported here)
+        parser = _parser(argv)
     known = _choices(parser)
     if not argv or (argv[0] not in known and argv[0] not in ("-h", "--help", "--version")):
         if DEFAULT_COMMAND in known:
@@ -60,8 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"gpumon: {exc}", file=sys.stderr)
         return exc.code
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:
         # `gpumon watch | head`: the reader went away; leave quietly.
         try:

@@ -7,18 +7,34 @@ from typing import Optional, Sequence
 from gpumon.host import HostSource
 from gpumon.nvml import NvmlSource
 from gpumon.samples import GpuInfo, Tick
+from gpumon.selection import select_gpus
+
+
+def open_selected(keys: Optional[Sequence[str]] = None) -> NvmlSource:
+    """An open NvmlSource of the GPUs ``keys`` name (--gpus: indices, UUIDs or the start of
+    one), checked by select_gpus against every GPU: a prefix of several UUIDs is an error,
+    never all of them. (NVML stays initialized from one source to the next.)"""
+    every = NvmlSource().open()
+    if not keys:
+        return every
+    try:
+        chosen = select_gpus(every.gpu_infos(), keys)
+        return NvmlSource([str(i) for i in chosen]).open()
+    finally:
+        every.close()
 
 
 class NvmlNode:
     kind = "nvml"
 
     def __init__(self, gpus: Optional[Sequence[str]] = None):
-        self.nvml = NvmlSource(gpus)
+        self.keys = gpus
+        self.nvml = NvmlSource()
         self.host = HostSource()
         self._pids: dict[int, Optional[tuple[int, ...]]] = {}
 
     def open(self) -> "NvmlNode":
-        self.nvml.open()
+        self.nvml = open_selected(self.keys)
         return self
 
     def gpu_infos(self) -> list[GpuInfo]:

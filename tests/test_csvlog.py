@@ -1,5 +1,8 @@
 import csv
 import io
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -104,3 +107,120 @@ def test_not_a_gpumon_log(tmp_path):
     p.write_text("a,b,c\n1,2,3\n")
     with pytest.raises(UserError, match="not a gpumon CSV"):
         ReplaySource(str(p))
+
+
+# -- the log in operations: rotation, --append after a crash or right after a run, errors ------
+
+def _rows(path):
+    return list(csv.DictReader(open(path)))
+
+
+def test_copytruncate_leaves_no_hole_and_starts_again_with_the_header(tmp_path):
+    """logrotate's copytruncate cuts the file to nothing while gpumon writes: the next rows
+    land at its start (O_APPEND), after the header, not at the old offset after NUL bytes."""
+    path = tmp_path / "run.csv"
+    sink = CsvSink(str(path))
+    sink.write(tick(1000.0))
+    path.write_bytes(b"")                            # what copytruncate does, after the copy
+    sink.write(tick(1001.0))
+    sink.close()
+    data = path.read_bytes()
+    assert b"\0" not in data
+    ticks, bad = read_ticks(data.decode())
+    assert len(ticks) == 1 and bad.count == 0 and ticks[0].gpus[0].time > 1000.0
+
+
+def test_reopen_continues_in_a_new_file_after_a_rename(tmp_path):
+    path = tmp_path / "run.csv"
+    sink = CsvSink(str(path))
+    sink.write(tick(1000.0))
+    path.rename(tmp_path / "run.csv.1")
+    sink.request_reopen()                            # SIGUSR1 (logrotate's postrotate)
+    sink.write(tick(1001.0))
+    sink.close()
+    old, new = _rows(tmp_path / "run.csv.1"), _rows(path)
+    assert len(old) == 12 and len(new) == 12
+    assert min(float(r["time"]) for r in new) > max(float(r["time"]) for r in old)
+
+
+def test_append_cuts_a_partial_last_row_first(tmp_path):
+    """A write cut short (full disk, power loss) left half a row: --append must not glue its
+    first row onto it."""
+    path = tmp_path / "run.csv"
+    sink = CsvSink(str(path))
+    sink.write(tick(1000.0))
+    sink.close()
+    with open(path, "a") as f:
+        f.write("1000.5,0,si")
+    sink = CsvSink(str(path), append=True)
+    sink.write(tick(1001.0))
+    sink.close()
+    ticks, bad = read_ticks(path.read_text())
+    assert bad.count == 0 and sum(len(t.gpus) for t in ticks) == 24
+    assert sink.cut == len("1000.5,0,si")
+
+
+def test_append_skips_samples_the_file_already_holds(tmp_path):
+    """Right after a run the driver still holds its last second: no (time, gpu) twice, no
+    time going back."""
+    path = tmp_path / "run.csv"
+    sink = CsvSink(str(path))
+    for t in (1000.0, 1001.0, 1002.0):
+        sink.write(tick(t))
+    sink.close()
+    sink = CsvSink(str(path), append=True)
+    sink.write(tick(1002.5))                         # samples 1001.67 .. 1002.5
+    sink.write(tick(1003.5))
+    sink.close()
+    rows = _rows(path)
+    pairs = [(r["time"], r["gpu"]) for r in rows]
+    assert len(pairs) == len(set(pairs))
+    for gpu in ("0", "1"):
+        times = [float(r["time"]) for r in rows if r["gpu"] == gpu]
+        assert times == sorted(times) and len(times) == 18 + 3 + 6
+
+
+@pytest.mark.parametrize("mode", [{}, {"force": True}, {"append": True}])
+def test_a_directory_is_one_line_with_a_suggestion_that_works(tmp_path, mode):
+    d = tmp_path / "adir"
+    d.mkdir()
+    with pytest.raises(UserError) as err:
+        CsvSink(str(d), **mode)
+    assert str(err.value) == f"{d} is a directory; give a file in it, e.g. {d}/run.csv"
+    assert "--force" not in str(err.value)
+
+
+def test_append_to_an_unreadable_file_is_one_line(tmp_path, monkeypatch):
+    import builtins
+    import gpumon.csvlog
+    path = tmp_path / "run.csv"
+    CsvSink(str(path)).close()
+
+    def refuse(*a, **kw):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(gpumon.csvlog, "open", refuse, raising=False)
+    monkeypatch.setattr(builtins, "open", refuse)    # (the code before this used it)
+    try:
+        with pytest.raises(UserError, match="cannot append to .*Permission denied; log to a "
+                                             "new file instead"):
+            CsvSink(str(path), append=True)
+    finally:
+        monkeypatch.undo()
+
+
+def test_a_short_write_counts_the_rows_that_reached_the_file(tmp_path, clean_env):
+    """A file size limit cuts a write short, as a full disk does: the message counts the
+    complete rows in the file, and the partial one is taken out."""
+    script = ("import resource, signal\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))\n"
+              "from gpumon.cli import main\n"
+              "raise SystemExit(main(['log', '-o', 'run.csv', '--sim', 'busy:2', '-q',"
+              " '--interval', '0.05']))\n")
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60, env=clean_env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    said = int(re.search(r"\((\d+) rows were written before this\)", r.stderr).group(1))
+    data = (tmp_path / "run.csv").read_bytes()
+    assert data.endswith(b"\n")
+    assert said == data.count(b"\n") - 1 == len(_rows(tmp_path / "run.csv"))

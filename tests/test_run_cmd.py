@@ -1,4 +1,5 @@
 """`gpumon run -- CMD`: exit codes, forwarded signals, the diagnosis at the end."""
+import os
 import shlex
 import signal
 import subprocess
@@ -124,3 +125,86 @@ def test_no_driver_fails_before_the_command_starts(gpumon_cmd, clean_env, tmp_pa
                        text=True, env=clean_env, timeout=30)
     assert r.returncode == 2 and "no NVIDIA driver" in r.stderr
     assert not marker.exists()
+
+
+# -- what CMD leaves behind, and gpumon's own death ------------------------------------------
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie nobody reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+def test_what_the_command_leaves_in_its_group_is_ended(gpumon_cmd, clean_env, tmp_path):
+    pidfile = tmp_path / "pid"
+    script = f"sleep 301 >/dev/null 2>&1 & echo $! > {pidfile}; exit 5"
+    r = subprocess.run(gpumon_cmd + ["run", "--sim", "busy:1", "--", "sh", "-c", script],
+                       capture_output=True, text=True, env=clean_env, timeout=30)
+    pid = int(pidfile.read_text())
+    try:
+        assert r.returncode == 5, r.stderr
+        assert _gone_within(pid, 5)
+        assert "left 1 process(es) in its process group; ended them" in r.stderr
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_keep_group_leaves_them_running(gpumon_cmd, clean_env, tmp_path):
+    pidfile = tmp_path / "pid"
+    script = f"sleep 302 >/dev/null 2>&1 & echo $! > {pidfile}; exit 0"
+    r = subprocess.run(gpumon_cmd + ["run", "--sim", "busy:1", "--keep-group", "--", "sh",
+                                     "-c", script],
+                       capture_output=True, text=True, env=clean_env, timeout=30)
+    pid = int(pidfile.read_text())
+    try:
+        assert r.returncode == 0 and _alive(pid), r.stderr
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_command_gets_sigterm_when_gpumon_is_killed(gpumon_cmd, clean_env, tmp_path):
+    pidfile = tmp_path / "pid"
+    p = subprocess.Popen(gpumon_cmd + ["run", "--sim", "busy:1", "--", "sh", "-c",
+                                       f"echo $$ > {pidfile}; exec sleep 303 >/dev/null 2>&1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env)
+    pid = None
+    try:
+        deadline = time.monotonic() + 20
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            assert time.monotonic() < deadline and p.poll() is None
+            time.sleep(0.05)
+        pid = int(pidfile.read_text())
+        p.kill()                                         # SIGKILL: gpumon can do nothing
+        p.wait()
+        assert _gone_within(pid, 5)
+    finally:
+        if pid is not None and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        p.kill()
+        p.communicate()
+
+
+def test_a_huge_line_is_read_in_bounded_parts():
+    """A command that prints one 8 MB line: gpumon holds it in parts of LINE_MAX characters,
+    never the whole line (a 300 MB line drove gpumon to 894 MB)."""
+    from gpumon.commands.run import LINE_MAX, Child
+    child = Child(["sh", "-c", "head -c 8000000 /dev/zero | tr '\\0' x; echo; "
+                   "printf 'a\\rb\\nlast'"], capture=True)
+    assert child.wait() == 0
+    for t in child.pumps:
+        t.join(timeout=20)
+    lines = child.take_lines()
+    assert max(map(len, lines)) <= LINE_MAX
+    assert lines[-2:] == ["b", "last"] and set("".join(lines[:-2])) == {"x"}

@@ -2,11 +2,19 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import threading
 
-from gpumon.errors import UserError
+from gpumon.interrupts import held_interrupts
+from gpumon.selection import select_gpus
+
+# Bounds of --interval, s. Below 50 ms a poll costs more than it tells: the driver keeps a
+# utilization sample every ~1/6 s, and every one is read whatever the interval; the loop
+# would only burn a core. Above an hour the verdicts (windows of seconds) mean nothing.
+MIN_INTERVAL_S = 0.05
+MAX_INTERVAL_S = 3600.0
 
 
 def positive_float(text: str) -> float:
@@ -14,8 +22,26 @@ def positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be above 0 and finite: {text!r}")
+    return value
+
+
+def poll_interval(text: str) -> float:
+    value = positive_float(text)
+    if not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"must be between {MIN_INTERVAL_S:g} and "
+                                         f"{MAX_INTERVAL_S:g} seconds: {text!r}")
+    return value
+
+
+def sim_seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
     return value
 
 
@@ -29,17 +55,20 @@ def gpu_list(text: str) -> list[str]:
 def add_sampling_options(p: argparse.ArgumentParser, *, sim: bool = True,
                          duration: bool = True) -> None:
     g = p.add_argument_group("sampling")
-    g.add_argument("--interval", type=positive_float, default=1.0, metavar="S",
-                   help="seconds between polls (default 1; every driver sample is kept anyway)")
+    g.add_argument("--interval", type=poll_interval, default=1.0, metavar="S",
+                   help=f"seconds between polls, {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} "
+                        "(default 1; every driver sample is kept anyway)")
     g.add_argument("--gpus", type=gpu_list, default=None, metavar="LIST",
-                   help="GPUs to watch, by NVML index or UUID, e.g. 0,2 (default: all)")
+                   help="GPUs to watch, by NVML index or UUID (or its start), e.g. 0,2 "
+                        "(default: all)")
     if duration:
         g.add_argument("--duration", type=positive_float, default=None, metavar="S",
                        help="stop after S seconds (default: until Ctrl-C)")
     if sim:
         g.add_argument("--sim", default=None, metavar="SCENARIO[:GPUS]",
                        help="simulated GPUs instead of NVML (see `gpumon sim list`)")
-        g.add_argument("--seed", type=int, default=0, help="seed of the simulation (default 0)")
+        g.add_argument("--seed", type=sim_seed, default=0,
+                       help="seed of the simulation, 0 or more (default 0)")
     p.add_argument("--no-color", action="store_true",
                    help="no colour (NO_COLOR in the environment does the same)")
 
@@ -51,7 +80,8 @@ def no_color(args) -> bool:
 def open_source(args):
     """The source the options ask for: simulated GPUs with --sim, else NVML + host."""
     if getattr(args, "sim", None):
-        from gpumon.sim import SimSource, parse_sim_spec
+        with held_interrupts():
+            from gpumon.sim import SimSource, parse_sim_spec
         name, gpus = parse_sim_spec(args.sim)
         # (On its own clock, one interval per read: the same seed, the same verdicts.)
         src = SimSource(name, gpus=gpus, seed=getattr(args, "seed", 0),
@@ -59,7 +89,8 @@ def open_source(args):
         if args.gpus:
             src = _SelectGpus(src, args.gpus)
         return src
-    from gpumon.node import NvmlNode
+    with held_interrupts():
+        from gpumon.node import NvmlNode
     return NvmlNode(args.gpus).open()
 
 
@@ -68,13 +99,7 @@ class _SelectGpus:
 
     def __init__(self, src, keys: list[str]):
         self.src, self.kind = src, src.kind
-        infos = src.gpu_infos()
-        have = {str(i.index) for i in infos} | {i.uuid for i in infos}
-        for k in keys:
-            if k not in have:
-                raise UserError(f"--gpus: no GPU '{k}' (simulated GPUs: "
-                                f"{', '.join(str(i.index) for i in infos)})", 2)
-        self.keep = {i.index for i in infos if str(i.index) in keys or i.uuid in keys}
+        self.keep = set(select_gpus(src.gpu_infos(), keys, "simulated GPUs"))
 
     def gpu_infos(self):
         return [i for i in self.src.gpu_infos() if i.index in self.keep]
@@ -94,18 +119,21 @@ class _SelectGpus:
 def make_detector():
     """The live detector (streaming, with hysteresis); None until gpumon.detect exists."""
     try:
-        from gpumon.detect import StreamingDetector
+        with held_interrupts():
+            from gpumon.detect import StreamingDetector
     except ImportError:
         return None
     return StreamingDetector()
 
 
 def stop_on_sigterm() -> None:
-    """SIGTERM ends the loop the same way Ctrl-C does: cleanly, with the log closed."""
+    """SIGTERM ends the loop the same way Ctrl-C does: cleanly, with the log closed. So does
+    SIGHUP (the terminal went away), unless it was ignored from the start: `nohup gpumon log
+    ... &` outlives the terminal."""
     def handler(signum, frame):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, handler)
-    if hasattr(signal, "SIGHUP"):
+    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
         signal.signal(signal.SIGHUP, handler)
 
 
@@ -119,6 +147,18 @@ def sigterm_event() -> threading.Event:
     def handler(signum, frame):
         stop.set()
     signal.signal(signal.SIGTERM, handler)
-    if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, handler)
+    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, handler)       # (kept ignored under nohup)
     return stop
+
+
+def reopen_on_sigusr1(sinks) -> None:
+    """SIGUSR1 reopens the CSV log at the next tick: after logrotate renamed it
+    (`postrotate ... kill -USR1`), rows go on in a new file of the same name."""
+    if not sinks or not hasattr(signal, "SIGUSR1"):
+        return
+
+    def handler(signum, frame):
+        for sink in sinks:
+            sink.request_reopen()
+    signal.signal(signal.SIGUSR1, handler)

@@ -6,7 +6,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from gpumon.commands.common import no_color
+from gpumon.commands.common import gpu_list, no_color
 
 ORDER_NOTE = ("NVML numbers GPUs by PCI bus id; CUDA numbers them fastest first unless "
               "CUDA_DEVICE_ORDER=PCI_BUS_ID is set, and CUDA_VISIBLE_DEVICES renumbers them "
@@ -15,17 +15,18 @@ ORDER_NOTE = ("NVML numbers GPUs by PCI bus id; CUDA numbers them fastest first 
 
 def register(sub) -> None:
     p = sub.add_parser("list", help="GPUs, driver versions and the metrics each supports")
-    p.add_argument("--gpus", default=None, metavar="LIST", help="GPUs to show (index or UUID)")
+    p.add_argument("--gpus", type=gpu_list, default=None, metavar="LIST",
+                   help="GPUs to show (index or UUID, or its start)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-color", action="store_true", help="no colour")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from gpumon.nvml import METRICS, NvmlSource
-    src = NvmlSource(args.gpus.split(",") if args.gpus else None)
+    from gpumon.node import open_selected
+    from gpumon.nvml import METRICS
+    src = open_selected(args.gpus)
     try:
-        src.open()
         versions = src.versions()
         src.probe()
         infos = src.gpu_infos()

@@ -5,7 +5,7 @@ import sys
 import time
 
 from gpumon.commands.common import (add_sampling_options, make_detector, open_source,
-                                    stop_on_sigterm)
+                                    reopen_on_sigusr1, stop_on_sigterm)
 from gpumon.csvlog import CsvSink
 from gpumon.monitor import Monitor
 
@@ -52,29 +52,47 @@ class _Notices:
 def run(args) -> int:
     stop_on_sigterm()
     source = open_source(args)
-    try:
-        infos = source.gpu_infos()
-        sink = CsvSink(args.output, force=args.force, append=args.append)
-    except BaseException:
-        source.close()
-        raise
-    monitor = Monitor(source, interval=args.interval, detector=make_detector(), sinks=[sink],
-                      duration=args.duration)
-    monitor.listeners.append(_Notices(args.quiet))
-    if not args.quiet:
-        label = "SIMULATED " if source.kind == "sim" else ""
-        print(f"gpumon: logging {len(infos)} {label}GPU(s) to {args.output} every "
-              f"{args.interval:g} s; Ctrl-C to stop", file=sys.stderr)
+    sink = monitor = None
     started = time.time()
     interrupted = False
     try:
+        infos = source.gpu_infos()
+        sink = CsvSink(args.output, force=args.force, append=args.append)
+        reopen_on_sigusr1([sink])
+        monitor = Monitor(source, interval=args.interval, detector=make_detector(),
+                          sinks=[sink], duration=args.duration)
+        monitor.listeners.append(_Notices(args.quiet))
+        if not args.quiet:
+            _say_start(args, source, len(infos), sink)
         monitor.run()
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        monitor.close()
+        _close(monitor, sink, source)
+    if interrupted and (monitor is None or not monitor.ticks):
+        where = f"; nothing logged to {args.output}" if sink is not None else ""
+        print(f"gpumon: interrupted before the first sample{where}", file=sys.stderr)
+        return 130
     if not args.quiet:
         how = "stopped" if interrupted else "done"
         print(f"gpumon: {how}: {sink.rows} rows in {time.time() - started:.1f} s written to "
               f"{args.output}", file=sys.stderr)
     return 0
+
+
+def _close(monitor, sink, source) -> None:
+    if monitor is not None:
+        monitor.close()                 # its sinks and its source
+        return
+    if sink is not None:
+        sink.close()
+    source.close()
+
+
+def _say_start(args, source, gpus: int, sink: CsvSink) -> None:
+    if sink.cut:
+        print(f"gpumon: {args.output} ended in a partial row ({sink.cut} bytes, a write cut "
+              "short); cut it off before appending", file=sys.stderr)
+    label = "SIMULATED " if source.kind == "sim" else ""
+    print(f"gpumon: logging {gpus} {label}GPU(s) to {args.output} every {args.interval:g} s; "
+          "Ctrl-C to stop", file=sys.stderr)

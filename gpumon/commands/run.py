@@ -11,6 +11,8 @@ judged, and the scenario says what they do.
 from __future__ import annotations
 
 import argparse
+import codecs
+import ctypes
 import os
 import shlex
 import signal
@@ -38,6 +40,16 @@ KILL_AFTER_INTERRUPTS = 3
 OUTPUT_ROWS = 8
 # Longest command text in the summary, characters.
 COMMAND_TEXT = 60
+# CMD's output is read in chunks of this many bytes, and a line longer than LINE_MAX
+# characters is passed on in parts of that length: a command that prints a 300 MB line
+# (a dumped tensor) costs gpumon a few MB, not the line twice over.
+READ_CHUNK = 64 * 1024
+LINE_MAX = 4096
+# Seconds that what CMD leaves in its process group gets after SIGTERM to end before SIGKILL
+# (time to flush and clean up, as `timeout --kill-after`).
+KILL_GROUP_AFTER_S = 5.0
+# prctl(2): the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 
 
 def register(sub) -> None:
@@ -45,9 +57,15 @@ def register(sub) -> None:
                        description="Starts CMD, shows the live screen (plain lines when not on "
                        "a terminal) with CMD's process tree attributed to its GPUs, forwards "
                        "Ctrl-C/SIGTERM to CMD, and when CMD ends prints the diagnosis of the "
-                       "run. Exits with CMD's exit code (128+N when a signal N killed it).")
+                       "run. Exits with CMD's exit code (128+N when a signal N killed it). "
+                       "What CMD leaves running in its process group when it ends is ended "
+                       "too (--keep-group: not); if gpumon itself is killed, CMD gets SIGTERM.")
     add_sampling_options(p, duration=False)
     add_screen_options(p)
+    p.add_argument("--keep-group", action="store_true",
+                   help="leave running what CMD leaves behind in its process group when it "
+                        "ends (default: SIGTERM to them, SIGKILL after "
+                        f"{KILL_GROUP_AFTER_S:g} s)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command to run (after --)")
     p.set_defaults(func=run)
@@ -58,10 +76,52 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-class Child:
-    """CMD in its own process group: signals reach it only through gpumon, which forwards them."""
+def _death_signal():
+    """A function for the child, between fork and exec, that asks Linux to send CMD SIGTERM
+    when gpumon dies, even by SIGKILL (prctl PR_SET_PDEATHSIG); None where there is no prctl.
+    The kernel sends it when the thread that started CMD ends: gpumon's main thread."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl     # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
 
-    def __init__(self, cmd: list[str], capture: bool):
+    def setup() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:       # gpumon died before prctl: CMD never starts
+            os.kill(os.getpid(), signal.SIGKILL)
+    return setup
+
+
+def group_members(pgid: int) -> Optional[list[int]]:
+    """The live processes (zombies left out) of process group ``pgid``, from /proc; None
+    where /proc cannot tell."""
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return None
+    out = []
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue                     # ended meanwhile
+        fields = stat[stat.rfind(b")") + 2:].split()     # state, ppid, pgrp, ...
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            out.append(int(name))
+    return out
+
+
+class Child:
+    """CMD in its own process group: signals reach it only through gpumon, which forwards them.
+
+    When CMD ends, what it left in its group (`sh -c 'server & exit'`, a rank's orphans) gets
+    SIGTERM, then SIGKILL after KILL_GROUP_AFTER_S, unless ``keep_group``."""
+
+    def __init__(self, cmd: list[str], capture: bool, keep_group: bool = False):
         env = dict(os.environ)
         stdin = None
         if capture:
@@ -71,7 +131,7 @@ class Child:
                 stdin = subprocess.DEVNULL   # a background process group reading the tty stops
         except (ValueError, OSError):
             pass
-        kw = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+        kw = _group_and_death_signal()
         try:
             self.proc = subprocess.Popen(
                 cmd, stdin=stdin, env=env,
@@ -80,6 +140,8 @@ class Child:
         except OSError as exc:
             raise UserError(f"cannot start {cmd[0]}: {exc.strerror or exc}", CANNOT_START) \
                 from None
+        self.keep_group = keep_group
+        self.left: list[int] = []               # what CMD left in its group, ended by gpumon
         self.interrupts = 0
         self.lines: deque[str] = deque(maxlen=1000)
         self.on_output = None                   # called (from a pump thread) after new lines
@@ -97,14 +159,33 @@ class Child:
         return self.proc.pid
 
     def _pump(self, stream) -> None:
-        """CMD's output, line by line; a progress bar's carriage returns keep the last part."""
-        for raw in iter(stream.readline, b""):
-            text = raw.decode(errors="replace").rstrip("\n").rsplit("\r", 1)[-1]
-            with self._lock:
-                self.lines.append(text)
-            if self.on_output is not None:
-                self.on_output()
+        """CMD's output, line by line, read in chunks (see _parts); a line not ended yet is
+        held up to LINE_MAX characters."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        partial = ""
+        while True:
+            chunk = stream.read1(READ_CHUNK)
+            *ended, partial = (partial + decoder.decode(chunk, final=not chunk)).split("\n")
+            if not chunk and partial:       # the end: an unfinished last line is a line
+                ended.append(partial)
+                partial = ""
+            lines = [part for line in ended for part in _parts(line)]
+            partial = partial[partial.rfind("\r") + 1:]
+            whole = max(0, len(partial) - 1) // LINE_MAX * LINE_MAX
+            if whole:                       # the parts of a long line that are complete
+                lines += _parts(partial[:whole])
+                partial = partial[whole:]
+            if lines:
+                self._add(lines)
+            if not chunk:
+                break
         stream.close()
+
+    def _add(self, lines: list[str]) -> None:
+        with self._lock:
+            self.lines.extend(lines)
+        if self.on_output is not None:
+            self.on_output()
 
     def take_lines(self) -> list[str]:
         with self._lock:
@@ -134,9 +215,61 @@ class Child:
                 break
             except KeyboardInterrupt:
                 self.forward(signal.SIGINT)
+        if not self.keep_group:
+            self.end_group()
         for t in self.pumps:
-            t.join(timeout=1.0)      # a grandchild may hold the pipe open: don't hang on it
+            t.join(timeout=1.0)      # a process outside the group may hold the pipe open
         return rc
+
+    def end_group(self) -> None:
+        """SIGTERM to what CMD left in its process group, SIGKILL to what is left of it after
+        KILL_GROUP_AFTER_S (or at once on Ctrl-C)."""
+        left = group_members(self.pid)
+        if left == [] or not _signal_group(self.pid, signal.SIGTERM):
+            return
+        self.left = left or []
+        deadline = time.monotonic() + KILL_GROUP_AFTER_S
+        try:
+            while time.monotonic() < deadline:
+                if not _group_alive(self.pid):
+                    return
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            pass
+        _signal_group(self.pid, signal.SIGKILL)
+
+
+def _parts(line: str) -> list[str]:
+    """A line of CMD's as shown: what follows its last carriage return (a progress bar's
+    latest state), in parts of at most LINE_MAX characters."""
+    line = line[line.rfind("\r") + 1:]
+    return [line[i:i + LINE_MAX] for i in range(0, len(line), LINE_MAX)] or [""]
+
+
+def _group_and_death_signal() -> dict:
+    """Popen's keywords for CMD: its own process group, and SIGTERM when gpumon dies."""
+    setup = _death_signal()
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0, "preexec_fn": setup}
+
+    def preexec() -> None:
+        os.setpgrp()
+        if setup is not None:
+            setup()
+    return {"preexec_fn": preexec}
+
+
+def _group_alive(pgid: int) -> bool:
+    members = group_members(pgid)
+    return bool(members) if members is not None else _signal_group(pgid, 0)
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    try:
+        os.killpg(pgid, signum)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 class ScopeNotes:
@@ -194,7 +327,7 @@ def run(args) -> int:
     # Fail on a missing driver or a bad --gpus before CMD starts, not after.
     open_source(args).close()
     plain = is_plain(args)
-    child = Child(cmd, capture=not plain)
+    child = Child(cmd, capture=not plain, keep_group=args.keep_group)
     try:
         source = open_source(args)
     except BaseException:
@@ -249,6 +382,9 @@ def run(args) -> int:
         text = text[:COMMAND_TEXT - 3] + "..."
     how = (f"exited with code {rc}" if rc >= 0 else
            f"was killed by {signal.Signals(-rc).name} (exit code {exit_code(rc)})")
+    if child.left:
+        print(f"gpumon: `{os.path.basename(cmd[0])}` left {len(child.left)} process(es) in its "
+              "process group; ended them (--keep-group leaves them running)", file=sys.stderr)
     if dash is not None:
         print_summary(run_summary(dash, scope, judged, elapsed, f"`{text}`")
                       + f" The command {how}.")

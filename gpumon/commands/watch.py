@@ -6,7 +6,7 @@ import time
 from typing import Callable, Optional
 
 from gpumon.commands.common import (add_sampling_options, make_detector, no_color, open_source,
-                                    positive_float)
+                                    positive_float, reopen_on_sigusr1)
 from gpumon.errors import UserError
 from gpumon.monitor import Monitor
 from gpumon.ui.live import Loop, is_terminal, make_console, run_plain, run_screen
@@ -28,7 +28,10 @@ def add_screen_options(p) -> None:
                         "stdout is not one)")
     g.add_argument("--log", metavar="FILE", default=None,
                    help="also write the CSV log (as `gpumon log`) to FILE")
-    g.add_argument("--force", action="store_true", help="overwrite the --log FILE if it exists")
+    mode = g.add_mutually_exclusive_group()
+    mode.add_argument("--force", action="store_true",
+                      help="overwrite the --log FILE if it exists")
+    mode.add_argument("--append", action="store_true", help="continue the --log FILE")
 
 
 def register(sub) -> None:
@@ -51,7 +54,10 @@ def open_sink(args):
     if not getattr(args, "log", None):
         return []
     from gpumon.csvlog import CsvSink
-    return [CsvSink(args.log, force=getattr(args, "force", False))]
+    sinks = [CsvSink(args.log, force=getattr(args, "force", False),
+                     append=getattr(args, "append", False))]
+    reopen_on_sigusr1(sinks)
+    return sinks
 
 
 def label_of(args, source) -> str:

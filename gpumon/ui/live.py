@@ -91,7 +91,8 @@ def _keys(fd: Optional[int]):
 class Loop:
     """Runs the Monitor in its thread and draws until it ends, a key or a signal stops it.
 
-    ``on_signal(signum)`` decides what SIGINT/SIGTERM/SIGHUP do: by default they stop;
+    ``on_signal(signum)`` decides what SIGINT/SIGTERM/SIGHUP do (a SIGHUP ignored from the
+    start, `nohup`, stays ignored): by default they stop;
     `gpumon run` forwards them to its command instead and keeps watching until it ends.
     ``until()`` is polled after every wake-up (a replay at its end, a command that exited).
     """
@@ -120,8 +121,9 @@ class Loop:
 
     @contextmanager
     def _handlers(self):
-        names = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP")
-                                                   else [])
+        names = [signal.SIGINT, signal.SIGTERM]
+        if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+            names.append(signal.SIGHUP)       # (ignored from the start, as by nohup: it stays)
         if hasattr(signal, "SIGWINCH"):
             names.append(signal.SIGWINCH)
         if threading.current_thread() is not threading.main_thread():
