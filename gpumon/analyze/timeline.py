@@ -238,7 +238,7 @@ def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> 
                       s, r["sticky"])
     # Segments: runs of one held verdict. Live, a verdict changes once it has won for
     # hold_s; a log knows when the new one first appeared: date each change from there.
-    bounds = [0] + _first_seen(held, keys, v) + [nb]
+    bounds = [0] + _first_seen(held, keys, v, c, s) + [nb]
     spans = list(zip(bounds[:-1], bounds[1:]))
     # Evidence from windows L bins into each segment (a window's evidence lags its end).
     L = min(int(round(th.hold_s / th.bin_s)), nb - 1)
@@ -284,16 +284,22 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
     return v, c, s, r, (pause, excl, why)
 
 
-def _first_seen(held: np.ndarray, keys: list, v: np.ndarray) -> list:
-    """The bins at which the held verdict changes, each moved back to where the new verdict
-    first appeared in the raw ones (the run of raw verdicts that won the hold)."""
+def _first_seen(held: np.ndarray, keys: list, v: np.ndarray, c: np.ndarray,
+                s: np.ndarray) -> list:
+    """The bins at which the held verdict changes, each moved back to where the new one
+    first appeared in the raw ones: the run of raw verdicts that won the hold (of the new
+    verdict; where only its cause or straggler changed, of the new key)."""
     out = []
     prev = 0
     for i in (np.flatnonzero(held[1:] != held[:-1]) + 1).tolist():
-        want = keys[held[i]][0]
+        new, old = keys[held[i]], keys[held[i - 1]]
         j = i
-        while j - 1 > prev and v[j - 1] == want:
-            j -= 1
+        if new[0] != old[0]:
+            while j - 1 > prev and v[j - 1] == new[0]:
+                j -= 1
+        else:
+            while j - 1 > prev and (v[j - 1], c[j - 1], s[j - 1]) == new:
+                j -= 1
         out.append(j)
         prev = j
     return out

@@ -165,13 +165,18 @@ class PauseTracker:
         elif self._starts(stop, alone, hv):
             self._start(hv, alone)
             return True
+        self._outside(n, u, stop, all_on, hv)
+        return False
+
+    def _outside(self, n: float, u: float, stop: bool, all_on: bool, hv: _Host) -> None:
+        """One more second outside a pause: the history a pause is judged against."""
+        duty = u / n
         # (A second with a GPU not at work is no steady work for a pause to follow.)
         self.hist.append((n, u, stop or not all_on))
         self.last = (self.i, duty)
         self._steady(not stop and duty >= self.th.duty_starved)
         if hv.known and duty >= self.th.duty_starved:
             self.workers = hv.workers              # the loader of steady work
-        return False
 
     def _no_data(self) -> bool:
         if self.in_pause:
