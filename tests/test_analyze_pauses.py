@@ -343,3 +343,27 @@ def test_spinning_ranks_are_not_work_that_ends_a_stall(tmp_path):
     assert _verdicts(tl, 46, 96) == {"sync_stall"}, segs
     assert {d.straggler_gpu for d in tl.segments if d.verdict == "sync_stall"} == {3}, segs
     assert len(tl.segments) < 10, segs
+
+
+def _save_every_13s(rank0: float) -> list[list[float]]:
+    """A 2-GPU job logged at 1 s: 10 s of work then a 3 s stop, six times (the real titanx
+    125M log's rhythm: torch.save every 50 steps). In the stop GPU 0 reads ``rank0``
+    (the rank copying its state off the GPU) and GPU 1 nothing."""
+    out = [[97, 97]] * 25
+    for _ in range(6):
+        out += [[rank0, 0]] * 3 + [[96, 97]] * 10
+    return out
+
+
+def test_a_rank_alone_at_a_trickle_is_a_checkpoint_not_starvation(tmp_path):
+    """The stops come every 13 s, too often for 'after 20 s of steady work'; what tells a
+    checkpoint is rank 0 working alone at a trickle while the other rank runs nothing: a
+    synchronous job waiting for input cannot do that. With both GPUs at 0 in the stops the
+    same rhythm is a starved loader's (workers delivering in lockstep): the test can fail."""
+    _, tl = analyze_file(_smi(tmp_path, _save_every_13s(7)))
+    paused = [d for d in tl.segments if d.verdict == "paused"]
+    assert _verdicts(tl, 5, 100) <= {"busy", "paused"}, [(d.verdict, d.start - tl.start)
+                                                         for d in tl.segments]
+    assert len(paused) >= 5 and {d.cause for d in paused} == {"checkpoint"}
+    _, tl = analyze_file(_smi(tmp_path, _save_every_13s(0), "zero.csv"))
+    assert "data_starvation" in _verdicts(tl, 5, 100)
