@@ -132,6 +132,7 @@ class PauseTracker:
         # stop began inside it (it is part of the pause: its duty is not the job's work)
         self.last = (-2, 1.0)     # (bin, duty) of the last bin with data outside a pause
         self.full = False         # the last bin had every GPU at full work
+        self.alone = False        # the last bin had one rank alone at a trickle
         self.workers: Optional[float] = None   # loader workers during steady work
         self.cooldown = 0
         self.steady = 0           # bins of steady work in a row, outside pauses
@@ -150,6 +151,9 @@ class PauseTracker:
         self.unmark = self.lead_in = range(0)
         hv = _Host(host, self)
         back, self.full = self.full and full, full and has
+        # A rank alone at a trickle for two seconds in a row: one second of it is also what a
+        # starved rank shows when its batch arrives at the end of the second.
+        alone, self.alone = alone and self.alone, alone and has
         if not has:
             return self._no_data()
         stop = idle or alone or (lone_idle and hv.writing)
@@ -293,7 +297,7 @@ class PauseTracker:
         self.i += k
         self.cooldown -= k
         self.unmark = self.lead_in = range(0)
-        self.full = False
+        self.full = self.alone = False
         self.last = (self.i, us[-1] / ns[-1])
         self.recent.extend(u / n for n, u in zip(ns[-self.resume:], us[-self.resume:]))
         self.hist.extend((n, u, False) for n, u in zip(ns[-self.ctx:], us[-self.ctx:]))
@@ -337,7 +341,7 @@ class PauseTracker:
         workers come up one by one, are a pause until work runs steady, as after an epoch
         boundary, unless the ranks then run at a starved rhythm."""
         self.in_pause, self.starting, self.length, self.resumed = True, True, 0, False
-        self.full = False
+        self.full = self.alone = False
         self.reason = "startup"
         self.bar = self.th.duty_starved
         self.start = self.i + 1
@@ -469,7 +473,9 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
             tr.begin()
         out[i] = excl[i] = tr.step(sec.at(i), host[i] if host is not None else None)
         if out[i]:
-            why[i] = CAUSES.index(tr.reason)
+            # (A log knows the whole pause: what it turned out to be names all its seconds.)
+            why[max(tr.start, 0):i + 1] = np.where(out[max(tr.start, 0):i + 1],
+                                                   CAUSES.index(tr.reason), -1)
         if tr.unmark:
             excl[tr.unmark.start:tr.unmark.stop] = False
         if tr.lead_in:
