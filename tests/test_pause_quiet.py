@@ -52,6 +52,12 @@ def _job(seed, T=900, G=4, with_host=False):
                          bool(rng.random() < 0.2), bool(rng.random() < 0.05),
                          bool(rng.random() > 0.01), float(rng.uniform(0, 30)) if known
                          else math.nan, bool(rng.random() < 0.05)))
+    if with_host:          # the job gone for a while (memory released), GPUs idle
+        a = int(rng.integers(100, T - 100))
+        duty[:, a:a + 60] = 0.0
+        u[a:a + 60] = 0.0
+        for i in range(a, a + 60):
+            host[i] = host[i][:3] + (False,) + host[i][4:]
     starts = np.zeros(T, bool)
     starts[rng.integers(T, size=3)] = True
     return duty, n, u, host, starts

@@ -55,6 +55,7 @@ class Seconds:
             self.has = known.any(axis=0) & (n > 0)
             # (Seen on every GPU: a second in which some GPUs sent no sample is no stop.)
             self.idle = (stopped.sum(axis=0) == len(d)) & (nk == len(d))
+            self.dead = (nlow == len(d)) & (nk == len(d))     # every GPU below idle_duty
             self.alone = (nk > 1) & (nlow == nk - 1) & (trickle.sum(axis=0) == 1)
             self.lone_idle = (nk > 1) & (stopped.sum(axis=0) == 1) & (on.sum(axis=0) == nk - 1)
             self.all_on = (on | ~known).all(axis=0)
@@ -316,6 +317,26 @@ class PauseTracker:
         if max(runs) >= self.ctx:
             self.cooldown = min(self.cooldown, 0)
 
+    def gone(self, ns: list, us: list, has: list) -> None:
+        """step() over bins outside a pause in which the job does not hold its GPUs (host
+        counters say so) and every GPU is below idle_duty or sent nothing: no pause can
+        start there; the history records stops. The same state as stepping each."""
+        k = len(ns)
+        if not k:
+            return
+        assert not self.in_pause
+        self.i += k
+        self.cooldown -= k
+        self.unmark = self.lead_in = range(0)
+        self.full = self.alone = False
+        data = [j for j in range(k) if has[j]]
+        if data:
+            last = data[-1]
+            self.last = (self.i - (k - 1 - last), us[last] / ns[last])
+            self.hist.extend((ns[j], us[j], True) for j in data[-self.ctx:])
+            self.recent.extend(0.0 for _ in data[-self.resume:])
+            self.steady = 0
+
     def _steady(self, ok: bool) -> None:
         """One more bin outside a pause, at steady work or not: context_s of steady work in a
         row lifts the cooldown of a "pause" found to be starvation (a choppy restart after an
@@ -461,13 +482,18 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     # PauseTracker.quiet) are fed at once: the end of each run (exclusive), per bin.
     quiet_end = _quiet_runs(sec.has.tolist(), (sec.idle | sec.alone | ~sec.all_on).tolist(),
                             host, begin, T)
-    nl, ul = n.tolist(), u.tolist()
+    gone_end = _gone_runs(sec, host, begin, T)
+    nl, ul, hl = n.tolist(), u.tolist(), sec.has.tolist()
     i = 0
     while i < T:
-        j = quiet_end[i]
+        j, g = quiet_end[i], gone_end[i]
         if j > i and not tr.in_pause:
             tr.quiet(nl[i:j], ul[i:j])
             i = j
+            continue
+        if g > i and not tr.in_pause:
+            tr.gone(nl[i:g], ul[i:g], hl[i:g])
+            i = g
             continue
         if i in begin:
             tr.begin()
@@ -484,6 +510,25 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     return out, excl, why
 
 
+def _gone_runs(sec: Seconds, host: Optional[list], begin: set, T: int) -> list:
+    """Per bin, the end (exclusive) of the run of bins it starts (itself when not one) in
+    which the job does not hold its GPUs and every GPU is below idle_duty or sent nothing
+    (see PauseTracker.gone); none without host views."""
+    if host is None:
+        return list(range(T))
+    pres = np.fromiter((x[3] for x in host), bool, T)
+    q = ~pres & (sec.dead | ~sec.has)
+    if begin:
+        q[list(begin)] = False
+    return _run_ends(q, T)
+
+
+def _run_ends(q: np.ndarray, T: int) -> list:
+    """Per bin, the first bin at or after it where ``q`` is False (T if none)."""
+    idx = np.where(q, T, np.arange(T))
+    return np.minimum.accumulate(idx[::-1])[::-1].tolist()
+
+
 def _quiet_runs(has: list, unsteady: list, host: Optional[list], begin: set,
                 T: int) -> list:
     """Per bin, the end (exclusive) of the run of quiet bins it starts (itself when it is
@@ -497,7 +542,4 @@ def _quiet_runs(has: list, unsteady: list, host: Optional[list], begin: set,
         q &= np.isnan(w) & pres & ~wr
     if begin:
         q[list(begin)] = False
-    # The next non-quiet bin at or after each bin.
-    idx = np.where(q, T, np.arange(T))
-    end = np.minimum.accumulate(idx[::-1])[::-1]
-    return end.tolist()
+    return _run_ends(q, T)
