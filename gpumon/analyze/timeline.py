@@ -230,7 +230,7 @@ def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> 
     the evidence of a few of its windows."""
     nb = st.nb
     rows = [st.rows[x] for x in gpus]
-    v, c, s, r, (pause, excl, why) = _raw_verdicts(st, rows, shared, th)
+    v, c, s, r, (pause, excl, why, over) = _raw_verdicts(st, rows, shared, th)
     times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
     # (Without Hysteresis.step's ``quick``: below, a log dates every change from the
     # window in which the new verdict first appeared anyway.)
@@ -256,7 +256,8 @@ def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> 
         a2, b2 = min(a + L, nb - 1), min(b + L, nb)
         same = (v[a2:b2] == vcode) & (c[a2:b2] == ccode) & (s[a2:b2] == scode)
         conf = r["confidence"][a2:b2][same].tolist()
-        out.append(_merge(ds, key, gpus, st.bin_time(a), min(st.bin_time(b), end), conf))
+        out.append(_merge(ds, key, gpus, st.bin_time(a), min(st.bin_time(b), end), conf,
+                          bool(over[a:b2].any())))
     return out
 
 
@@ -281,7 +282,7 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
     over |= (v == _STALL) & (c == _RANK_HOST) & back
     if over.any():
         v, c, s = np.where(over, _BUSY, v), np.where(over, -1, c), np.where(over, -1, s)
-    return v, c, s, r, (pause, excl, why)
+    return v, c, s, r, (pause, excl, why, over)
 
 
 def _first_seen(held: np.ndarray, keys: list, v: np.ndarray, c: np.ndarray,
@@ -397,7 +398,7 @@ def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.
 
 
 def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
-           conf: list[float]) -> Diagnosis:
+           conf: list[float], relabelled: bool = False) -> Diagnosis:
     from gpumon.detect.advice import advice
     from gpumon.detect.rules import CAUSE_NAMES
     v, c, s = key
@@ -415,13 +416,19 @@ def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
     # The rule and reason: those of the segment's middle window that gave its verdict (the
     # segment's first windows may still show the verdict it changed from).
     same = [d for d in ds if d.verdict == verdict and d.cause == cause]
+    d = ds[len(ds) // 2]
     if same:
         rule, why = same[len(same) // 2].rule, same[len(same) // 2].because
-    else:   # analyze's hindsight relabelled these seconds (analyze/pauses.recovered)
-        d = ds[len(ds) // 2]
+    elif relabelled:   # analyze's hindsight relabelled these seconds (analyze/pauses.py)
         rule, why = "hindsight", (f"its windows read {d.verdict} (rule {d.rule}), but the "
                                   "log shows steady work outlasting the stop after it: a "
                                   "one-off, over")
+    elif verdict == INSUFFICIENT_DATA:
+        rule, why = "too_few_samples", "too few samples in these seconds to judge them"
+    else:              # the hold kept the verdict before while another had not yet won
+        rule, why = "hold", (f"kept from the seconds before: its windows' {d.verdict} "
+                             f"(rule {d.rule}) did not last the {DEFAULT.hold_s:.0f} s a "
+                             "change needs")
     return Diagnosis(verdict=verdict, gpus=tuple(gpus), cause=cause, straggler_gpu=strag,
                      confidence=round(min(0.99, base), 3), evidence=ev,
                      advice=advice(verdict, cause, strag), start=start, end=end,
