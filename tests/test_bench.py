@@ -183,7 +183,7 @@ def test_false_verdicts_after_a_healthy_job_waited_for_data_are_counted_apart():
     t = [100.0 + i for i in range(60)]
     res = {"name": "busy", "n": 2, "seed": 1, "step_s": 0.5, "backend": "nccl",
            "change": 100.0, "onset": 100.0, "t": t,
-           "truth": [("busy", None, False, True)] * 60,
+           "truth": [("busy", None, False, True, False)] * 60,
            "waits": [130.0],
            "a": [("data_starvation", None) if i in (20, 31, 45, 55) else ("busy", None)
                  for i in range(60)]}
@@ -192,6 +192,28 @@ def test_false_verdicts_after_a_healthy_job_waited_for_data_are_counted_apart():
     assert sum(sc.neg_bad.values()) == 4
     # 131 and 145 follow the wait at 130 within 20 s; 120 comes before it, 155 too late.
     assert WAIT_LOOKBACK_S == 20.0 and sc.neg_after_wait == 2
+
+
+def test_truth_is_labelled_by_what_the_gpus_waited_for():
+    """One rank waiting for its input while every other waits for it in the collective is
+    that rank's wait (named); several ranks waiting for input is the job's. In path (b) a
+    gloo job's second dominated by its idle all-reduce is ambiguous without host counters:
+    counted apart, not scored."""
+    from types import SimpleNamespace as NS
+    from bench.detect import Score, _lone_data_wait
+    waits = {0: {"waiting_data": 0.7}, 1: {"waiting_sync": 0.8}, 2: {"waiting_sync": 0.6}}
+    assert _lone_data_wait(NS(states=waits)) == 0
+    waits[1] = {"waiting_data": 0.6}
+    assert _lone_data_wait(NS(states=waits)) is None
+    t = [100.0 + i for i in range(20)]
+    res = {"name": "sync_stall", "n": 2, "seed": 1, "step_s": 0.5, "backend": "gloo",
+           "change": 100.0, "onset": 100.0, "t": t,
+           "truth": [("sync_stall", 1, False, False, i >= 10) for i in range(20)],
+           "b": [("data_starvation", None)] * 20}
+    sc = Score()
+    sc.add(res, "b")
+    assert sum(sc.ambiguous.values()) == 10
+    assert sum(sc.cm.values()) == 4     # 106-109 s (t <= change + SKIP_S is never scored)
 
 
 def test_nvidia_smi_logs_read_utilization_both_ways_for_every_gpu_count():
