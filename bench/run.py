@@ -9,7 +9,10 @@ spawned stand-in job of 8 mains x 7 loader workers:
   3. `gpumon analyze` on a day-long 8-GPU nvidia-smi log beside pandas.read_csv;
   4. the detector table of `make bench-detect` (bench/results/detect.md), when present;
   5. where a CPU target is missed, a py-spy profile of the miss;
-  6. a fuzz run of `gpumon analyze` over 1,000 mutated logs (bench/fuzz_logs.py).
+  6. peak RSS of `gpumon log` and `gpumon watch` over a simulated hour at 0.1 s and 1 s,
+     8 GPUs, faster than real time (bench/memory.py);
+  7. `gpumon export` under 1,100 idle connections (bench/exporter_load.py);
+  8. a fuzz run of `gpumon analyze` over 1,000 mutated logs (bench/fuzz_logs.py).
 Writes bench/results/latest.md and prints it.
 """
 from __future__ import annotations
@@ -25,7 +28,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from bench import analysis, fuzz_logs, overhead, profile, report
+from bench import analysis, exporter_load, fuzz_logs, memory, overhead, profile, report
 from bench.overhead import Measurement, Subject
 from bench.proctree import ProcTree
 
@@ -37,7 +40,8 @@ RESULTS = os.path.join(ROOT, "bench", "results")
 # The issue's targets (issue 9), each with its unit.
 LOG_DEFAULT_MAX_PCT = 0.3       # % of one core, `gpumon log` at the default interval, 8 GPUs
 LOG_FAST_MAX_PCT = 1.5          # % of one core, `gpumon log --interval 0.1`, 8 GPUs
-RSS_MAX_MIB = 80.0              # peak RSS of `log` and `watch`
+RSS_MAX_MIB = 80.0              # peak RSS of `log` and `watch`, for any duration
+RSS_GROWTH_MAX_MIB = 5.0        # ... and no more growth than this once settled (flat)
 FRAME_MAX_MS = 10.0             # one dashboard frame, 8 GPUs
 ANALYZE_MAX_RATIO = 1.5         # `gpumon analyze` time / pandas.read_csv time, same file
 ANALYZE_MAX_RSS_MIB = 1024.0    # peak RSS of `gpumon analyze` on the day-long log
@@ -202,6 +206,23 @@ def ratios(ms: Sequence[Measurement]) -> list[report.Ratio]:
     return out
 
 
+def memory_target(rows) -> report.Target:
+    """Peak RSS over the simulated run at most RSS_MAX_MIB, and flat once settled."""
+    hours = rows[0]["seconds"] / 3600.0 if rows else 1.0
+    what = (f"peak RSS of `log` and `watch` over a simulated {hours:g} h (0.1 s and 1 s, "
+            "8 GPUs)")
+    limit = f"<= {RSS_MAX_MIB:g} MiB, growth once settled <= {RSS_GROWTH_MAX_MIB:g} MiB"
+    w = memory.worst(rows)
+    if w is None:
+        return report.Target(what, limit, "n/a", None)
+    grown = max(r["growth_mib"] or 0.0 for r in rows if not r.get("error"))
+    ok = (w["peak_mib"] <= RSS_MAX_MIB and grown <= RSS_GROWTH_MAX_MIB
+          and not any(r.get("error") for r in rows))
+    return report.Target(what, limit, f"{w['peak_mib']:.0f} MiB (largest: {w['command']} "
+                         f"--interval {w['interval']:g}); growth once settled at most "
+                         f"{grown:+.1f} MiB", ok)
+
+
 def targets(ms, frames, ours_an, pandas_an) -> list[report.Target]:
     t = []
 
@@ -248,7 +269,7 @@ def targets(ms, frames, ours_an, pandas_an) -> list[report.Target]:
     return t
 
 
-def readme_block(ms, frames, ours_an, pandas_an, meta) -> list[str]:
+def readme_block(ms, frames, ours_an, pandas_an, meta, mem=()) -> list[str]:
     """A compact table for the README."""
     rows = []
     for name, setting, g in (("gpumon log", "default (1 s)", 8), ("gpumon log", "--interval 0.1", 8),
@@ -272,6 +293,12 @@ def readme_block(ms, frames, ours_an, pandas_an, meta) -> list[str]:
         extra.append(f"`gpumon analyze` of a day-long 8-GPU log (691,200 rows) "
                      f"{ours_an.best:.1f} s ({691_200 / ours_an.best:,.0f} rows/s, "
                      f"{max(ours_an.rss_mib):.0f} MiB) vs pandas.read_csv {pandas_an.best:.2f} s")
+    w = memory.worst(mem)
+    if w:
+        hours = w["seconds"] / 3600.0
+        extra.append(f"peak RSS over a simulated {hours:g} h (8 GPUs, 0.1 s and 1 s): "
+                     + ", ".join(f"`{r['command']}` {r['interval']:g} s {r['peak_mib']:.0f} MiB"
+                                 for r in mem if not r.get("error")))
     if extra:
         out += ["", "; ".join(extra) + "."]
     return out
@@ -297,6 +324,10 @@ def main(argv=None) -> int:
                     "imports); prints, writes no report")
     ap.add_argument("--no-profile", action="store_true", help="no py-spy profile of misses")
     ap.add_argument("--frames", type=int, default=200)
+    ap.add_argument("--memory-hours", type=float, default=1.0,
+                    help="simulated hours of `log` and `watch` for peak RSS (default 1; 0: none)")
+    ap.add_argument("--no-exporter-load", action="store_true",
+                    help="skip `gpumon export` under 1,100 idle connections")
     ap.add_argument("--fuzz-count", type=int, default=1000,
                     help="mutated logs through `gpumon analyze` (default 1000; 0: none)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "latest.md"))
@@ -370,6 +401,19 @@ def main(argv=None) -> int:
                     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
                         profiles.append(f"### `{name}` {setting}: no profile ({exc})")
 
+    mem: list[dict] = []
+    if args.memory_hours > 0:
+        mem = memory.run(hours=args.memory_hours, python=py,
+                         log=lambda m: print(m, flush=True))
+        tgs.append(memory_target(mem))
+    load_text = None
+    if not args.no_exporter_load:
+        print("  exporter under 1,100 idle connections", flush=True)
+        try:
+            load_text = exporter_load.format_result(exporter_load.run(conns=1100, load_s=10.0))
+        except Exception as exc:      # a failed measurement is reported, not fatal
+            load_text = f"failed: {type(exc).__name__}: {exc}"
+        print("\n".join("    " + ln for ln in load_text.splitlines()), flush=True)
     fuzz = fuzz_logs.fuzz(count=args.fuzz_count, log=lambda m: print(m, flush=True)) \
         if args.fuzz_count > 0 else None
     if fuzz:
@@ -439,6 +483,10 @@ def main(argv=None) -> int:
                              f"{day_rows / t.best:,.0f}", f"{max(t.rss_mib):.0f}"])
         lines += report.table(["", "seconds per run (timed part)", "whole command, s",
                                "rows/s (best)", "peak RSS MiB"], rows)
+    lines += ["", "## Memory over a simulated hour (`python -m bench.memory`)", ""]
+    lines += memory.format_result(mem) if mem else ["Not run (--memory-hours 0)."]
+    lines += ["", "## Exporter under load (`python -m bench.exporter_load`)", ""]
+    lines += ["```", load_text, "```"] if load_text else ["Not run (--no-exporter-load)."]
     lines += ["", "## Log fuzzing (`python -m bench.fuzz_logs`)", ""]
     lines += fuzz_logs.report_lines(fuzz) if fuzz else ["Not run (--fuzz-count 0)."]
     lines += ["", "## Detector", ""]
@@ -450,7 +498,7 @@ def main(argv=None) -> int:
                   "that share as % of one core.", ""]
         lines += ["\n\n".join(profiles)]
     lines += ["", "## README summary", ""]
-    lines += readme_block(ms, frames, ours_an, pandas_an, meta)
+    lines += readme_block(ms, frames, ours_an, pandas_an, meta, mem)
     text = "\n".join(lines) + "\n"
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

@@ -9,6 +9,7 @@
   ``GpuSample``, so dashboards built for dcgm-exporter work unchanged.
 - gpumon's own metrics: the verdict per job (1 for the current one, 0 for the others), the
   evidence behind it, host-side job CPU, ``gpumon_up``, sample age, lost GPUs, NVML errors.
+  With every GPU lost, ``gpumon_up`` is 0 and no verdict is given (the Monitor drops it).
 - A missing value is left out, never exported as 0.
 
 The HTTP side (listening, /metrics, /healthz, TLS and auth) is gpumon.export_http.
@@ -206,8 +207,10 @@ def families(snap: Snapshot, infos: dict, hostname: str, metric_cls=None) -> lis
     # Health of the exporter itself.
     fresh = snap.tick_time is not None and (
         snap.now - snap.tick_time <= max(STALE_MIN_S, STALE_INTERVALS * snap.interval))
-    fam.add("gpumon_up", "gauge", "1 while gpumon samples and its newest tick is fresh, else 0",
-            host, 1.0 if (snap.sampler_ok and fresh) else 0.0)
+    left = not lost or bool(set(labels) - lost)      # a GPU that is not lost
+    fam.add("gpumon_up", "gauge", "1 while gpumon samples, its newest tick is fresh and a GPU "
+            "is left (not lost), else 0", host, 1.0 if (snap.sampler_ok and fresh and left)
+            else 0.0)
     fam.add("gpumon_info", "gauge", "gpumon's version and where its samples come from",
             {**host, "version": __version__, "source": snap.source_kind}, 1.0)
     fam.add("gpumon_ticks_total", "counter", "Polls of the source since gpumon started", host,

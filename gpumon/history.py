@@ -1,4 +1,8 @@
-"""History: the ring of recent ticks every consumer reads (dashboard sparklines, detector)."""
+"""History: the ring of recent ticks the consumers read (the newest for the exporter).
+
+Bounded two ways: by the ticks' own timestamps (``seconds``) and by count (``max_ticks``), so
+a run of any length, or a source whose clock stands still, keeps a fixed amount.
+"""
 from __future__ import annotations
 
 from collections import deque
@@ -8,11 +12,12 @@ from gpumon.samples import Tick
 
 
 class History:
-    """Ticks of the last ``seconds`` of data (by their own timestamps), oldest first."""
+    """Ticks of the last ``seconds`` of data (by their own timestamps), at most ``max_ticks``
+    of them, oldest first."""
 
-    def __init__(self, seconds: float = 600.0):
+    def __init__(self, seconds: float = 600.0, max_ticks: Optional[int] = None):
         self.seconds = seconds
-        self._ticks: deque[Tick] = deque()
+        self._ticks: deque[Tick] = deque(maxlen=max_ticks)
 
     def add(self, tick: Tick) -> None:
         self._ticks.append(tick)

@@ -13,6 +13,12 @@ judged GPUs, for marking the others; ``judged_listeners`` get the judged part it
 run's exit summary). When the judged GPUs lose one (another job took it, or the scope went
 from every GPU to CMD's own), the detector starts afresh, as its grouping of jobs would
 otherwise keep the GPU it no longer sees. CommandScope is the scope of a command.
+
+When every GPU the source had is lost (NVML: GPU is lost), no verdict is given: the last one
+would otherwise stand for as long as gpumon runs. ``every_gpu_lost`` says so to the commands.
+
+The Monitor keeps only the newest ticks (``history_ticks``): the detector keeps what it needs
+itself, and the dashboard its own bounded sparklines; a long run at 0.1 s stays flat in memory.
 """
 from __future__ import annotations
 
@@ -133,22 +139,28 @@ class CommandScope:
                        lost=tuple(g for g in tick.lost if g in keep), judged=self.gpus)
 
 
+# Ticks the Monitor keeps (``history``): the newest is what the exporter and the screen read.
+HISTORY_TICKS = 2
+
+
 class Monitor:
     def __init__(self, source: Source, *, interval: float = 1.0, detector=None,
-                 sinks: Sequence[Sink] = (), history_s: float = 600.0,
+                 sinks: Sequence[Sink] = (), history_ticks: int = HISTORY_TICKS,
                  duration: Optional[float] = None,
                  scope: Optional[Callable[[Tick], Tick]] = None):
         self.source = source
         self.interval = interval
         self.detector = detector
         self.sinks = list(sinks)
-        self.history = History(history_s)
+        self.history = History(max_ticks=history_ticks)
         self.duration = duration
         self.scope = scope
         self.diagnoses: list[Diagnosis] = []
         self.listeners: list[Callable[[Tick, list[Diagnosis]], None]] = []
         self.judged_listeners: list[Callable[[Tick, list[Diagnosis]], None]] = []
         self.ticks = 0
+        self.seen: set[int] = set()          # GPUs that sent a sample
+        self.every_gpu_lost = False          # a GPU was lost and none is left
         self.started = time.time()
         self.stop_event = threading.Event()
         self.lock = threading.Lock()
@@ -160,6 +172,8 @@ class Monitor:
 
     def step(self) -> Tick:
         tick = self.source.read()
+        self.seen.update(s.gpu for s in tick.gpus)
+        self.every_gpu_lost = bool(tick.lost) and self.seen <= set(tick.lost)
         judged = tick
         scope = self.scope
         if scope is not None:
@@ -167,8 +181,9 @@ class Monitor:
             tick = replace(tick, judged=judged.judged)
             if getattr(scope, "dropped", False) and hasattr(self.detector, "reset"):
                 self.detector.reset()
-        if self.detector is None or (judged.judged == () and not judged.gpus):
-            diagnoses = []               # nothing of the judged job's on any GPU (yet)
+        if self.detector is None or self.every_gpu_lost or (judged.judged == ()
+                                                             and not judged.gpus):
+            diagnoses = []               # no GPU left, or none of the judged job's (yet)
         else:
             diagnoses = self.detector.update(judged)
         with self.lock:

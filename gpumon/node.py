@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from typing import Optional, Sequence
 
+from gpumon.errors import EveryGpuLostError, NoGpuError
 from gpumon.host import HostSource
 from gpumon.nvml import NvmlSource
 from gpumon.samples import GpuInfo, Tick
@@ -24,6 +25,18 @@ def open_selected(keys: Optional[Sequence[str]] = None) -> NvmlSource:
         every.close()
 
 
+def require_gpus(src: NvmlSource) -> NvmlSource:
+    """``src`` if it has a GPU to read; else NVML is closed and the error says why: none
+    found (NoGpuError, exit 2 as without a driver) or every one lost (EveryGpuLostError)."""
+    gpus = src.gpus
+    if gpus and not all(g.lost for g in gpus):
+        return src
+    src.close()
+    if gpus:
+        raise EveryGpuLostError(g.index for g in gpus)
+    raise NoGpuError()
+
+
 class NvmlNode:
     kind = "nvml"
 
@@ -34,7 +47,7 @@ class NvmlNode:
         self._pids: dict[int, Optional[tuple[int, ...]]] = {}
 
     def open(self) -> "NvmlNode":
-        self.nvml = open_selected(self.keys)
+        self.nvml = require_gpus(open_selected(self.keys))
         return self
 
     def gpu_infos(self) -> list[GpuInfo]:

@@ -1,7 +1,11 @@
 """NvmlSource: reads NVIDIA GPUs through nvidia-ml-py. The only module that imports pynvml.
 
 - NVML starts lazily (first use), never creates a CUDA context (NVML does not), and a
-  missing library or driver becomes one NoDriverError line.
+  missing library or driver becomes one NoDriverError line; a driver NVML cannot use
+  (permissions, a driver/library version mismatch) one NvmlStartError line naming why.
+- A GPU lost at any moment (while opening, listing or sampling) is marked lost and left out
+  from then on; the others go on. It stays in ``gpu_infos`` (so it shows as lost) and in
+  ``lost``.
 - Every call goes through ``_Gpu.query``: NotSupported is remembered per GPU and metric and
   never asked again; GPU_IS_LOST marks the GPU lost while the others go on; any other NVML
   error is counted (``errors``) and the value is None this time.
@@ -17,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional, Sequence
 
-from gpumon.errors import NoDriverError, UserError
+from gpumon.errors import NoDriverError, NvmlStartError, UserError
 from gpumon.samples import GpuInfo, GpuSample
 
 try:  # nvidia-ml-py; its absence is reported as a missing driver stack, in one line
@@ -48,6 +52,23 @@ PCIE_THROUGHPUT_EVERY_S = 10.0
 # Metric names used by the support matrix (`gpumon list`) and FAKE_NVML_UNSUPPORTED.
 METRICS = ("samples", "util", "memory", "power", "power_limit", "clock", "clock_max", "temp",
            "clocks_event", "energy", "pcie", "processes", "process_util")
+
+# nvmlInit's failures: the ones that mean "no driver here" (NoDriverError, with the --sim hint),
+# then those of a driver NVML cannot use as things stand (NvmlStartError), with the usual fix.
+_NO_DRIVER = {"NVML_ERROR_LIBRARY_NOT_FOUND": "libnvidia-ml.so.1 not found",
+              "NVML_ERROR_DRIVER_NOT_LOADED": "the NVIDIA kernel driver is not loaded"}
+_CANNOT_START = {
+    "NVML_ERROR_NO_PERMISSION": "insufficient permissions (is /dev/nvidia* readable by this "
+                                "user? in a container, are the devices passed in?)",
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": "driver/library version mismatch (libnvidia-ml and "
+                                          "the loaded kernel driver differ, as after a driver "
+                                          "upgrade: reboot, or reload the nvidia modules)",
+    "NVML_ERROR_IRQ_ISSUE": "the kernel driver has an interrupt problem with a GPU (see dmesg)",
+    "NVML_ERROR_GPU_IS_LOST": "a GPU fell off the bus while NVML started (see dmesg)",
+    "NVML_ERROR_RESET_REQUIRED": "a GPU needs a reset (nvidia-smi -r) or a reboot",
+    "NVML_ERROR_INSUFFICIENT_RESOURCES": "the kernel driver is out of resources",
+    "NVML_ERROR_OPERATING_SYSTEM": "the operating system refused the driver's request",
+}
 
 _FI_POWER_INSTANT = 186
 _FI_PCIE_TX_BYTES = 197
@@ -150,6 +171,15 @@ def _decode(value) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+def start_error(exc) -> UserError:
+    """nvmlInit's failure as one line that names the reason."""
+    for table, cls in ((_NO_DRIVER, NoDriverError), (_CANNOT_START, NvmlStartError)):
+        for name, text in table.items():
+            if exc.value == getattr(N, name, None):
+                return cls(text)
+    return NvmlStartError(f"nvmlInit failed: {_decode(exc)} (NVML error {exc.value})")
+
+
 class NvmlSource:
     """GPU samples from NVML: ``read()`` returns every new sample of every selected GPU."""
     kind = "nvml"
@@ -170,28 +200,28 @@ class NvmlSource:
         try:
             N.nvmlInit()
         except N.NVMLError as exc:
-            if exc.value == N.NVML_ERROR_LIBRARY_NOT_FOUND:
-                raise NoDriverError("libnvidia-ml.so.1 not found") from None
-            if exc.value == N.NVML_ERROR_DRIVER_NOT_LOADED:
-                raise NoDriverError("the NVIDIA kernel driver is not loaded") from None
-            raise NoDriverError(f"NVML failed to start ({_decode(exc)})") from None
+            raise start_error(exc) from None
         except OSError as exc:
             raise NoDriverError(f"libnvidia-ml.so.1 could not be loaded ({exc})") from None
         self.opened_at = time.time()
-        count = N.nvmlDeviceGetCount()
-        gpus = []
-        for i in range(count):
-            try:
-                g = _Gpu(N.nvmlDeviceGetHandleByIndex(i), i, self.errors)
-                self._identify(g)
-            except N.NVMLError as exc:
-                if exc.value == N.NVML_ERROR_GPU_IS_LOST:
-                    self.lost.append(i)
-                    continue
-                raise UserError(f"GPU {i}: {_decode(exc)}") from None
-            gpus.append(g)
+        gpus = [self._open_gpu(i) for i in range(N.nvmlDeviceGetCount())]
         self._gpus = self._select(gpus)
+        self.lost = [g.index for g in self._gpus if g.lost]      # of the selected GPUs
         return self
+
+    def _open_gpu(self, i: int) -> _Gpu:
+        """GPU i's handle and identity; a GPU lost meanwhile is kept, marked lost."""
+        g = _Gpu(None, i, self.errors)
+        try:
+            g.handle = N.nvmlDeviceGetHandleByIndex(i)
+            self._identify(g)
+        except GpuLost:
+            self._mark_lost(g)
+        except N.NVMLError as exc:
+            if exc.value != N.NVML_ERROR_GPU_IS_LOST:
+                raise UserError(f"GPU {i}: {_decode(exc)}") from None
+            self._mark_lost(g)
+        return g
 
     def _select(self, gpus: list[_Gpu]) -> list[_Gpu]:
         if not self.selection:
@@ -201,7 +231,9 @@ class NvmlSource:
             match = [g for g in gpus if str(g.index) == key or g.uuid == key
                      or (key.startswith("GPU-") and g.uuid.startswith(key))]
             if not match:
-                have = ", ".join(str(g.index) for g in gpus) or "none"
+                have = ", ".join(str(g.index) for g in gpus if not g.lost) or "none"
+                lost = ", ".join(str(g.index) for g in gpus if g.lost)
+                have += f"; lost: {lost}" if lost else ""
                 raise UserError(f"--gpus: no GPU '{key}' (this machine has: {have})", 2)
             chosen += [g for g in match if g not in chosen]
         return sorted(chosen, key=lambda g: g.index)
@@ -226,21 +258,28 @@ class NvmlSource:
         return self.open()._gpus  # type: ignore[return-value]
 
     def gpu_infos(self) -> list[GpuInfo]:
-        infos = []
-        for g in self.gpus:
-            pci = g.query("pci", N.nvmlDeviceGetPciInfo)
-            limit = self._power_limit(g, time.monotonic())
-            infos.append(GpuInfo(
-                index=g.index, name=g.name, uuid=g.uuid,
-                pci_bus_id=_decode(pci.busId) if pci is not None else "",
-                mem_total_mib=g.mem_total_mib, power_limit_w=limit,
-                sm_clock_max_mhz=g.sm_clock_max, mig=g.mig,
-                supported=tuple((m, m not in g.unsupported) for m in METRICS)))
-        return infos
+        """Every selected GPU, a lost one included (with what was known of it)."""
+        return [self._info(g) for g in self.gpus]
+
+    def _info(self, g: _Gpu) -> GpuInfo:
+        pci = limit = None
+        if not g.lost:
+            try:
+                pci = g.query("pci", N.nvmlDeviceGetPciInfo)
+                limit = self._power_limit(g, time.monotonic())
+            except GpuLost:
+                self._mark_lost(g)
+        return GpuInfo(index=g.index, name=g.name, uuid=g.uuid,
+                       pci_bus_id=_decode(pci.busId) if pci is not None else "",
+                       mem_total_mib=g.mem_total_mib, power_limit_w=limit,
+                       sm_clock_max_mhz=g.sm_clock_max, mig=g.mig,
+                       supported=tuple((m, m not in g.unsupported) for m in METRICS))
 
     def probe(self) -> None:
         """Ask every metric once, so the support matrix (`gpumon list`) is complete."""
         for g in self.gpus:
+            if g.lost:
+                continue
             try:
                 self._read_gpu(g, time.time(), time.monotonic(), probe=True)
             except GpuLost:

@@ -227,3 +227,16 @@ def test_nvidia_smi_logs_read_utilization_both_ways_for_every_gpu_count():
         c = Counter((name, n, nvsmi_mode(s)) for name, n, s in plan(seeds))
         for name, n, _ in plan(seeds[:1]):
             assert c[(name, n, "mean")] == c[(name, n, "last")] == len(seeds) // 2
+
+
+def test_memory_of_log_stays_flat_over_a_simulated_run():
+    """`gpumon log --sim busy:8 --interval 0.1` over 5 simulated minutes (about 10 s here):
+    nothing grows with the run (the screen history it once kept grew 9 MiB a minute)."""
+    from bench import memory
+    r = memory.measure("log", "busy:8", 0.1, seconds=300)
+    assert not r.get("error"), r
+    assert r["exit_code"] == 0 and r["rss"][-1][0] >= 299
+    assert r["growth_mib"] is not None and r["growth_mib"] < 8.0, r["rss"]
+    assert r["peak_mib"] < memory.RSS_MAX_MIB
+    text = "\n".join(memory.format_result([r]))
+    assert "| `log` | busy:8 | 0.1 s |" in text

@@ -204,6 +204,13 @@ def test_up_age_ticks_lost_and_errors():
     assert samples_of(text, "gpumon_nvml_errors_total") == [
         ({"Hostname": "n", "metric": "power", "error": "NVMLError_Unknown"}, 3.0)]
     assert "# TYPE gpumon_nvml_errors_total counter" in text
+    assert samples_of(text, "gpumon_up")[0][1] == 1          # GPU 0 is left
+
+
+def test_up_is_0_when_every_gpu_is_lost():
+    text, _ = parse(families(snap(lost=(0, 1)), infos(), "n"))
+    assert samples_of(text, "gpumon_up")[0][1] == 0
+    assert {lab["gpu"]: v for lab, v in samples_of(text, "gpumon_gpu_lost")} == {"0": 1, "1": 1}
 
 
 def test_host_side_per_gpu():
@@ -471,3 +478,37 @@ def test_cli_over_fake_nvml_unsupported_and_lost_gpu(gpumon_cmd, clean_env):
         proc.terminate()
         out, err = proc.communicate(timeout=10)
     assert proc.returncode == 0 and "Traceback" not in err, err
+
+
+def test_cli_over_fake_nvml_every_gpu_lost(gpumon_cmd, clean_env):
+    """Every GPU lost: the exporter goes on serving, says so once, gpumon_up turns 0 and the
+    last verdict is not kept."""
+    import fakenvml_env
+    reason = fakenvml_env.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    env = fakenvml_env.env(base=clean_env, gpus=2, lost={0: 4.0, 1: 4.0})
+    port = free_port()
+    proc = subprocess.Popen(gpumon_cmd + ["export", "--port", str(port), "--interval", "0.5"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, _, body = wait_for(port, proc, want="gpumon_verdict{", deadline=4)
+        assert samples_of(body, "gpumon_up")[0][1] == 1
+        _, _, body = wait_for(port, proc, want='gpumon_gpu_lost{gpu="1"', deadline=8)
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            _, _, body = fetch(port)
+            lost = {lab["gpu"]: v for lab, v in samples_of(body, "gpumon_gpu_lost")}
+            if lost == {"0": 1, "1": 1}:
+                break
+            time.sleep(0.2)
+        time.sleep(1.5)                          # a few more polls with no GPU left
+        _, _, body = fetch(port)
+        assert samples_of(body, "gpumon_up")[0][1] == 0
+        assert [lab for lab, v in samples_of(body, "gpumon_verdict") if v == 1] == []
+        assert proc.poll() is None               # still serving
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert sum("no GPU is left" in x for x in err.splitlines()) == 1, err

@@ -235,3 +235,86 @@ def test_pids_not_on_this_host_are_said_once(clean_env, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("not visible on this host") == 1
     assert rows_by_gpu(out)[0][-1]["main_pid"] == ""
+
+
+# -- lost GPUs, zero GPUs, NVML that cannot start (issue 20) ---------------------------------
+
+def _lost_lines(stderr, gpu):
+    return [x for x in stderr.splitlines() if f"GPU {gpu} is lost" in x]
+
+
+@pytest.mark.parametrize("when", ["0.001", "0"])
+def test_a_gpu_lost_while_listing_is_one_line_and_the_others_are_listed(clean_env, when):
+    """Lost between nvmlInit and the first listing (identify, PCI info, probe): one stderr line,
+    the others listed, exit 0."""
+    import json
+    env = fake_env(clean_env, gpus=8, lost=f"3@{when}")
+    r = gpumon(["list", "--no-color"], env)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == _lost_lines(r.stderr, 3), r.stderr
+    assert len(_lost_lines(r.stderr, 3)) == 1 and "GPU 3 " not in r.stdout
+    assert all(f"GPU {i}" in r.stdout for i in (0, 1, 2, 4, 5, 6, 7))
+    r = gpumon(["list", "--json"], env)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["lost"] == [3]
+    assert [g["index"] for g in doc["gpus"]] == [0, 1, 2, 4, 5, 6, 7]
+
+
+@pytest.mark.parametrize("cmd", [["log", "-o", "{tmp}/run.csv"], ["watch", "--plain"],
+                                 ["export", "--port", "0"]])
+def test_a_gpu_lost_while_starting_is_one_line_and_the_others_go_on(clean_env, tmp_path, cmd):
+    """Each NVML call takes 1 ms, so GPU 7 is lost while gpumon opens and lists the GPUs."""
+    env = fake_env(clean_env, gpus=8, call_us=1000, lost="7@0.05")
+    args = [a.format(tmp=tmp_path) for a in cmd] + ["--interval", "0.5", "--duration", "2"]
+    r = gpumon(args, env)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert len(_lost_lines(r.stderr, 7)) == 1, r.stderr
+    if cmd[0] == "log":
+        by = rows_by_gpu(tmp_path / "run.csv")
+        assert sorted(by) == list(range(7)) and all(len(by[g]) >= 2 for g in by)
+    if cmd[0] == "watch":
+        last = [x for x in r.stdout.splitlines() if x.count("|") >= 8][-1].split("|")
+        assert last[8].strip() == "lost" and last[1].strip() != "lost", last
+
+
+def test_every_gpu_lost_stops_the_log_with_one_line(clean_env, tmp_path):
+    """Nothing is left to log: one line, exit 1, the rows written before are kept whole."""
+    out = tmp_path / "run.csv"
+    t0 = time.monotonic()
+    r = gpumon(["log", "--interval", "0.2", "--duration", "15", "-o", str(out)],
+               fake_env(clean_env, gpus=2, lost="0@1,1@2"))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 12
+    lines = r.stderr.strip().splitlines()
+    assert len(_lost_lines(r.stderr, 0)) == 1 and "logging the others" in lines[-2]
+    assert lines[-1].startswith("gpumon: every GPU is lost") and "rows" in lines[-1], lines
+    by = rows_by_gpu(out)
+    assert len(by[0]) >= 3 and len(by[1]) > len(by[0])
+    text = out.read_text().splitlines()
+    assert all(x.count(",") == text[0].count(",") for x in text)
+
+
+@pytest.mark.parametrize("cmd", [["list"], ["log", "-o", "{tmp}/run.csv"], ["watch"],
+                                 ["export", "--port", "0"]])
+def test_zero_gpus_is_one_line_and_exit_2(clean_env, tmp_path, cmd):
+    args = [a.format(tmp=tmp_path) for a in cmd] + (["--duration", "1"] if len(cmd) > 1 else [])
+    r = gpumon(args, fake_env(clean_env, gpus=0))
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.strip().splitlines() == ["gpumon: no NVIDIA GPU found (NVML lists none)"]
+    assert not (tmp_path / "run.csv").exists()
+
+
+@pytest.mark.parametrize("error, says", [
+    ("no_permission", "NVML: insufficient permissions (is /dev/nvidia* readable by this user?"),
+    ("lib_rm_version_mismatch", "NVML: driver/library version mismatch"),
+    ("driver_not_loaded", "no NVIDIA driver: the NVIDIA kernel driver is not loaded"),
+    ("library_not_found", "no NVIDIA driver: libnvidia-ml.so.1 not found"),
+    ("unknown", "NVML: nvmlInit failed: Unknown Error (NVML error 999)"),
+])
+@pytest.mark.parametrize("cmd", [["list"], ["log", "-o", "{tmp}/run.csv"]])
+def test_nvml_that_cannot_start_names_the_reason(clean_env, tmp_path, error, says, cmd):
+    r = gpumon([a.format(tmp=tmp_path) for a in cmd], fake_env(clean_env, init_error=error))
+    assert r.returncode == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("gpumon: " + says), line
+    assert ("--sim" in line) == line.startswith("gpumon: no NVIDIA driver")

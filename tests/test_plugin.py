@@ -123,6 +123,21 @@ def test_stream_process_says_why_in_one_record(fake, settings, code, words):
     assert "--sim" not in rec["message"] and "Traceback" not in r.stderr
 
 
+def test_stream_every_gpu_lost_drops_the_verdict(fake):
+    """dool's column: once every GPU is lost, no verdict stands for them ("----"), the GPUs
+    say "lost" and the stream goes on."""
+    r = subprocess.run(STREAM + ["--interval", "0.5", "--duration", "6"],
+                       env=_env(fake.env(gpus=2, lost={0: 3.5, 1: 3.5})), cwd="/",
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    ticks = [json.loads(line) for line in r.stdout.splitlines()][1:]
+    before = [t for t in ticks if not any(g["lost"] for g in t["gpus"])]
+    after = [t for t in ticks if all(g["lost"] for g in t["gpus"])]
+    assert any(t["verdict"] for t in before) and len(after) >= 3
+    assert all(t["verdict"] is None and t["state"] == "----" for t in after), after[-1]
+    assert all(g["verdict"] is None for t in after for g in t["gpus"])
+
+
 def test_stream_process_ends_when_its_stdin_closes(fake):
     proc = subprocess.Popen(STREAM + ["--interval", "0.5", "--stop-on-eof"],
                             env=_env(fake.env(gpus=1)), cwd="/", stdin=subprocess.PIPE,

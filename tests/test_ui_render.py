@@ -127,6 +127,16 @@ def test_replay_label_lost_gpu_and_compact_rows():
     assert len(lines) <= 30
 
 
+def test_every_gpu_lost_banner_says_so_not_waiting_for_samples():
+    t = ticks(2, 3)
+    d = Dashboard(infos(2), kind="nvml")
+    for tick in t:
+        d.update(Tick(time=tick.time, gpus=(), host=tick.host, lost=(0, 1)), [])
+    text = render_text(d.view(), 100, 30)
+    assert "NO GPU LEFT" in text and "every GPU is lost" in text, text
+    assert "INSUFFICIENT DATA" not in text and "waiting for enough samples" not in text
+
+
 def test_short_terminal_gets_compact_rows():
     lines = layout(dashboard(8).view(), 100, 24)
     assert len(lines) <= 24

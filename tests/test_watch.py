@@ -228,3 +228,25 @@ def test_nvml_path_on_the_fake_library(gpumon_cmd, clean_env):
     assert re.fullmatch(r"\s*\d+W", data[0][1].split("%")[1])
     assert data[-1][2].strip() == "lost" and data[-1][1].strip() != "lost"
     assert lines[-1].startswith("gpumon watched 2 GPUs (0,1) for 0:00:0")
+
+
+def test_every_gpu_lost_drops_the_verdict_and_says_so_once(gpumon_cmd, clean_env):
+    """The last verdict does not stand for GPUs that are gone: the lines show "lost" and no
+    verdict, one stderr line says no GPU is left, and watching goes on to the end."""
+    import fakenvml_env
+    why = fakenvml_env.skip_reason()
+    if why:
+        pytest.skip(why)
+    env = fakenvml_env.env(clean_env, gpus=2, lost={0: 4.0, 1: 4.0})
+    r = subprocess.run(gpumon_cmd + ["watch", "--duration", "7"], capture_output=True, text=True,
+                       env=env, timeout=30)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    data = [x.split("|") for x in r.stdout.splitlines() if LINE.match(x)]
+    before = [d for d in data if d[1].strip() != "lost"]
+    after = [d for d in data if d[1].strip() == "lost" and d[2].strip() == "lost"]
+    assert any(d[3] != "----" for d in before) and len(after) >= 2, data
+    assert all(d[3] == "----" for d in after), after
+    said = [x for x in r.stderr.splitlines() if "lost" in x]
+    assert said[-1].startswith("gpumon: GPU ") and said[-1].endswith(
+        "lost (NVML: GPU is lost, it fell off the bus): no GPU is left; no verdict from now on")
+    assert sum("no GPU is left" in x for x in said) == 1 and len(said) <= 2, said

@@ -5,7 +5,9 @@ import argparse
 import math
 import os
 import signal
+import sys
 import threading
+from typing import Callable, Optional
 
 from gpumon.interrupts import held_interrupts
 from gpumon.selection import select_gpus
@@ -114,6 +116,41 @@ class _SelectGpus:
 
     def close(self):
         self.src.close()
+
+
+def lost_text(gpus) -> str:
+    """``GPU 3 is lost (...)``: one or several GPUs NVML reported lost."""
+    gpus = sorted(gpus)
+    verb = "is" if len(gpus) == 1 else "are"
+    return (f"GPU {', '.join(map(str, gpus))} {verb} lost (NVML: GPU is lost, it fell off the "
+            "bus)")
+
+
+class LostNotices:
+    """A Monitor listener that says once, in one line on stderr, each GPU lost while sampling
+    ("...; logging the others"), and calls ``every_lost()`` once instead when none is left."""
+
+    def __init__(self, monitor, doing: str, *, quiet: bool = False,
+                 every_lost: Optional[Callable[[], None]] = None):
+        self.monitor = monitor
+        self.doing = doing
+        self.quiet = quiet
+        self.every_lost = every_lost
+        self.said: set[int] = set()
+        self.ended = False
+
+    def __call__(self, tick, diagnoses) -> None:
+        new = [g for g in tick.lost if g not in self.said]
+        if not new:
+            return
+        self.said.update(new)
+        if self.monitor.every_gpu_lost:
+            if not self.ended and self.every_lost is not None:
+                self.ended = True
+                self.every_lost()
+        elif not self.quiet:
+            print(f"gpumon: {lost_text(new)}; {self.doing} the others", file=sys.stderr,
+                  flush=True)
 
 
 def make_detector():

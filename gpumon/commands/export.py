@@ -6,8 +6,8 @@ import socket
 import sys
 import threading
 
-from gpumon.commands.common import (add_sampling_options, make_detector, open_source,
-                                    sigterm_event)
+from gpumon.commands.common import (LostNotices, add_sampling_options, lost_text,
+                                    make_detector, open_source, sigterm_event)
 from gpumon.errors import UserError
 from gpumon.monitor import Monitor
 
@@ -64,6 +64,8 @@ def run(args) -> int:
         infos = source.gpu_infos()       # once: identity labels never cost a scrape an NVML call
         monitor = Monitor(source, interval=args.interval, detector=make_detector(),
                           duration=args.duration)
+        monitor.listeners.append(LostNotices(monitor, "exporting", quiet=args.quiet,
+                                             every_lost=lambda: _every_lost(monitor)))
         monitor.step()                   # a first reading before the port opens
         collector = MonitorCollector(monitor, infos, hostname)
         registry = make_registry(collector)
@@ -102,3 +104,9 @@ def run(args) -> int:
             raise monitor.error
         raise UserError(f"sampling stopped: {monitor.error!r}", 1)
     return 0
+
+
+def _every_lost(monitor) -> None:
+    """Said once: the exporter goes on serving, without GPUs or verdicts, gpumon_up at 0."""
+    print(f"gpumon: {lost_text(monitor.latest.lost)}: no GPU is left; still serving, with "
+          "gpumon_up 0 and no verdict", file=sys.stderr, flush=True)

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
-from gpumon.commands.common import gpu_list, no_color
+from gpumon.commands.common import gpu_list, lost_text, no_color
+from gpumon.errors import EveryGpuLostError, NoGpuError
 
 ORDER_NOTE = ("NVML numbers GPUs by PCI bus id; CUDA numbers them fastest first unless "
               "CUDA_DEVICE_ORDER=PCI_BUS_ID is set, and CUDA_VISIBLE_DEVICES renumbers them "
@@ -23,25 +25,40 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """Exit 0 with a GPU to list; 2 when NVML lists none (as without a driver); 1 when every
+    GPU is lost. A lost GPU is said in one line on stderr and left out of the tables."""
     from gpumon.node import open_selected
-    from gpumon.nvml import METRICS
     src = open_selected(args.gpus)
     try:
         versions = src.versions()
         src.probe()
-        infos = src.gpu_infos()
-        lost = list(src.lost)
+        every = src.gpu_infos()
+        lost = sorted(i.index for i in every if i.index in set(src.lost))
     finally:
         src.close()
+    infos = [i for i in every if i.index not in lost]
     if args.json:
         print(json.dumps({"versions": versions, "lost": lost, "gpus": [
             {"index": i.index, "name": i.name, "uuid": i.uuid, "pci_bus_id": i.pci_bus_id,
              "memory_mib": i.mem_total_mib, "power_limit_w": i.power_limit_w, "mig": i.mig,
              "supported": dict(i.supported)} for i in infos]}, indent=2))
-        return 0
-    console = Console(no_color=no_color(args), highlight=False)
+    else:
+        _print_tables(Console(no_color=no_color(args), highlight=False), versions, infos)
+    if not every:
+        raise NoGpuError()
+    if not infos:
+        raise EveryGpuLostError(lost)
+    if lost:
+        print(f"gpumon: {lost_text(lost)}; listing the others", file=sys.stderr)
+    return 0
+
+
+def _print_tables(console: Console, versions: dict, infos: list) -> None:
+    from gpumon.nvml import METRICS
     console.print(f"driver {versions['driver']}   NVML {versions['nvml']}   "
                   f"CUDA {versions['cuda']}   {len(infos)} GPU(s)")
+    if not infos:
+        return
     table = Table(box=None, pad_edge=False)
     for col in ("idx", "name", "uuid", "pci bus id", "memory", "power limit"):
         table.add_column(col)
@@ -50,8 +67,6 @@ def run(args) -> int:
                       f"{i.mem_total_mib:.0f} MiB" if i.mem_total_mib else "-",
                       f"{i.power_limit_w:.0f} W" if i.power_limit_w else "-")
     console.print(table)
-    if lost:
-        console.print(f"lost (fell off the bus): {', '.join(map(str, lost))}")
     sup = Table(title="supported metrics (yes / no)", box=None, pad_edge=False,
                 title_justify="left")
     sup.add_column("metric")
@@ -61,4 +76,3 @@ def run(args) -> int:
         sup.add_row(m, *("yes" if dict(i.supported).get(m, False) else "no" for i in infos))
     console.print(sup)
     console.print(ORDER_NOTE)
-    return 0

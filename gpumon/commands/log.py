@@ -4,16 +4,20 @@ from __future__ import annotations
 import sys
 import time
 
-from gpumon.commands.common import (add_sampling_options, make_detector, open_source,
-                                    reopen_on_sigusr1, stop_on_sigterm)
+from gpumon.commands.common import (LostNotices, add_sampling_options, make_detector,
+                                    open_source, reopen_on_sigusr1, stop_on_sigterm)
 from gpumon.csvlog import CsvSink
+from gpumon.errors import EveryGpuLostError
 from gpumon.monitor import Monitor
 
 
 def register(sub) -> None:
     p = sub.add_parser("log", help="log every GPU sample to CSV (verdicts included)",
                        description="Headless logging to CSV until Ctrl-C or --duration: one row "
-                       "per GPU per driver utilization sample, with host columns and verdicts.")
+                       "per GPU per driver utilization sample, with host columns and verdicts. "
+                       "A lost GPU is said once and the others are logged; when every GPU is "
+                       "lost, logging stops with one line and exit status 1 (nothing is left to "
+                       "log until the driver is reloaded).")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="CSV file to write")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
@@ -23,26 +27,16 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-class _Notices:
-    """Says once, on stderr, when a GPU is lost (logging goes on for the others) and when the
-    GPUs' processes are not visible here (NVML reports host PIDs; in a container they need
-    the host PID namespace)."""
+class _Unmapped:
+    """Says once, on stderr, when the GPUs' processes are not visible here (NVML reports host
+    PIDs; in a container they need the host PID namespace)."""
 
     def __init__(self, quiet: bool):
-        self.seen: set[int] = set()
-        self.unmapped_said = False
-        self.quiet = quiet
+        self.said = quiet
 
     def __call__(self, tick, diagnoses) -> None:
-        if self.quiet:
-            return
-        for gpu in tick.lost:
-            if gpu not in self.seen:
-                self.seen.add(gpu)
-                print(f"gpumon: GPU {gpu} is lost (NVML: GPU is lost); logging the others",
-                      file=sys.stderr)
-        if tick.host is not None and tick.host.unmapped_pids and not self.unmapped_said:
-            self.unmapped_said = True
+        if tick.host is not None and tick.host.unmapped_pids and not self.said:
+            self.said = True
             pids = " ".join(map(str, tick.host.unmapped_pids[:5]))
             print(f"gpumon: GPU process(es) {pids} are not visible on this host (in a container, "
                   "run with the host PID namespace, e.g. docker --pid=host); job CPU columns "
@@ -61,7 +55,9 @@ def run(args) -> int:
         reopen_on_sigusr1([sink])
         monitor = Monitor(source, interval=args.interval, detector=make_detector(),
                           sinks=[sink], duration=args.duration)
-        monitor.listeners.append(_Notices(args.quiet))
+        monitor.listeners.append(LostNotices(monitor, "logging", quiet=args.quiet,
+                                             every_lost=monitor.stop))
+        monitor.listeners.append(_Unmapped(args.quiet))
         if not args.quiet:
             _say_start(args, source, len(infos), sink)
         monitor.run()
@@ -73,6 +69,9 @@ def run(args) -> int:
         where = f"; nothing logged to {args.output}" if sink is not None else ""
         print(f"gpumon: interrupted before the first sample{where}", file=sys.stderr)
         return 130
+    if not interrupted and monitor.every_gpu_lost:
+        raise EveryGpuLostError(monitor.latest.lost, f"; stopped: {sink.rows} rows in "
+                                f"{time.time() - started:.1f} s written to {args.output}")
     if not args.quiet:
         how = "stopped" if interrupted else "done"
         print(f"gpumon: {how}: {sink.rows} rows in {time.time() - started:.1f} s written to "

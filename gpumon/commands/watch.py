@@ -5,8 +5,8 @@ import sys
 import time
 from typing import Callable, Optional
 
-from gpumon.commands.common import (add_sampling_options, make_detector, no_color, open_source,
-                                    positive_float, reopen_on_sigusr1)
+from gpumon.commands.common import (LostNotices, add_sampling_options, lost_text, make_detector,
+                                    no_color, open_source, positive_float, reopen_on_sigusr1)
 from gpumon.errors import UserError
 from gpumon.monitor import Monitor
 from gpumon.ui.live import Loop, is_terminal, make_console, run_plain, run_screen
@@ -90,12 +90,16 @@ def watch(args, source, *, label: str = "", interval: Optional[float] = None,
     dash = Dashboard(infos, kind=source.kind, label=label, interval=args.interval,
                      detector=detector is not None)
     monitor.listeners.append(dash.update)
+    plain = is_plain(args, out)
+    if plain:                            # (on the screen, a lost GPU's row and banner say it)
+        monitor.listeners.append(LostNotices(monitor, "watching",
+                                             every_lost=lambda: _every_lost(monitor)))
     loop = Loop(monitor, refresh=args.refresh or args.interval, on_signal=on_signal,
                 until=until)
     if loop_ready is not None:
         loop_ready(loop)
     try:
-        if is_plain(args, out):
+        if plain:
             run_plain(loop, dash, out)
         else:
             run_screen(loop, dash, make_console(no_color(args), file=out),
@@ -103,6 +107,11 @@ def watch(args, source, *, label: str = "", interval: Optional[float] = None,
     finally:
         monitor.close()
     return dash
+
+
+def _every_lost(monitor) -> None:
+    print(f"gpumon: {lost_text(monitor.latest.lost)}: no GPU is left; no verdict from now on",
+          file=sys.stderr, flush=True)
 
 
 def print_summary(text: str, out=None) -> None:

@@ -347,6 +347,11 @@ def banner_lines(v: View, width: int, ascii: bool) -> list[Line]:
         head = [("WAITING", st.VERDICT_STYLE[verdict])]
         body1 = "waiting for the command to use a GPU; other jobs are not judged"
         body2 = ""
+    elif d is None and v.gpus and all(g.lost for g in v.gpus):
+        verdict = INSUFFICIENT_DATA
+        head = [("NO GPU LEFT", st.VERDICT_STYLE[verdict])]
+        body1 = "every GPU is lost (NVML: GPU is lost, it fell off the bus): no verdict"
+        body2 = "a reboot or a driver reload brings them back"
     elif d is None:
         verdict = INSUFFICIENT_DATA
         head = [("NO VERDICT" if not v.detector else "INSUFFICIENT DATA",
