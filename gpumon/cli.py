@@ -56,10 +56,22 @@ def _parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser or build_parser()
 
 
+def unknown_command(name: str, known: set) -> str:
+    """One line: the word that is no command, the closest command, and every command."""
+    import difflib
+    names = [c for c in COMMANDS if c in known]
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"unknown command {name!r}{hint}; the commands are: {', '.join(names)}"
+
+
 def _main(argv: list[str]) -> int:
     with held_interrupts():         # (the command's modules are imported here)
         parser = _parser(argv)
     known = _choices(parser)
+    if argv and argv[0] not in known and not argv[0].startswith("-"):
+        print(f"gpumon: {unknown_command(argv[0], known)}", file=sys.stderr)
+        return 2
     if not argv or (argv[0] not in known and argv[0] not in ("-h", "--help", "--version")):
         if DEFAULT_COMMAND in known:
             argv.insert(0, DEFAULT_COMMAND)

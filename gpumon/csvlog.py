@@ -56,6 +56,8 @@ _HOST_FMT = [(f.name, _formatter(f)) for f in _HOST_FIELDS]
 # Bytes read back from the end of a log that --append continues: its last row of every GPU
 # is in them (8 GPUs write about 7 KB a second).
 TAIL_BYTES = 1 << 18
+# The path that means standard output (`gpumon log -o -`).
+STDOUT = "-"
 _HEADER = (",".join(COLUMNS) + "\n").encode()
 _TIME_CELL = dict(_GPU_FMT)["time"]
 
@@ -152,16 +154,31 @@ class CsvSink:
         self.cut = 0                   # bytes of a partial last row cut off before appending
         self._after: dict[int, float] = {}
         self._reopen = False
+        self.stdout = path == STDOUT
+        self._header_said = False      # (on stdout: the header once, whatever the fd's size)
+        if self.stdout:
+            if append:
+                raise UserError("--append cannot continue standard output (-o -)", 2)
+            self._fd = os.dup(1)
+        else:
+            self._fd = self._open_file(path, force, append)
+        self._buf = io.StringIO()
+        self._w = csv.writer(self._buf, lineterminator="\n")
+        self._emit(b"")
+
+    def _open_file(self, path: str, force: bool, append: bool) -> int:
         size = _size_of(path)
         if size and not (force or append):
             raise UserError(f"{path} exists; use --force to overwrite it or --append to "
                             "continue it")
         if append and size:
             self._after, self.cut = prepare_append(path, size)
-        self._fd = _open_append(path, truncate=force)
-        self._buf = io.StringIO()
-        self._w = csv.writer(self._buf, lineterminator="\n")
-        self._emit(b"")
+        return _open_append(path, truncate=force)
+
+    @property
+    def name(self) -> str:
+        """What to call the log in messages."""
+        return "standard output" if self.stdout else self.path
 
     def request_reopen(self) -> None:
         """Reopen the file at the next tick (safe in a signal handler)."""
@@ -170,6 +187,8 @@ class CsvSink:
     def reopen(self) -> None:
         """Continue in the file now at ``path`` (the old one was renamed: log rotation)."""
         self._reopen = False
+        if self.stdout:
+            return                         # (nothing to reopen: a pipe or a terminal)
         fd = _open_append(self.path)
         os.close(self._fd)
         self._fd = fd
@@ -179,7 +198,7 @@ class CsvSink:
         """Writes ``data`` (whole rows), after the header when the file is empty (new, or cut
         to nothing by copytruncate); counts the rows that reached the file."""
         try:
-            head = _HEADER if os.fstat(self._fd).st_size == 0 else b""
+            head = _HEADER if self._header_due() else b""
             _write_all(self._fd, head + data)
         except _ShortWrite as short:
             data, done = head + data, short.done
@@ -190,16 +209,25 @@ class CsvSink:
             self._fail(exc)
         self.rows += data.count(b"\n")
 
+    def _header_due(self) -> bool:
+        """Before the first row of a new or emptied file; on standard output, once."""
+        if self.stdout:
+            due, self._header_said = not self._header_said, True
+            return due
+        return os.fstat(self._fd).st_size == 0
+
     def _cut_partial(self, nbytes: int) -> None:
-        if nbytes:
+        if nbytes and not self.stdout:
             try:
                 os.ftruncate(self._fd, os.fstat(self._fd).st_size - nbytes)
             except OSError:
                 pass
 
     def _fail(self, exc: OSError) -> None:
+        if self.stdout and exc.errno == errno.EPIPE:
+            raise BrokenPipeError(exc.errno, exc.strerror)  # (`| head`: the CLI leaves quietly)
         why = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-        raise UserError(f"cannot write {self.path}: {why} ({self.rows} rows were written "
+        raise UserError(f"cannot write {self.name}: {why} ({self.rows} rows were written "
                         "before this)") from None
 
     def _new_samples(self, samples: Sequence[GpuSample]) -> Sequence[GpuSample]:

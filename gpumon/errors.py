@@ -15,6 +15,7 @@ class NoDriverError(UserError):
     def __init__(self, detail: str):
         super().__init__(f"no NVIDIA driver: {detail}; use --sim SCENARIO to run on simulated "
                          "GPUs (see `gpumon sim list`)", code=2)
+        self.detail = detail
 
 
 class NvmlStartError(UserError):

@@ -18,7 +18,8 @@ def test_no_driver_is_one_line_and_exit_2(gpumon_cmd, clean_env, tmp_path, args)
     r = run(gpumon_cmd + args, clean_env, cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "no NVIDIA driver" in lines[0] and "--sim" in lines[0]
+    assert len(lines) == 1 and "no NVIDIA driver" in lines[0]
+    assert ("--sim" in lines[0]) == (args[0] != "list")     # (list has no --sim)
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "x.csv").exists()
 
@@ -38,6 +39,67 @@ def test_bad_interval_is_a_usage_error(gpumon_cmd, clean_env):
 def test_version(gpumon_cmd, clean_env):
     r = run(gpumon_cmd + ["--version"], clean_env)
     assert r.returncode == 0 and r.stdout.startswith("gpumon ")
+
+
+def test_an_unknown_command_lists_the_commands(gpumon_cmd, clean_env):
+    r = run(gpumon_cmd + ["nosuch"], clean_env)
+    assert r.returncode == 2 and r.stdout == ""
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("gpumon: unknown command 'nosuch'") and "unrecognized" not in line
+    assert all(name in line for name in ("watch", "log", "run", "list", "analyze"))
+    r = run(gpumon_cmd + ["lsit"], clean_env)
+    assert r.returncode == 2 and "did you mean 'list'?" in r.stderr
+
+
+# -- gpumon log -o - ---------------------------------------------------------------------------
+
+def test_log_to_stdout(gpumon_cmd, clean_env, tmp_path):
+    import csv
+    from gpumon.csvlog import COLUMNS
+    r = run(gpumon_cmd + ["log", "-o", "-", "--sim", "busy:2", "--duration", "1.5"], clean_env,
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.reader(r.stdout.splitlines()))
+    assert rows[0] == COLUMNS and len(rows) > 2 and {row[1] for row in rows[1:]} == {"0", "1"}
+    assert "written to standard output" in r.stderr and "time,gpu" not in r.stderr
+    assert list(tmp_path.iterdir()) == []                  # no file named "-"
+
+
+def test_log_append_to_stdout_is_a_usage_error(gpumon_cmd, clean_env, tmp_path):
+    r = run(gpumon_cmd + ["log", "-o", "-", "--append", "--sim", "busy:1"], clean_env,
+            cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "" and list(tmp_path.iterdir()) == []
+    [line] = r.stderr.strip().splitlines()
+    assert "--append cannot continue standard output" in line
+
+
+# -- options that do not go together are refused, not ignored ---------------------------------
+
+@pytest.mark.parametrize("argv,says", [
+    (["run", "--duration", "5", "--sim", "busy:1", "--", "true"], "no --duration"),
+    (["run", "--log", "-", "--sim", "busy:1", "--", "true"], "--log - is not supported"),
+    (["watch", "--speed", "2", "--sim", "busy:1"], "--speed needs --replay"),
+    (["watch", "--replay", "x.csv", "--gpus", "0"], "--gpus cannot be used with --replay"),
+])
+def test_options_that_mean_nothing_are_refused(gpumon_cmd, clean_env, tmp_path, argv, says):
+    r = run(gpumon_cmd + argv, clean_env, cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("gpumon: ") and says in line
+
+
+# -- gpumon list -------------------------------------------------------------------------------
+
+def test_list_in_a_pipe_never_cuts_a_uuid_or_bus_id(gpumon_cmd, fake_nvml_env):
+    import json
+    env = dict(fake_nvml_env(gpus=2), COLUMNS="80")
+    gpus = json.loads(run(gpumon_cmd + ["list", "--json"], env).stdout)["gpus"]
+    r = run(gpumon_cmd + ["list"], env)                   # stdout captured: not a terminal
+    assert r.returncode == 0, r.stderr
+    assert "\u2026" not in r.stdout and "..." not in r.stdout
+    for g in gpus:
+        [row] = [line for line in r.stdout.splitlines() if g["uuid"] in line]
+        assert g["pci_bus_id"] in row
 
 
 # -- bad values are one line, never a traceback ----------------------------------------------

@@ -317,4 +317,5 @@ def test_nvml_that_cannot_start_names_the_reason(clean_env, tmp_path, error, say
     assert r.returncode == 2, r.stderr
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("gpumon: " + says), line
-    assert ("--sim" in line) == line.startswith("gpumon: no NVIDIA driver")
+    # (a hint to --sim where there is one: `gpumon list` shows real GPUs only)
+    assert ("--sim" in line) == (line.startswith("gpumon: no NVIDIA driver") and cmd != ["list"])

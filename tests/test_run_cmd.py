@@ -22,12 +22,22 @@ def test_child_exit_code_and_starvation_summary(gpumon_cmd, clean_env):
                                      "echo child says hi; sleep 6; exit 3"],
                        capture_output=True, text=True, env=clean_env, timeout=40)
     assert r.returncode == 3, r.stderr
-    assert "child says hi" in r.stdout                 # CMD's own output passes through
-    summary = r.stdout.splitlines()[-1]
+    assert r.stdout == "child says hi\n"             # CMD's own output, and only it
+    summary = r.stderr.splitlines()[-1]
     assert summary.startswith("gpumon ran `sh -c 'echo child says hi; sleep 6; exit 3'` on 2 "
                               "SIMULATED GPUs")
     assert "Main finding: data_starvation" in summary and "Advice:" in summary
     assert summary.endswith("The command exited with code 3.")
+
+
+def test_stdout_is_the_commands_alone(gpumon_cmd, clean_env):
+    """`gpumon run -- train.py | tee out`: gpumon's lines and summary go to stderr."""
+    r = subprocess.run(gpumon_cmd + ["run", "--sim", "busy:1", "--interval", "0.2", "--", "sh",
+                                     "-c", "echo TRAIN-LINE-1; sleep 1; echo TRAIN-LINE-2"],
+                       capture_output=True, text=True, env=clean_env, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "TRAIN-LINE-1\nTRAIN-LINE-2\n"
+    assert "gpumon ran `sh -c" in r.stderr and "\nTRAIN-LINE" not in r.stderr
 
 
 def test_child_killed_by_a_signal(gpumon_cmd, clean_env):
@@ -35,7 +45,7 @@ def test_child_killed_by_a_signal(gpumon_cmd, clean_env):
                                      "sleep 1; kill -9 $$"],
                        capture_output=True, text=True, env=clean_env, timeout=30)
     assert r.returncode == 137, r.stderr
-    assert "killed by SIGKILL (exit code 137)" in r.stdout
+    assert "killed by SIGKILL (exit code 137)" in r.stderr
 
 
 def _default_sigint():
@@ -55,12 +65,12 @@ def test_signals_are_forwarded_to_the_command(gpumon_cmd, clean_env, tmp_path, s
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=clean_env, preexec_fn=_default_sigint)
     for _ in range(3):                                   # header lines, first reading
-        p.stdout.readline()
+        p.stderr.readline()
     p.send_signal(sig)
     out, err = p.communicate(timeout=20)
     assert marker.read_text().strip() == sig.name, err
     assert p.returncode == 9
-    assert "The command exited with code 9." in out and "Traceback" not in err
+    assert "The command exited with code 9." in err and "Traceback" not in err
 
 
 def test_plain_sleep_killed_by_forwarded_sigterm(gpumon_cmd, clean_env):
@@ -68,11 +78,11 @@ def test_plain_sleep_killed_by_forwarded_sigterm(gpumon_cmd, clean_env):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=clean_env)
     for _ in range(3):
-        p.stdout.readline()
+        p.stderr.readline()
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=20)
     assert p.returncode == 128 + signal.SIGTERM, err
-    assert "killed by SIGTERM" in out
+    assert "killed by SIGTERM" in err
 
 
 def test_command_that_cannot_start(gpumon_cmd, clean_env, tmp_path):

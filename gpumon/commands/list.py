@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpumon.commands.common import gpu_list, lost_text, no_color
-from gpumon.errors import EveryGpuLostError, NoGpuError
+from gpumon.errors import EveryGpuLostError, NoDriverError, NoGpuError, UserError
 
 ORDER_NOTE = ("NVML numbers GPUs by PCI bus id; CUDA numbers them fastest first unless "
               "CUDA_DEVICE_ORDER=PCI_BUS_ID is set, and CUDA_VISIBLE_DEVICES renumbers them "
@@ -28,7 +28,10 @@ def run(args) -> int:
     """Exit 0 with a GPU to list; 2 when NVML lists none (as without a driver); 1 when every
     GPU is lost. A lost GPU is said in one line on stderr and left out of the tables."""
     from gpumon.node import open_selected
-    src = open_selected(args.gpus)
+    try:
+        src = open_selected(args.gpus)
+    except NoDriverError as exc:    # (list shows real GPUs only: no --sim to suggest)
+        raise UserError(f"no NVIDIA driver: {exc.detail}", exc.code) from None
     try:
         versions = src.versions()
         src.probe()
@@ -53,6 +56,15 @@ def run(args) -> int:
     return 0
 
 
+def _fit_when_piped(console: Console, table: Table) -> None:
+    """Not a terminal (a pipe, a file): as wide as the table, so that no row is folded and
+    `gpumon list | grep GPU-` finds whole UUIDs and bus ids."""
+    if not console.is_terminal:
+        from rich.measure import Measurement
+        width = Measurement.get(console, console.options.update_width(10 ** 4), table).maximum
+        console.width = max(console.width, width)
+
+
 def _print_tables(console: Console, versions: dict, infos: list) -> None:
     from gpumon.nvml import METRICS
     console.print(f"driver {versions['driver']}   NVML {versions['nvml']}   "
@@ -61,11 +73,13 @@ def _print_tables(console: Console, versions: dict, infos: list) -> None:
         return
     table = Table(box=None, pad_edge=False)
     for col in ("idx", "name", "uuid", "pci bus id", "memory", "power limit"):
-        table.add_column(col)
+        # (a UUID or bus id is copied whole: on a narrow terminal it folds, never "...")
+        table.add_column(col, overflow="fold" if col in ("uuid", "pci bus id") else "ellipsis")
     for i in infos:
         table.add_row(str(i.index), i.name + (" [MIG]" if i.mig else ""), i.uuid, i.pci_bus_id,
                       f"{i.mem_total_mib:.0f} MiB" if i.mem_total_mib else "-",
                       f"{i.power_limit_w:.0f} W" if i.power_limit_w else "-")
+    _fit_when_piped(console, table)
     console.print(table)
     sup = Table(title="supported metrics (yes / no)", box=None, pad_edge=False,
                 title_justify="left")

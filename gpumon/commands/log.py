@@ -6,8 +6,8 @@ import time
 
 from gpumon.commands.common import (LostNotices, add_sampling_options, make_detector,
                                     open_source, reopen_on_sigusr1, stop_on_sigterm)
-from gpumon.csvlog import CsvSink
-from gpumon.errors import EveryGpuLostError
+from gpumon.csvlog import STDOUT, CsvSink
+from gpumon.errors import EveryGpuLostError, UserError
 from gpumon.monitor import Monitor
 
 
@@ -18,7 +18,8 @@ def register(sub) -> None:
                        "A lost GPU is said once and the others are logged; when every GPU is "
                        "lost, logging stops with one line and exit status 1 (nothing is left to "
                        "log until the driver is reloaded).")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="CSV file to write")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="CSV file to write; - writes it to standard output")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     mode.add_argument("--append", action="store_true", help="continue an existing log")
@@ -44,6 +45,8 @@ class _Unmapped:
 
 
 def run(args) -> int:
+    if args.append and args.output == STDOUT:
+        raise UserError("log: --append cannot continue standard output (-o -)", 2)
     stop_on_sigterm()
     source = open_source(args)
     sink = monitor = None
@@ -66,16 +69,16 @@ def run(args) -> int:
     finally:
         _close(monitor, sink, source)
     if interrupted and (monitor is None or not monitor.ticks):
-        where = f"; nothing logged to {args.output}" if sink is not None else ""
+        where = f"; nothing logged to {sink.name}" if sink is not None else ""
         print(f"gpumon: interrupted before the first sample{where}", file=sys.stderr)
         return 130
     if not interrupted and monitor.every_gpu_lost:
         raise EveryGpuLostError(monitor.latest.lost, f"; stopped: {sink.rows} rows in "
-                                f"{time.time() - started:.1f} s written to {args.output}")
+                                f"{time.time() - started:.1f} s written to {sink.name}")
     if not args.quiet:
         how = "stopped" if interrupted else "done"
         print(f"gpumon: {how}: {sink.rows} rows in {time.time() - started:.1f} s written to "
-              f"{args.output}", file=sys.stderr)
+              f"{sink.name}", file=sys.stderr)
     return 0
 
 
@@ -90,8 +93,8 @@ def _close(monitor, sink, source) -> None:
 
 def _say_start(args, source, gpus: int, sink: CsvSink) -> None:
     if sink.cut:
-        print(f"gpumon: {args.output} ended in a partial row ({sink.cut} bytes, a write cut "
+        print(f"gpumon: {sink.name} ended in a partial row ({sink.cut} bytes, a write cut "
               "short); cut it off before appending", file=sys.stderr)
     label = "SIMULATED " if source.kind == "sim" else ""
-    print(f"gpumon: logging {gpus} {label}GPU(s) to {args.output} every {args.interval:g} s; "
+    print(f"gpumon: logging {gpus} {label}GPU(s) to {sink.name} every {args.interval:g} s; "
           "Ctrl-C to stop", file=sys.stderr)

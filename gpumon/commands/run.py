@@ -24,7 +24,8 @@ from collections import deque
 from typing import Optional
 
 from gpumon.commands.common import add_sampling_options, open_source
-from gpumon.commands.watch import add_screen_options, is_plain, label_of, print_summary, watch
+from gpumon.commands.watch import (add_screen_options, check_log_target, is_plain, label_of,
+                                   print_summary, watch)
 from gpumon.errors import UserError
 from gpumon.monitor import EVERY, OWN, CommandScope
 from gpumon.ui.model import Dashboard
@@ -61,6 +62,8 @@ def register(sub) -> None:
                        "What CMD leaves running in its process group when it ends is ended "
                        "too (--keep-group: not); if gpumon itself is killed, CMD gets SIGTERM.")
     add_sampling_options(p, duration=False)
+    # (Accepted only to say why not: the run lasts as long as CMD.)
+    p.add_argument("--duration", type=str, default=None, help=argparse.SUPPRESS)
     add_screen_options(p)
     p.add_argument("--keep-group", action="store_true",
                    help="leave running what CMD leaves behind in its process group when it "
@@ -319,6 +322,10 @@ class ScopeNotes:
 
 
 def run(args) -> int:
+    if args.duration is not None:
+        raise UserError("run: no --duration: the run lasts as long as CMD (to limit CMD, "
+                        "run it under `timeout S`)", 2)
+    check_log_target(args)
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
@@ -327,6 +334,8 @@ def run(args) -> int:
     # Fail on a missing driver or a bad --gpus before CMD starts, not after.
     open_source(args).close()
     plain = is_plain(args)
+    # CMD's stdout stays CMD's: in plain mode gpumon's own lines and summary go to stderr.
+    out = sys.stderr if plain else sys.stdout
     child = Child(cmd, capture=not plain, keep_group=args.keep_group)
     try:
         source = open_source(args)
@@ -361,7 +370,7 @@ def run(args) -> int:
     try:
         dash = watch(args, source, label=label_of(args, source), on_signal=child.forward,
                      until=child.done, alt_screen=False, reserve=OUTPUT_ROWS,
-                     before_draw=show_output, loop_ready=loop_ready)
+                     before_draw=show_output, loop_ready=loop_ready, out=out, plain=plain)
     except UserError as exc:        # the monitor failed (a lost driver): CMD goes on
         error, dash = exc, None
         print(f"gpumon: {exc}; waiting for {cmd[0]} to end", file=sys.stderr)
@@ -375,7 +384,7 @@ def run(args) -> int:
     for text in child.take_lines():
         print(text)
     for text in notes.take() if notes is not None and dash is not None else ():
-        print(text)
+        print(text, file=out)
     elapsed = time.monotonic() - started
     text = shlex.join(cmd)
     if len(text) > COMMAND_TEXT:
@@ -387,7 +396,7 @@ def run(args) -> int:
               "process group; ended them (--keep-group leaves them running)", file=sys.stderr)
     if dash is not None:
         print_summary(run_summary(dash, scope, judged, elapsed, f"`{text}`")
-                      + f" The command {how}.")
+                      + f" The command {how}.", out)
     elif error is not None:
         print(f"gpumon: `{text}` {how}; no diagnosis (monitoring failed)", file=sys.stderr)
     return exit_code(rc)

@@ -45,14 +45,21 @@ def register(sub) -> None:
     r = p.add_argument_group("replay")
     r.add_argument("--replay", metavar="CSV", default=None,
                    help="play a gpumon CSV log back through the same screen and detector")
-    r.add_argument("--speed", type=positive_float, default=1.0, metavar="N",
-                   help="replay N times faster than real time (default 1)")
+    r.add_argument("--speed", type=positive_float, default=None, metavar="N",
+                   help="replay N times faster than real time (default 1; with --replay only)")
     p.set_defaults(func=run)
+
+
+def check_log_target(args) -> None:
+    """--log - is refused: stdout is the screen's (or, under `gpumon run`, CMD's)."""
+    if getattr(args, "log", None) == "-":
+        raise UserError("--log - is not supported here; use `gpumon log -o -`", 2)
 
 
 def open_sink(args):
     if not getattr(args, "log", None):
         return []
+    check_log_target(args)
     from gpumon.csvlog import CsvSink
     sinks = [CsvSink(args.log, force=getattr(args, "force", False),
                      append=getattr(args, "append", False))]
@@ -62,7 +69,8 @@ def open_sink(args):
 
 def label_of(args, source) -> str:
     if source.kind == "replay":
-        return source.name + (f" x{args.speed:g}" if args.speed != 1 else "")
+        speed = args.speed or 1.0
+        return source.name + (f" x{speed:g}" if speed != 1 else "")
     if source.kind == "sim":
         return args.sim or ""
     return ""
@@ -71,10 +79,12 @@ def label_of(args, source) -> str:
 def watch(args, source, *, label: str = "", interval: Optional[float] = None,
           on_signal: Optional[Callable[[int], bool]] = None,
           until: Optional[Callable[[], bool]] = None, alt_screen: bool = True,
-          reserve: int = 0, before_draw=None, loop_ready=None, out=None) -> Dashboard:
+          reserve: int = 0, before_draw=None, loop_ready=None, out=None,
+          plain: Optional[bool] = None) -> Dashboard:
     """Monitor ``source`` and draw it until the end (duration, ``until``, a signal, q).
 
-    Returns the Dashboard (for the summary). The source is closed on the way out.
+    Returns the Dashboard (for the summary). The source is closed on the way out. ``plain``
+    (default: is_plain on ``out``) chooses plain lines over the screen.
     """
     out = out or sys.stdout
     interval = interval or args.interval
@@ -90,7 +100,8 @@ def watch(args, source, *, label: str = "", interval: Optional[float] = None,
     dash = Dashboard(infos, kind=source.kind, label=label, interval=args.interval,
                      detector=detector is not None)
     monitor.listeners.append(dash.update)
-    plain = is_plain(args, out)
+    if plain is None:
+        plain = is_plain(args, out)
     if plain:                            # (on the screen, a lost GPU's row and banner say it)
         monitor.listeners.append(LostNotices(monitor, "watching",
                                              every_lost=lambda: _every_lost(monitor)))
@@ -132,13 +143,24 @@ def is_plain(args, out=None) -> bool:
     return bool(args.plain) or not is_terminal(out or sys.stdout)
 
 
-def run(args) -> int:
+def check_replay_options(args) -> None:
+    """Options that mean nothing with (or without) --replay are refused, not ignored."""
     if args.replay and args.sim:
         raise UserError("--replay and --sim cannot be used together", 2)
+    if args.replay and args.gpus:
+        raise UserError("--gpus cannot be used with --replay (every GPU of the log is "
+                        "replayed)", 2)
+    if args.speed is not None and not args.replay:
+        raise UserError("--speed needs --replay CSV", 2)
+
+
+def run(args) -> int:
+    check_replay_options(args)
     if args.replay:
         from gpumon.replay import ReplaySource
-        source = ReplaySource(args.replay, speed=args.speed)
-        interval = max(REPLAY_MIN_POLL_S, args.interval / args.speed)
+        speed = args.speed or 1.0
+        source = ReplaySource(args.replay, speed=speed)
+        interval = max(REPLAY_MIN_POLL_S, args.interval / speed)
         until = lambda: source.done  # noqa: E731
     else:
         source = open_source(args)
