@@ -122,6 +122,8 @@ def child(command: str, scenario: str, interval: float, seconds: float, result: 
     from gpumon.cli import main
     t0 = time.monotonic()
     code = main(argv)
+    # (The last minute's sample may fall before the end: one more where the run ended.)
+    clock.rss.append((round(clock.now - clock.start, 1), status_mib("VmRSS") or 0.0))
     out = {"command": command, "scenario": scenario, "interval": interval, "seconds": seconds,
            "exit_code": code, "wall_s": round(time.monotonic() - t0, 1),
            "peak_mib": status_mib("VmHWM"), "rss": clock.rss}

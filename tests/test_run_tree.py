@@ -271,7 +271,7 @@ def test_run_judges_only_the_commands_gpus(gpumon_cmd, fake_nvml_env, foreign, t
     assert notes[:2] == [f"gpumon: waiting for `{name}` to use a GPU; GPUs 2,3: other jobs, "
                          "not judged",
                          f"gpumon: `{name}` uses GPUs 0,1; GPUs 2,3: other jobs, not judged"]
-    summary = r.stdout.splitlines()[-1]
+    summary = r.stderr.splitlines()[-1]      # (gpumon's own lines: stderr, CMD's: stdout)
     assert summary.startswith("gpumon ran `") and " on 2 GPUs (0,1) for " in summary, summary
     assert "Main finding: data_starvation" in summary and "on GPUs 0,1" in summary
     # Nothing of the other job's sync stall on GPUs 2-3. (The command's own starved job may
@@ -286,7 +286,8 @@ def test_run_judges_only_the_commands_gpus(gpumon_cmd, fake_nvml_env, foreign, t
     assert {row["verdict"] for row in rows if row["verdict"]} >= {"data_starvation"}
     assert {row["straggler_gpu"] for row in rows} <= {"", "0", "1"}
     # The plain lines never showed the other job's verdict either ("sync imbalance gpu2").
-    verdicts = [line.rsplit("|", 1)[-1] for line in r.stdout.splitlines()[2:-1]]
+    verdicts = [line.rsplit("|", 1)[-1] for line in r.stderr.splitlines()
+                if re.match(r"\d\d:\d\d:\d\d\|", line)]
     assert verdicts and not any(re.search(r"gpu[23]\b", v) for v in verdicts), verdicts
 
 
@@ -301,7 +302,7 @@ def test_run_of_a_command_that_never_uses_a_gpu(gpumon_cmd, fake_nvml_env, forei
                        capture_output=True, text=True, env=env, timeout=40)
     assert r.returncode == 0, r.stderr
     assert "gpumon: waiting for `sh` to use a GPU; GPUs 0,1: other jobs, not judged" in r.stderr
-    summary = r.stdout.splitlines()[-1]
+    summary = r.stderr.splitlines()[-1]
     assert summary.startswith("gpumon ran `sh -c 'sleep 4'` for 0:00:0")
     assert summary.endswith(": none of its processes used a GPU, so nothing was judged. "
                             "The command exited with code 0.")
@@ -336,7 +337,7 @@ def test_run_judges_every_gpu_when_its_processes_cannot_be_told(gpumon_cmd, fake
     name = os.path.basename(sys.executable)
     assert (f"gpumon: cannot tell `{name}`'s GPUs (their processes are not visible on this "
             "host: a container?); judging every GPU") in r.stderr
-    summary = r.stdout.splitlines()[-1]
+    summary = r.stderr.splitlines()[-1]
     assert " on 2 GPUs (0,1) for " in summary and "Main finding: data_starvation" in summary
     assert "Every GPU was judged" in summary
     rows = list(csv.DictReader(log.open()))
