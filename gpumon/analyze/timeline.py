@@ -413,26 +413,28 @@ def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
     base = float(np.mean(conf)) if conf else 0.5
     for m in missing:
         base *= CONFIDENCE_FACTOR.get(m, 1.0)
-    # The rule and reason: those of the segment's middle window that gave its verdict (the
-    # segment's first windows may still show the verdict it changed from).
-    same = [d for d in ds if d.verdict == verdict and d.cause == cause]
-    d = ds[len(ds) // 2]
-    if same:
-        rule, why = same[len(same) // 2].rule, same[len(same) // 2].because
-    elif relabelled:   # analyze's hindsight relabelled these seconds (analyze/pauses.py)
-        rule, why = "hindsight", (f"its windows read {d.verdict} (rule {d.rule}), but the "
-                                  "log shows steady work outlasting the stop after it: a "
-                                  "one-off, over")
-    elif verdict == INSUFFICIENT_DATA:
-        rule, why = "too_few_samples", "too few samples in these seconds to judge them"
-    else:              # the hold kept the verdict before while another had not yet won
-        rule, why = "hold", (f"kept from the seconds before: its windows' {d.verdict} "
-                             f"(rule {d.rule}) did not last the {DEFAULT.hold_s:.0f} s a "
-                             "change needs")
+    rule, why = _reason(ds, verdict, cause, relabelled)
     return Diagnosis(verdict=verdict, gpus=tuple(gpus), cause=cause, straggler_gpu=strag,
                      confidence=round(min(0.99, base), 3), evidence=ev,
                      advice=advice(verdict, cause, strag), start=start, end=end,
                      missing=tuple(missing), rule=rule, because=why)
+
+
+def _reason(ds: list[Diagnosis], verdict: str, cause, relabelled: bool) -> tuple[str, str]:
+    """A segment's rule and reason: those of its middle window that gave its verdict (its
+    first windows may still show the verdict it changed from); else what made it."""
+    same = [d for d in ds if d.verdict == verdict and d.cause == cause]
+    d = ds[len(ds) // 2]
+    if same:
+        return same[len(same) // 2].rule, same[len(same) // 2].because
+    if relabelled:     # analyze's hindsight relabelled these seconds (analyze/pauses.py)
+        return "hindsight", (f"its windows read {d.verdict} (rule {d.rule}), but the log "
+                             "shows steady work outlasting the stop after it: a one-off, over")
+    if verdict == INSUFFICIENT_DATA:
+        return "too_few_samples", "too few samples in these seconds to judge them"
+    # The hold kept the verdict before while another had not yet won.
+    return "hold", (f"kept from the seconds before: its windows' {d.verdict} (rule {d.rule}) "
+                    f"did not last the {DEFAULT.hold_s:.0f} s a change needs")
 
 
 def _median(vals: list) -> float:

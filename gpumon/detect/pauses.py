@@ -287,18 +287,26 @@ class PauseTracker:
             return False
         return len(self.after) == self.resume and sum(self.after) / self.resume < self.bar
 
-    def quiet(self, ns: list, us: list) -> None:
-        """step() over bins that, outside a pause, can neither start one nor change what
-        the tracker knows of steady work: bins with data, not every GPU idle, host unknown
-        (no loader workers known) and the job present. The same state as stepping each."""
-        k = len(ns)
+    def _skip(self, k: int) -> bool:
+        """The counters of ``k`` bins fed at once outside a pause; False when k is 0. (The
+        last-bin flags need not be kept: a pause starts at a stop, which resets them.)"""
         if not k:
-            return
+            return False
         assert not self.in_pause
         self.i += k
         self.cooldown -= k
         self.unmark = self.lead_in = range(0)
         self.full = self.alone = False
+        return True
+
+    def quiet(self, ns: list, us: list) -> None:
+        """step() over bins that, outside a pause, can neither start one nor change what
+        the tracker knows of steady work: bins with data, every GPU at work and no stop,
+        host unknown (no loader workers known) and the job present. The same state as
+        stepping each."""
+        k = len(ns)
+        if not self._skip(k):
+            return
         self.last = (self.i, us[-1] / ns[-1])
         self.recent.extend(u / n for n, u in zip(ns[-self.resume:], us[-self.resume:]))
         self.hist.extend((n, u, False) for n, u in zip(ns[-self.ctx:], us[-self.ctx:]))
@@ -322,13 +330,8 @@ class PauseTracker:
         counters say so) and every GPU is below idle_duty or sent nothing: no pause can
         start there; the history records stops. The same state as stepping each."""
         k = len(ns)
-        if not k:
+        if not self._skip(k):
             return
-        assert not self.in_pause
-        self.i += k
-        self.cooldown -= k
-        self.unmark = self.lead_in = range(0)
-        self.full = self.alone = False
         data = [j for j in range(k) if has[j]]
         if data:
             last = data[-1]
