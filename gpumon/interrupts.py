@@ -5,6 +5,10 @@ or is lost (CPython drops exceptions in a few internal lookups, and the command 
 if never interrupted). Inside ``held_interrupts()`` SIGINT is only noted; it is raised as
 KeyboardInterrupt when the block ends, where the command handles it. Imports only: a slow
 driver call must stay interruptible.
+
+Known limit: a Ctrl-C in the first tenths of a second after the imports, while a command
+sets up, is still lost now and then (seen once in a few dozen early signals on a
+loaded 2-core machine); a second Ctrl-C ends gpumon cleanly.
 """
 from __future__ import annotations
 
