@@ -169,9 +169,7 @@ def stop_on_sigterm() -> None:
     ... &` outlives the terminal."""
     def handler(signum, frame):
         raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, handler)
-    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
-        signal.signal(signal.SIGHUP, handler)
+    _on_stop_signals(handler)
 
 
 def sigterm_event() -> threading.Event:
@@ -180,13 +178,15 @@ def sigterm_event() -> threading.Event:
     command still ends cleanly with 0. For loops that wait on the event instead of catching
     KeyboardInterrupt."""
     stop = threading.Event()
+    _on_stop_signals(lambda signum, frame: stop.set())
+    return stop
 
-    def handler(signum, frame):
-        stop.set()
+
+def _on_stop_signals(handler) -> None:
+    """``handler`` for SIGTERM, and for SIGHUP unless it was ignored from the start (nohup)."""
     signal.signal(signal.SIGTERM, handler)
     if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
-        signal.signal(signal.SIGHUP, handler)       # (kept ignored under nohup)
-    return stop
+        signal.signal(signal.SIGHUP, handler)
 
 
 def reopen_on_sigusr1(sinks) -> None:
