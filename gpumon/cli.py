@@ -11,7 +11,8 @@ from gpumon.errors import UserError
 from gpumon.interrupts import held_interrupts
 
 # Sub-commands, each a module of gpumon.commands with register(subparsers) and run(args).
-COMMANDS = ("watch", "log", "run", "analyze", "list", "export", "plugin", "sim", "stream")
+COMMANDS = ("watch", "log", "run", "analyze", "list", "status", "export", "plugin", "sim",
+            "stream")
 DEFAULT_COMMAND = "watch"
 
 

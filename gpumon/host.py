@@ -41,7 +41,7 @@ THREAD_SCAN_MIN_PCT = 85.0
 class _Proc:
     """A psutil.Process and its previous CPU times, for rates."""
     __slots__ = ("proc", "prev", "last", "threads_prev", "threads_last", "name", "ppid",
-                 "started")
+                 "started", "user", "cmdline", "rss_mib")
 
     def __init__(self, proc: psutil.Process):
         self.proc = proc
@@ -55,6 +55,8 @@ class _Proc:
             self.started: Optional[float] = proc.create_time()   # Unix epoch seconds
         except psutil.Error:
             self.name, self.ppid, self.started = "?", 0, None
+        self.user, self.cmdline = _identity(proc)
+        self.rss_mib: Optional[float] = None              # read with the CPU rate
 
     def cpu_pct(self, mono: float) -> Optional[float]:
         """% of one core since the previous reading (read at most every PROC_CPU_EVERY_S)."""
@@ -63,12 +65,22 @@ class _Proc:
             return self.last
         t = self.proc.cpu_times()
         cpu = t.user + t.system
+        try:
+            self.rss_mib = self.proc.memory_info().rss / 1048576.0
+        except psutil.Error:
+            self.rss_mib = None
         self.prev = (mono, cpu)
         if prev is None or mono <= prev[0]:
             self.last = None
         else:
             self.last = max(0.0, 100.0 * (cpu - prev[1]) / (mono - prev[0]))
         return self.last
+
+    def sample(self, pid: int, role: str, cpu: Optional[float],
+               gpus: tuple[int, ...]) -> ProcSample:
+        return ProcSample(pid=pid, ppid=self.ppid, name=self.name, role=role, cpu_pct=cpu,
+                          gpus=gpus, user=self.user, cmdline=self.cmdline, rss_mib=self.rss_mib,
+                          started=self.started)
 
     def max_thread_pct(self, mono: float) -> Optional[float]:
         """The busiest thread's % of one core since the previous reading (as cpu_pct)."""
@@ -84,6 +96,25 @@ class _Proc:
             self.threads_last = max((100.0 * (c - prev[1][i]) / dt for i, c in now.items()
                                      if i in prev[1]), default=None)
         return self.threads_last
+
+
+def _identity(proc: psutil.Process) -> tuple[Optional[str], Optional[str]]:
+    """(user, command line) of a process, read once: neither changes for a forked worker.
+    A user with no name shows as its uid; a kernel thread's empty command line as None."""
+    try:
+        user: Optional[str] = proc.username()
+    except KeyError:                 # a uid with no passwd entry (containers)
+        try:
+            user = str(proc.uids().real)
+        except psutil.Error:
+            user = None
+    except psutil.Error:
+        user = None
+    try:
+        cmdline = " ".join(proc.cmdline()) or None
+    except psutil.Error:
+        cmdline = None
+    return user, cmdline
 
 
 class _ParentMap:
@@ -323,8 +354,7 @@ class HostSource:
                     self._procs.pop(pid, None)
                     self._children_gone |= role == "worker"
                     continue
-                procs.append(ProcSample(pid=pid, ppid=p.ppid, name=p.name, role=role,
-                                        cpu_pct=cpu_of[pid], gpus=gpus_of.get(pid, ())))
+                procs.append(p.sample(pid, role, cpu_of[pid], gpus_of.get(pid, ())))
 
         jobs = []
         for gpu, pids in sorted(pids_by_gpu.items()):

@@ -129,6 +129,7 @@ class _Gpu:
         self.pids_at = -1e9
         self.proc_util: tuple[tuple[int, float], ...] = ()
         self.proc_util_seen = 0
+        self.proc_mem: tuple[tuple[int, float], ...] = ()
         self.power_limit_w: Optional[float] = None
         self.power_limit_at = -1e9
         self.sm_clock_max: Optional[float] = None
@@ -165,6 +166,17 @@ class _Gpu:
 
 def _mib(nbytes) -> float:
     return nbytes / 1048576.0
+
+
+def _proc_mem(procs) -> tuple[tuple[int, float], ...]:
+    """(pid, MiB) of the running processes; a process whose memory NVML cannot tell (None:
+    NVML_VALUE_NOT_AVAILABLE, as under some containers or on Windows WDDM) is left out."""
+    mem: dict[int, float] = {}
+    for p in procs:
+        used = getattr(p, "usedGpuMemory", None)
+        if used is not None:
+            mem[p.pid] = mem.get(p.pid, 0.0) + _mib(used)
+    return tuple(sorted(mem.items()))
 
 
 def _decode(value) -> str:
@@ -390,14 +402,15 @@ class NvmlSource:
         g.pids_at = mono
         procs = g.query("processes", N.nvmlDeviceGetComputeRunningProcesses)
         g.pids = tuple(sorted({p.pid for p in procs})) if procs is not None else None
-        if g.pids and len(g.pids) > 1:
+        g.proc_mem = _proc_mem(procs or ())
+        if g.pids:
             self._process_util(g)
         else:
             g.proc_util = ()
         return g.pids
 
     def _process_util(self, g: _Gpu) -> None:
-        """Per-process SM utilization, where several processes share the GPU."""
+        """Per-process SM utilization (the process table; several processes sharing a GPU)."""
         try:
             got = g.query("process_util", N.nvmlDeviceGetProcessUtilization, g.proc_util_seen)
         except N.NVMLError:
@@ -426,8 +439,6 @@ class NvmlSource:
         if probe:
             g.pids_at = -1e9
         pids = self._pids(g, mono)
-        if probe and pids and len(pids) < 2:
-            self._process_util(g)
         base = dict(
             gpu=g.index, source="nvml",
             util_mem_pct=float(rates.memory) if rates is not None else None,
@@ -441,7 +452,7 @@ class NvmlSource:
             pcie_rx_mbps=rx, pcie_tx_mbps=tx,
             clock_events=int(events) if events is not None else None,
             energy_j=energy / 1000.0 if energy is not None else None,
-            pids=pids, proc_util=g.proc_util)
+            pids=pids, proc_util=g.proc_util, proc_mem=g.proc_mem)
         series = self._with_idle(g, samples, now, rates)
         return [GpuSample(time=t, util_gpu_pct=v, **base) for t, v in series]
 

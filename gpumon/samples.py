@@ -99,6 +99,9 @@ class GpuSample:
     proc_util: tuple[tuple[int, float], ...] = metric(
         "%", "Per-process SM utilization (pid, %) where several processes share the GPU",
         csv=False, default=())
+    proc_mem: tuple[tuple[int, float], ...] = metric(
+        "MiB", "Per-process GPU memory (pid, MiB) from the running-process list", csv=False,
+        default=())
 
     @property
     def power_frac(self) -> Optional[float]:
@@ -116,6 +119,10 @@ class ProcSample:
     role: str                     # "main" or "worker"
     cpu_pct: Optional[float]      # % of one core since the last reading
     gpus: tuple[int, ...] = ()    # GPUs this process uses itself (NVML's view)
+    user: Optional[str] = None    # owner's name (or uid as text where it has no name)
+    cmdline: Optional[str] = None  # the command line, arguments joined by spaces
+    rss_mib: Optional[float] = None   # resident host memory, MiB
+    started: Optional[float] = None   # Unix epoch seconds the process started
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ VARIABLES = (
     "FAKE_NVML_INIT_ERROR",
     "FAKE_NVML_MIG",
     "FAKE_NVML_CALL_US",
+    "FAKE_NVML_PROC_SHARES",
 )
 
 
@@ -73,6 +74,7 @@ def variables(
     call_us: int | str | None = None,
     trace_dir: str | os.PathLike | None = None,
     pids_file: str | os.PathLike | None = None,
+    proc_shares: str | Mapping[int, int] | None = None,
 ) -> dict[str, str]:
     """The FAKE_NVML_* variables for these settings (only the ones given).
 
@@ -82,6 +84,8 @@ def variables(
     call_us: µs per call (2.5), per metric group ("1,processes=4500"), or "reported".
     pids_file: a file in the pids syntax, read again whenever it changes (processes started
     after nvmlInit).
+    proc_shares: {123: 3, 456: 1} (PID: weight) or "123:3,456:1": how a GPU's used memory and
+    utilization are split between its processes (default: evenly).
     """
     out: dict[str, str] = {}
     if gpus is not None:
@@ -104,6 +108,8 @@ def variables(
         out["FAKE_NVML_PIDS"] = _per_gpu(pids, ";", lambda gpu, ps: "%s:%s" % (gpu, ",".join(str(int(p)) for p in ps)))
     if pids_file is not None:
         out["FAKE_NVML_PIDS_FILE"] = os.fspath(pids_file)
+    if proc_shares is not None:
+        out["FAKE_NVML_PROC_SHARES"] = _per_gpu(proc_shares, ",", lambda pid, w: "%d:%d" % (pid, w))
     if init_error is not None:
         out["FAKE_NVML_INIT_ERROR"] = init_error
     if mig is not None:

@@ -49,6 +49,19 @@ class _FakeProc:
     def ppid(self):
         return 1
 
+    def username(self):
+        return "alice"
+
+    def cmdline(self):
+        return ["python", "train.py"]
+
+    def memory_info(self):
+        self.reads_mem = getattr(self, "reads_mem", 0) + 1
+
+        class M:
+            rss = 512 * 1048576
+        return M
+
 
 def test_process_cpu_is_read_at_most_every_period():
     fake = _FakeProc()
@@ -57,6 +70,8 @@ def test_process_cpu_is_read_at_most_every_period():
     assert p.cpu_pct(100.0 + H.PROC_CPU_EVERY_S / 2) is None and fake.reads == 1
     assert p.cpu_pct(101.0) == pytest.approx(50.0)  # 0.5 s of CPU in 1 s
     assert p.cpu_pct(101.5) == pytest.approx(50.0) and fake.reads == 2   # held, not read
+    assert p.rss_mib == 512.0 and fake.reads_mem == 2       # RSS read with the CPU, as rarely
+    assert (p.user, p.cmdline) == ("alice", "python train.py")
 
 
 def test_parent_map_reads_only_new_pids(monkeypatch):

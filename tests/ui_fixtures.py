@@ -39,14 +39,19 @@ def ticks(n, seconds=30, straggler=1):
                     sm_clock_mhz=1980.0 if g != 3 else 1410.0, sm_clock_max_mhz=1980.0,
                     temp_c=61.0 + g if g != 3 else 88.0, pcie_rx_mbps=250.5, pcie_tx_mbps=3.2,
                     clock_events=CLOCK_EVENT_SW_THERMAL if g == 3 else 0, energy_j=1e5,
-                    pids=(4100 + g,)))
+                    pids=(4100 + g,), proc_mem=((4100 + g, 40448.0 + 512 * g),),
+                    proc_util=((4100 + g, _util(g, kk, straggler)),)))
         jobs = tuple(JobProcs(gpu=g, main_pid=4100 + g, main_cpu_pct=97.0 - g,
                               main_thread_max_pct=95.0, loader_workers=4,
                               loader_cpu_pct=180.0 + g, loader_busy=1) for g in range(n))
         procs = tuple(ProcSample(pid=4100 + g, ppid=4000, name="python", role="main",
-                                 cpu_pct=97.0 - g, gpus=(g,)) for g in range(n))
+                                 cpu_pct=97.0 - g, gpus=(g,), user="alice",
+                                 cmdline=f"python train.py --local-rank {g} --data /data/in1k",
+                                 rss_mib=5120.0 + g, started=T0 - 3600) for g in range(n))
         procs += tuple(ProcSample(pid=5000 + 10 * g + w, ppid=4100 + g, name="pt_data_worker",
-                                  role="worker", cpu_pct=30.0 + 10 * w + g)
+                                  role="worker", cpu_pct=30.0 + 10 * w + g, user="alice",
+                                  cmdline=f"python train.py --local-rank {g} --data /data/in1k",
+                                  rss_mib=800.0, started=T0 - 120)
                        for g in range(n) for w in range(4))
         host = HostSample(time=t, cpu_pct=23.5, cpu_max_core_pct=99.0, iowait_pct=0.4,
                           disk_read_mbps=12.5, disk_write_mbps=0.0, cpu_count=64,

@@ -24,6 +24,7 @@ from gpumon.diagnosis import ABBREV, INSUFFICIENT_DATA, VERDICTS, Diagnosis
 from gpumon.ui import columns as col
 from gpumon.ui import style as st
 from gpumon.ui.model import GpuView, View
+from gpumon.ui.processes import proc_rows, table_lines
 
 WIDE_COLS = 150             # from here on, a GPU fits on one line with every cell
 MAX_TWO_LINE_GPUS = 8       # more GPUs than this: compact rows
@@ -429,6 +430,13 @@ def layout(v: View, width: int, height: int, ascii: bool = False) -> list[Line]:
     lines.append(Line())
     lines.extend(banner_lines(v, width, ascii))
     lines.append(strip_line(v, width))
+    procs = proc_rows(v.host, [g.sample for g in v.gpus if g.sample], v.time)
+    if procs and height - len(lines) >= 4:         # the process table, in the rows left
+        lines.append(Line())
+        for pieces in table_lines(procs, width, height - len(lines), ascii):
+            lines.append(Line())
+            for text, style in pieces:
+                lines[-1].add(text, style)
     return lines
 
 

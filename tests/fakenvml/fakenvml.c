@@ -510,6 +510,47 @@ static int pids_file_refresh(void) {
     return ret;
 }
 
+/* FAKE_NVML_PROC_SHARES=123:3,456:1: each PID's weight (default 1) when a GPU's used memory and
+ * utilization are split between its processes, so per-process values differ in tests. */
+#define FAKE_MAX_SHARES 64
+static uint32_t g_share_pid[FAKE_MAX_SHARES], g_share_w[FAKE_MAX_SHARES];
+static unsigned g_nshares;
+
+static unsigned share_weight(uint32_t pid) {
+    for (unsigned i = 0; i < g_nshares; i++)
+        if (g_share_pid[i] == pid)
+            return g_share_w[i];
+    return 1;
+}
+
+/* PID i's part (numerator / denominator) of a GPU's total among pids[0..n). */
+static unsigned long long share_of(const uint32_t *pids, unsigned n, unsigned i, unsigned long long total) {
+    unsigned long long sum = 0;
+    for (unsigned k = 0; k < n; k++)
+        sum += share_weight(pids[k]);
+    return sum ? total * share_weight(pids[i]) / sum : 0;
+}
+
+static int parse_shares(const char *spec) {
+    g_nshares = 0;
+    const char *p = spec;
+    while (*p) {
+        char *end;
+        errno = 0;
+        unsigned long pid = strtoul(p, &end, 10);
+        if (errno || end == p || *end != ':' || g_nshares == FAKE_MAX_SHARES)
+            return config_error("FAKE_NVML_PROC_SHARES: expected PID:WEIGHT,PID:WEIGHT (at most 64), not '%s'%s", spec, "");
+        p = end + 1;
+        unsigned long w = strtoul(p, &end, 10);
+        if (errno || end == p || (*end && *end != ',') || w > 1000000)
+            return config_error("FAKE_NVML_PROC_SHARES: bad weight in '%s'%s", spec, "");
+        g_share_pid[g_nshares] = (uint32_t)pid;
+        g_share_w[g_nshares++] = (uint32_t)w;
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
 static const char *env(const char *name) {
     const char *v = getenv(name);
     return v && *v ? v : NULL;
@@ -642,6 +683,9 @@ static nvmlReturn_t configure(void) {
     if ((v = env("FAKE_NVML_LOST")) && parse_lost(v))
         return NVML_ERROR_UNKNOWN;
     if ((v = env("FAKE_NVML_PIDS")) && parse_pids(v))
+        return NVML_ERROR_UNKNOWN;
+    g_nshares = 0;
+    if ((v = env("FAKE_NVML_PROC_SHARES")) && parse_shares(v))
         return NVML_ERROR_UNKNOWN;
     pthread_mutex_lock(&g_pids_file_lock);
     snprintf(g_pids_file, sizeof g_pids_file, "%s", (v = env("FAKE_NVML_PIDS_FILE")) ? v : "");
@@ -1173,8 +1217,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessU
         memset(&util[i], 0, sizeof util[i]);
         util[i].pid = pids[i];
         util[i].timeStamp = ts;
-        util[i].smUtil = r->util_gpu / n;
-        util[i].memUtil = r->util_mem / n;
+        util[i].smUtil = (unsigned)share_of(pids, n, i, r->util_gpu);
+        util[i].memUtil = (unsigned)share_of(pids, n, i, r->util_mem);
     }
     *count = n;
     return NVML_SUCCESS;
@@ -1202,8 +1246,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t h, nvmlPr
         memset(u, 0, sizeof *u);
         u->pid = pids[i];
         u->timeStamp = ts;
-        u->smUtil = r->util_gpu / n;
-        u->memUtil = r->util_mem / n;
+        u->smUtil = (unsigned)share_of(pids, n, i, r->util_gpu);
+        u->memUtil = (unsigned)share_of(pids, n, i, r->util_mem);
     }
     info->processSamplesCount = n;
     info->lastSeenTimeStamp = ts;
@@ -1527,8 +1571,9 @@ static nvmlReturn_t running(nvmlDevice_t h, unsigned int *count, void *infos, in
         *count = n;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    unsigned long long used = (unsigned long long)r->mem_used_mib * MIB / n;
+    unsigned long long total = (unsigned long long)r->mem_used_mib * MIB;
     for (unsigned i = 0; i < n; i++) {
+        unsigned long long used = share_of(pids, n, i, total);
         if (layout == 1) {
             nvmlProcessInfo_v1_t *p = (nvmlProcessInfo_v1_t *)infos + i;
             memset(p, 0, sizeof *p);
@@ -1580,7 +1625,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t h, nvmlPr
         nvmlProcessDetail_v1_t *p = &list->procArray[i];
         memset(p, 0, sizeof *p);
         p->pid = pids[i];
-        p->usedGpuMemory = (unsigned long long)r->mem_used_mib * MIB / n;
+        p->usedGpuMemory = share_of(pids, n, i, (unsigned long long)r->mem_used_mib * MIB);
         p->gpuInstanceId = p->computeInstanceId = NOT_IN_MIG;
     }
     list->numProcArrayEntries = n;

@@ -1,0 +1,155 @@
+"""`gpumon status`'s output: one View (every GPU, its processes, the verdict) as text lines or
+as a JSON object shaped like ``gpustat --json`` (plus gpumon's verdict).
+
+Pure functions of the View: the command samples, these only format. A value not known is
+"-" in text and null in JSON, never 0.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Optional
+
+from gpumon import __version__
+from gpumon.diagnosis import INSUFFICIENT_DATA, Diagnosis
+from gpumon.samples import GpuSample
+from gpumon.ui.model import GpuView, View
+from gpumon.ui.processes import ProcRow, proc_rows, text_lines
+
+MISSING = "-"
+
+
+def local_time(t: float) -> str:
+    """ISO 8601 local time with its UTC offset: ``2026-12-02T03:10:05+01:00``."""
+    s = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
+    return s[:-2] + ":" + s[-2:]
+
+
+def _num(v: Optional[float], nd: int = 0):
+    return None if v is None else (round(v) if nd == 0 else round(v, nd))
+
+
+def _samples(v: View) -> list[GpuSample]:
+    return [g.sample for g in v.gpus if g.sample is not None]
+
+
+def _proc_json(r: ProcRow, workers: list[ProcRow]) -> dict:
+    out = {"pid": r.pid, "username": r.user, "command": r.name, "full_command": r.command,
+           "gpu_memory_usage": _num(r.gpu_mem_mib), "sm_utilization": _num(r.sm_pct),
+           "cpu_percent": _num(r.cpu_pct, 1), "cpu_memory_usage": _num(r.rss_mib),
+           "runtime_s": _num(r.runtime_s), "gpus": list(r.gpus), "role": r.role}
+    if r.role == "main":
+        out["loader_workers"] = [_proc_json(w, []) for w in workers]
+    return out
+
+
+def _on_gpu(r: ProcRow, s: Optional[GpuSample]) -> ProcRow:
+    """``r`` with its GPU memory and SM utilization on this GPU alone (gpustat's view)."""
+    mem = dict(s.proc_mem) if s is not None else {}
+    sm = dict(s.proc_util) if s is not None else {}
+    return replace(r, gpu_mem_mib=mem.get(r.pid), sm_pct=sm.get(r.pid))
+
+
+def _gpu_json(g: GpuView, rows: list[ProcRow], uuid: str) -> dict:
+    s = g.sample
+    mine = [_on_gpu(r, s) for r in rows if g.index in r.gpus and r.role != "worker"]
+    return {
+        "index": g.index, "uuid": uuid, "name": g.name, "lost": g.lost,
+        "utilization.gpu": _num(g.util),
+        "memory.used": _num(s.mem_used_mib) if s else None,
+        "memory.total": _num(s.mem_total_mib) if s else None,
+        "power.draw": _num(s.power_w) if s else None,
+        "enforced.power.limit": _num(s.power_limit_w) if s else None,
+        "temperature.gpu": _num(s.temp_c) if s else None,
+        "processes": [_proc_json(r, [w for w in rows if w.role == "worker" and w.job == r.pid])
+                      for r in mine],
+    }
+
+
+def _verdict_json(d: Diagnosis) -> dict:
+    out = d.as_dict()
+    out.pop("start", None)
+    out.pop("end", None)
+    return out
+
+
+def status_json(v: View, hostname: str, uuids: dict[int, str], seconds: float) -> dict:
+    """gpustat --json's shape (hostname, query_time, gpus with their processes) and the
+    verdict: null while there is none yet (``verdict_note`` says why)."""
+    now = v.time if v.time is not None else time.time()
+    rows = proc_rows(v.host, _samples(v), now)
+    d = v.diagnosis
+    judged = d is not None and d.verdict != INSUFFICIENT_DATA
+    return {
+        "hostname": hostname, "query_time": local_time(now), "gpumon_version": __version__,
+        "source": v.kind, "sampled_s": round(seconds, 1),
+        "gpus": [_gpu_json(g, rows, uuids.get(g.index, "")) for g in v.gpus],
+        "verdict": _verdict_json(d) if judged else None,
+        "verdicts": [_verdict_json(x) for x in v.diagnoses if x.verdict != INSUFFICIENT_DATA],
+        "verdict_note": "" if judged else no_verdict_text(v, seconds),
+    }
+
+
+def no_verdict_text(v: View, seconds: float) -> str:
+    if v.gpus and all(g.lost for g in v.gpus):
+        return "no verdict: every GPU is lost"
+    if seconds == 0:
+        return "no verdict: --sample 0 reads the current values only"
+    if not v.detector:
+        return "no verdict: the detector is not available in this build"
+    return (f"no verdict yet: {seconds:.1f} s of samples are not enough to judge "
+            "(sample longer with --sample S)")
+
+
+def _fmt(v: Optional[float], unit: str, spec: str = ".0f") -> str:
+    return MISSING if v is None else f"{v:{spec}}{unit}"
+
+
+def gpu_line(g: GpuView, ascii: bool) -> str:
+    s = g.sample
+    if g.lost:
+        return f"[{g.index}] {g.name[:24]:24}  lost (NVML: GPU is lost, it fell off the bus)"
+    deg = "C" if ascii else "°C"
+    mem = (f"{_fmt(s.mem_used_mib, '')} / {_fmt(s.mem_total_mib, ' MiB')}" if s else MISSING)
+    power = (f"{_fmt(s.power_w, '')} / {_fmt(s.power_limit_w, ' W')}" if s else MISSING)
+    temp = _fmt(s.temp_c if s else None, deg)
+    return (f"[{g.index}] {g.name[:24]:24} | {_fmt(g.util, '%'):>4} | {mem:>19} | "
+            f"{power:>11} | {temp:>5}")
+
+
+def verdict_lines(v: View, seconds: float) -> list[str]:
+    d = v.diagnosis
+    if d is None or d.verdict == INSUFFICIENT_DATA:
+        return [no_verdict_text(v, seconds)]
+    head = f"verdict: {d.verdict} on GPU{'s' if len(d.gpus) != 1 else ''} " + \
+        ",".join(map(str, d.gpus))
+    if d.cause:
+        head += f", cause {d.cause}"
+    if d.straggler_gpu is not None:
+        head += f", straggler GPU {d.straggler_gpu}"
+    out = [head + f" (confidence {d.confidence:.2f})"]
+    if d.because:
+        out.append(f"  {d.rule}: {d.because}" if d.rule else f"  {d.because}")
+    if d.advice:
+        out.append(f"  advice: {d.advice}")
+    return out
+
+
+def status_text(v: View, hostname: str, seconds: float, width: int,
+                ascii: bool = False) -> list[str]:
+    """The snapshot as lines: a title, a line per GPU, the verdict, the process table."""
+    now = v.time if v.time is not None else time.time()
+    what = {"sim": f"  SIMULATED {v.label}", "replay": f"  REPLAYED {v.label}"}.get(v.kind, "")
+    out = [f"gpumon {__version__}  {hostname}  {local_time(now)} (local){what}"]
+    out += [gpu_line(g, ascii) for g in v.gpus]
+    out.append("")
+    out += verdict_lines(v, seconds)
+    out.append("")
+    rows = proc_rows(v.host, _samples(v), now)
+    if rows:
+        out += text_lines(rows, width, ascii=ascii)
+    else:
+        unknown = v.gpus and all(g.sample is None or g.sample.pids is None for g in v.gpus)
+        out.append("processes unknown (not reported for these GPUs)" if unknown
+                   else "no processes on the GPUs")
+    return out
