@@ -18,7 +18,7 @@ run: $(STAMP)
 	@$(VENV)/bin/gpumon list >/dev/null 2>&1; rc=$$?; \
 	if [ $$rc -eq 2 ]; then \
 	  echo "make run: no NVIDIA driver here, running the SIMULATED demo node (gpumon --sim demo)"; \
-	  exec $(VENV)/bin/gpumon --sim demo $(ARGS); \
+	  exec env GPUMON_SCREEN_NOTE="make run: no NVIDIA driver here, running the SIMULATED demo node" $(VENV)/bin/gpumon --sim demo $(ARGS); \
 	else exec $(VENV)/bin/gpumon $(ARGS); fi
 
 # The fake NVML library (C, gcc only) and one trace file per simulated scenario.

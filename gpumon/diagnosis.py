@@ -69,3 +69,29 @@ class Diagnosis:
             "advice": self.advice, "missing": list(self.missing), "rule": self.rule,
             "because": self.because,
         }
+
+
+# Evidence in words, as `analyze` and the dashboard print it: (key, label, format), in order.
+EVIDENCE_TEXT = (("duty_cycle", "duty", "{:.0%}"), ("burst_s", "burst", "{:.2f} s"),
+                 ("gap_s", "gap", "{:.2f} s"), ("gap_sync", "gaps shared", "{:.0%}"),
+                 ("power_frac_busy", "power while busy", "{:.0%} of limit"),
+                 ("rel_power_min", "coldest/hottest power", "{:.0%}"),
+                 ("busy_cold_share", "cold GPUs", "{:.0%}"),
+                 ("clock_frac", "clock", "{:.0%} of max"),
+                 ("throttle_share", "throttle", "{:.0%}"),
+                 ("loader_cpu_pct", "loader CPU", "{:.0f}%"),
+                 ("main_cpu_pct", "main CPU", "{:.0f}%"),
+                 ("main_thread_max_pct", "main thread", "{:.0f}%"),
+                 ("iowait_pct", "iowait", "{:.1f}%"),
+                 ("disk_read_mbps", "disk read", "{:.0f} MB/s"))
+
+
+def evidence_text(evidence: dict) -> str:
+    """"duty 65%, burst 1.19 s, gap 0.59 s": the known evidence numbers in words (keys
+    without a label, and values not measured, are left out)."""
+    parts = []
+    for key, label, fmt in EVIDENCE_TEXT:
+        v = evidence.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v:
+            parts.append(f"{label} {fmt.format(v)}")
+    return ", ".join(parts)

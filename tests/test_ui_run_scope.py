@@ -19,7 +19,7 @@ def _frame(judged):
 def test_other_jobs_gpus_are_marked_and_waiting_is_said():
     rows, text = _frame(judged=(0,))
     assert "OTHER" in rows[1] and "OTHER" not in rows[0] and "OTHER" not in rows[2]
-    assert "INSUFFICIENT DATA" in text                  # CMD's GPU, too little data yet
+    assert "NO VERDICT" in text                         # CMD's GPU, too little data yet
     rows, text = _frame(judged=())
     assert "OTHER" in rows[0] and "OTHER" in rows[1] and "OTHER" not in rows[2]
     assert "WAITING" in text and "waiting for the command to use a GPU" in text

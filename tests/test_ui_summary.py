@@ -20,7 +20,28 @@ def test_summary_names_shares_main_cause_evidence_and_advice():
     # 30 ticks: 5 without a verdict, 7 busy, 18 sync_stall.
     assert "sync_stall 60%, busy 23%, no verdict 17% of the time" in text
     assert "Main finding: sync_stall (imbalance, straggler GPU 1) on GPUs 0-3" in text
-    assert "straggler_duty 0.66" in text and "Advice: GPU 1 computes longer" in text
+    assert "rule busy_but_cold: every GPU busy" in text and "Advice: GPU 1 computes longer" in text
+
+
+def test_no_verdict_has_one_name_and_shares_sum_to_100():
+    from gpumon.diagnosis import INSUFFICIENT_DATA
+    from gpumon.ui.summary import whole_percents
+    d = Dashboard(infos(2), kind="sim", interval=1.0)
+    busy = Diagnosis(BUSY, gpus=(0, 1))
+    short = Diagnosis(INSUFFICIENT_DATA, gpus=(0, 1))
+    # 1 tick without a diagnosis, 1 insufficient_data, 1 busy: thirds that round to 101%.
+    for t, diags in zip(ticks(2, 3), ([], [short], [busy])):
+        d.update(t, diags)
+    text = summary_text(d)
+    assert "insufficient_data" not in text
+    assert "no verdict 67%, busy 33% of the time" in text, text
+    pcts = [int(p) for p in re.findall(r"(\d+)%", text.split(":", 1)[1].split(" of the time")[0])]
+    assert sum(pcts) == 100
+    assert sum(p for _, p in whole_percents([("a", 1 / 3)] * 3)) == 100
+    assert whole_percents([("a", 0.996), ("b", 0.004)]) == [("a", 100)]
+    short_only = Dashboard(infos(1), kind="sim")
+    short_only.update(ticks(1, 1)[0], [Diagnosis(INSUFFICIENT_DATA, gpus=(0,))])
+    assert summary_text(short_only).endswith(": no verdict (too little data).")
 
 
 def test_a_short_problem_does_not_headline_a_healthy_run():

@@ -201,7 +201,7 @@ def test_q_key_quits_and_no_color(tmux, clean_env):
     cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "gpumon", "--sim", "busy:1",
                                            "--no-color"])
     tmux.start(cmd, clean_env)
-    text = tmux.wait_for(lambda s: "BUSY" in s or "INSUFFICIENT" in s)
+    text = tmux.wait_for(lambda s: "BUSY" in s or "NO VERDICT" in s)
     assert "SIMULATED busy:1" in text, text
     tmux.run("send-keys", "-t", "t", "q")
     after = tmux.wait_for(lambda s: "EXIT=" in s, timeout=10)

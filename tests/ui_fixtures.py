@@ -22,7 +22,7 @@ def _util(gpu, k, straggler):
     return 100.0 if k % 9 else 93.0
 
 
-def ticks(n, seconds=30, straggler=1):
+def ticks(n, seconds=30, straggler=1, truth=None):
     out = []
     for sec in range(seconds):
         t = T0 + sec + 1
@@ -57,7 +57,7 @@ def ticks(n, seconds=30, straggler=1):
                           disk_read_mbps=12.5, disk_write_mbps=0.0, cpu_count=64,
                           cpu_cores_pct=tuple(float((7 * i) % 100) for i in range(64)),
                           jobs=jobs, procs=procs)
-        out.append(Tick(time=t, gpus=tuple(samples), host=host))
+        out.append(Tick(time=t, gpus=tuple(samples), host=host, truth=truth))
     return out
 
 
@@ -71,14 +71,20 @@ def diagnosis_at(sec, n, straggler=1):
                           advice="nothing to do: the GPUs are kept busy")]
     return [Diagnosis(verdict=SYNC_STALL, gpus=gpus, cause="imbalance", straggler_gpu=straggler,
                       confidence=0.87,
-                      evidence={"straggler_duty": 0.66, "waiting_power_frac": 0.3,
-                                "waiting_util_pct": 99.0, "burst_s": 0.67, "gap_s": 0.33},
+                      evidence={"duty_cycle": 0.92, "burst_s": 0.67, "gap_s": 0.33,
+                                "gap_sync": 0.25, "power_frac_busy": 0.39,
+                                "rel_power_min": 0.375, "busy_cold_share": 0.75,
+                                "loader_cpu_pct": 181.0},
+                      rule="busy_but_cold",
+                      because=f"every GPU busy, but the others draw as little as 38% of GPU "
+                              f"{straggler}'s power: they spin in a collective while it computes",
                       advice=f"GPU {straggler} computes longer than the others: balance the work "
                              "across ranks (batch sizes, sequence lengths, uneven shards)")]
 
 
-def dashboard(n, seconds=30, kind="sim", label="sync_stall:4", detector=True):
-    d = Dashboard(infos(n), kind=kind, label=label, interval=1.0, detector=detector)
-    for sec, t in enumerate(ticks(n, seconds)):
+def dashboard(n, seconds=30, kind="sim", label="sync_stall:4", detector=True, truth=None,
+              note=""):
+    d = Dashboard(infos(n), kind=kind, label=label, interval=1.0, detector=detector, note=note)
+    for sec, t in enumerate(ticks(n, seconds, truth=truth)):
         d.update(t, diagnosis_at(sec, n) if detector else [])
     return d

@@ -4,22 +4,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Optional
 
+from gpumon.diagnosis import evidence_text
 from gpumon.logs.log import Log
 from gpumon.analyze.timeline import Timeline, summary
-
-# Evidence shown in the text report, with its label and format.
-TEXT_EVIDENCE = (("duty_cycle", "duty", "{:.0%}"), ("burst_s", "burst", "{:.2f}s"),
-                 ("gap_s", "gap", "{:.2f}s"), ("gap_sync", "gap sync", "{:.2f}"),
-                 ("power_frac_busy", "power while busy", "{:.0%} of limit"),
-                 ("rel_power_min", "coldest/hottest", "{:.2f}"),
-                 ("clock_frac", "clock", "{:.0%} of max"),
-                 ("throttle_share", "throttle", "{:.0%}"),
-                 ("loader_cpu_pct", "loader CPU", "{:.0f}%"),
-                 ("main_cpu_pct", "main CPU", "{:.0f}%"),
-                 ("main_thread_max_pct", "main thread", "{:.0f}%"),
-                 ("iowait_pct", "iowait", "{:.1f}%"),
-                 ("disk_read_mbps", "disk read", "{:.0f} MB/s"))
-
 
 def to_json(tl: Timeline, log: Optional[Log] = None) -> dict:
     out = {
@@ -66,12 +53,8 @@ def _dur(s: float) -> str:
 
 
 def evidence_line(ev: dict) -> str:
-    parts = []
-    for key, label, fmt in TEXT_EVIDENCE:
-        v = ev.get(key)
-        if v is not None:
-            parts.append(f"{label} {fmt.format(v)}")
-    return ", ".join(parts)
+    """The evidence in words (the one formatter, shared with the dashboard)."""
+    return evidence_text(ev)
 
 
 def to_text(log: Log, tl: Timeline, explain: bool = False) -> str:

@@ -22,7 +22,20 @@ def register(sub) -> None:
     p.add_argument("--interval", type=positive_float, default=None, metavar="S",
                    help="seconds between samples of a log without a time column (dmon; "
                    "default 1)")
+    p.add_argument("--plot", type=_plot_path, default=None, metavar="OUT.png|OUT.svg",
+                   help="also draw each GPU's utilization and power over time with the "
+                   "verdicts beneath (one FILE; needs matplotlib: pip install 'gpumon[plot]')")
     p.set_defaults(func=run)
+
+
+def _plot_path(path: str) -> str:
+    import argparse
+    from gpumon.analyze.plot import check_path
+    from gpumon.errors import UserError
+    try:
+        return check_path(path)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[1])
 
 
 def run(args) -> int:
@@ -32,6 +45,9 @@ def run(args) -> int:
     from gpumon.analyze import analyze_file, to_json, to_text
     from gpumon.errors import UserError
     docs, texts, failed = [], [], 0
+    if args.plot and len(args.files) != 1:
+        print("gpumon: --plot draws one FILE; give one", file=sys.stderr)
+        return 2
     for path in args.files:
         try:
             log, tl = analyze_file(path, args.interval)
@@ -40,6 +56,8 @@ def run(args) -> int:
             print(f"gpumon: {exc}", file=sys.stderr)
             docs.append({"file": path, "error": str(exc)})
             continue
+        if args.plot:
+            failed += not _plot(log, tl, args.plot)
         if args.format == "json":
             docs.append({"file": path, **to_json(tl, log)})
         else:
@@ -51,6 +69,19 @@ def run(args) -> int:
     elif texts:
         print("\n\n".join(texts))
     return 1 if failed else 0
+
+
+def _plot(log, tl, path: str) -> bool:
+    """Draws the plot; a missing matplotlib or an unwritable file is one line on stderr."""
+    from gpumon.analyze.plot import plot
+    from gpumon.errors import UserError
+    try:
+        plot(log, tl, path)
+    except UserError as exc:
+        print(f"gpumon: {exc}", file=sys.stderr)
+        return False
+    print(f"gpumon: plot written to {path}", file=sys.stderr)
+    return True
 
 
 # glibc malloc: memory freed by one step of the analysis stays with the process for the next

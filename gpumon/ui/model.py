@@ -6,25 +6,25 @@ an immutable snapshot, so drawing never holds up sampling and sampling never tea
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
+from gpumon.detect.cold import busy_cold
 from gpumon.diagnosis import (BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, SYNC_STALL,
                               THROTTLED, Diagnosis)
 from gpumon.samples import (CLOCK_EVENTS_THROTTLE, GpuInfo, GpuSample, HostSample, Tick,
                             clock_event_names)
 from gpumon.ui.spark import Sparkline
-from gpumon.ui.style import NO_VERDICT_CHAR, STRIP_CHAR
+from gpumon.ui.style import STRIP_CHAR
 
-# Utilization at or above which a GPU counts as busy for the "busy but cold" mark, %:
-# a kernel is resident nearly all the time.
-COLD_UTIL_PCT = 90.0
-# Power below this share of the limit while busy is "cold", 1: a GPU spinning in an NCCL
-# collective draws 15-45 % of its limit, one computing 65-97 %.
-COLD_POWER_FRAC = 0.5
 # Verdict intervals kept for the strip of past verdicts (one character each).
 STRIP_KEEP = 512
+
+# An environment variable whose value the screen shows on its title line (`make run` says
+# there why it runs the simulated demo).
+NOTE_ENV = "GPUMON_SCREEN_NOTE"
 
 # Which diagnosis the banner shows when several jobs have one: the most actionable first.
 _RANK = {DATA_STARVATION: 0, SYNC_STALL: 1, THROTTLED: 2, BUSY: 3, IDLE: 4, INSUFFICIENT_DATA: 5}
@@ -37,10 +37,19 @@ def primary(diagnoses: Sequence[Diagnosis]) -> Optional[Diagnosis]:
     return min(diagnoses, key=lambda d: (_RANK.get(d.verdict, 9), -len(d.gpus)))
 
 
-def is_cold(util: Optional[float], power_frac: Optional[float]) -> bool:
-    """Busy but cold: high utilization at low power, i.e. spinning in a collective."""
-    return (util is not None and power_frac is not None and util >= COLD_UTIL_PCT
-            and power_frac < COLD_POWER_FRAC)
+def cold_gpus(gpus: Sequence[tuple[int, Optional[float], Optional[GpuSample]]],
+              groups: Sequence[tuple[int, ...]]) -> frozenset[int]:
+    """The GPUs marked COLD: busy but cold as the detector compares them (detect/cold.py),
+    within each job's GPUs (``groups``; none: every GPU together). ``gpus``: (index, mean
+    utilization, latest sample)."""
+    util = {g: u for g, u, _ in gpus}
+    power = {g: s.power_w if s else None for g, _, s in gpus}
+    limit = {g: s.power_limit_w if s else None for g, _, s in gpus}
+    out: set[int] = set()
+    for group in groups or (tuple(util),):
+        out |= busy_cold({g: util.get(g) for g in group}, {g: power.get(g) for g in group},
+                         {g: limit.get(g) for g in group})
+    return frozenset(out)
 
 
 def throttle_reasons(mask: Optional[int]) -> tuple[str, ...]:
@@ -83,18 +92,22 @@ class View:
     version: int                      # changes whenever the data changes
     ticks: int = 0
     judged: Optional[tuple[int, ...]] = None   # judged GPUs (gpumon run: CMD's); None: all
+    truth: Any = None                 # simulated sources: the phase running (sim Truth)
+    note: str = ""                    # a line for the screen (why this source: `make run`)
 
 
 class Dashboard:
     """The live model behind the screen, the plain lines and the summary."""
 
     def __init__(self, infos: Sequence[GpuInfo], *, kind: str = "nvml", label: str = "",
-                 interval: float = 1.0, detector: bool = True):
+                 interval: float = 1.0, detector: bool = True, note: Optional[str] = None):
         self.infos = {i.index: i for i in infos}
         self.kind = kind
         self.label = label
         self.interval = interval
         self.detector = detector
+        self.note = os.environ.get(NOTE_ENV, "") if note is None else note
+        self._truth: Any = None
         self._lock = threading.Lock()
         self._sparks = {i.index: Sparkline() for i in infos}
         self._latest: dict[int, GpuSample] = {}
@@ -142,12 +155,16 @@ class Dashboard:
             if tick.host is not None:
                 self._host = tick.host
             self._diagnoses = tuple(diagnoses)
-            self._strip.append(STRIP_CHAR.get(main.verdict, "?") if main else NO_VERDICT_CHAR)
-            self._strip_verdicts.append(main.verdict if main else "")
+            if tick.truth is not None:
+                self._truth = tick.truth
+            # No diagnosis and insufficient_data are one thing on screen: no verdict.
+            verdict = main.verdict if main else INSUFFICIENT_DATA
+            self._strip.append(STRIP_CHAR.get(verdict, "?"))
+            self._strip_verdicts.append(verdict)
             if len(self._strip) > STRIP_KEEP:
                 del self._strip[:-STRIP_KEEP]
                 del self._strip_verdicts[:-STRIP_KEEP]
-            if main is None:
+            if verdict == INSUFFICIENT_DATA:
                 self.no_verdict_s += dt
             else:
                 self.verdict_s[main.verdict] = self.verdict_s.get(main.verdict, 0.0) + dt
@@ -164,7 +181,10 @@ class Dashboard:
     def view(self) -> View:
         with self._lock:
             gpus = []
-            for index in sorted(set(self.infos) | set(self._sparks)):
+            indexes = sorted(set(self.infos) | set(self._sparks))
+            cold = cold_gpus([(i, self._util.get(i), self._latest.get(i)) for i in indexes
+                              if i not in self._lost], [d.gpus for d in self._diagnoses])
+            for index in indexes:
                 info = self.infos.get(index)
                 s = self._latest.get(index)
                 util = self._util.get(index)
@@ -172,7 +192,7 @@ class Dashboard:
                     index=index, name=info.name if info else f"GPU {index}", sample=s,
                     util=util, spark=self._sparks[index].text,
                     spark_ascii=self._sparks[index].ascii,
-                    cold=is_cold(util, s.power_frac if s else None),
+                    cold=index in cold,
                     throttle=throttle_reasons(s.clock_events if s else None),
                     lost=index in self._lost,
                     other=(self._judged is not None and index not in self._judged
@@ -184,7 +204,8 @@ class Dashboard:
                 time=self._time,
                 elapsed=(self._time - self._first) if self._time is not None else 0.0,
                 interval=self.interval, sample_s=self._sample_s, detector=self.detector,
-                version=self._version, ticks=self.ticks, judged=self._judged)
+                version=self._version, ticks=self.ticks, judged=self._judged,
+                truth=self._truth, note=self.note)
 
     @property
     def version(self) -> int:

@@ -9,9 +9,12 @@ Layouts, by terminal size:
 - two-line: a main line (utilization, sparkline, memory, power, marks) and a detail line
   (SM clock, temperature, PCIe, PIDs, throttle reasons) per GPU;
 - compact (more than 8 GPUs, or not enough rows): the main line only.
+Every line has a priority (P_*): on a short terminal the lowest go first, so the verdict, its
+GPUs, the straggler and the advice (wrapped, never cut) are the last to go.
 """
 from __future__ import annotations
 
+import textwrap
 import time
 from typing import Callable, Iterable, Optional
 
@@ -20,7 +23,7 @@ from rich.segment import Segment
 from rich.style import Style
 
 from gpumon import __version__
-from gpumon.diagnosis import ABBREV, INSUFFICIENT_DATA, VERDICTS, Diagnosis
+from gpumon.diagnosis import ABBREV, INSUFFICIENT_DATA, VERDICTS, Diagnosis, evidence_text
 from gpumon.ui import columns as col
 from gpumon.ui import style as st
 from gpumon.ui.model import GpuView, View
@@ -33,9 +36,26 @@ NAME_W = 16
 MARK_W = 8                  # "COLD THR"
 PIDS_W = 14
 MIN_SPARK = 8
-EVIDENCE_ITEMS = 8
 WORKERS_SHOWN = 4           # busiest loader workers listed with their CPU % per main process
-MIN_HEIGHT = 12             # rows the layout assumes at the least (below, rich crops)
+ADVICE_LINES = 6            # the advice wraps on up to this many lines (never cut before)
+MIN_HEIGHT = 6              # rows the layout assumes at the least (below, rich crops)
+
+# Line priorities: when the terminal is short, the lowest go first (the last of them first).
+P_VERDICT = 10              # the verdict, its GPUs, its advice
+P_TRUTH = 9                 # simulated: the phase and its true verdict
+P_NOTE = 9                  # why this source (`make run`)
+P_TITLE = 8
+P_BANNER_MORE = 8           # straggler, cause, confidence when the top border is full
+P_GPU = 7                   # one row per GPU
+P_BECAUSE = 5               # the rule and why
+P_STRIP = 4
+P_HEADER = 4
+P_EVIDENCE = 3
+P_BOX = 3                   # the banner's bottom border
+P_HOST = 2
+P_JOBS = 1
+P_BLANK = 1
+P_DETAIL = 0                # second line per GPU (layout drops them all first when short)
 
 _styles: dict[str, Style] = {}
 
@@ -120,21 +140,6 @@ def gpus_text(gpus: tuple[int, ...]) -> str:
     return f"GPU{'s' if len(gpus) != 1 else ''} {gpu_range(gpus)}"
 
 
-def fmt_evidence(evidence: dict, limit: int = EVIDENCE_ITEMS) -> str:
-    """Evidence numbers as ``name value`` pairs, floats at two decimals (or whole numbers)."""
-    out = []
-    items = [(k, v) for k, v in evidence.items() if v is not None]   # not measured: left out
-    for k, v in items[:limit]:
-        if isinstance(v, bool):
-            v = str(v).lower()
-        elif isinstance(v, float):
-            v = f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
-        elif isinstance(v, (list, tuple)):
-            v = ",".join(f"{x:.2f}" if isinstance(x, float) else str(x) for x in v[:8])
-        out.append(f"{k} {v}")
-    return "  ".join(out)
-
-
 def hms(seconds: float) -> str:
     s = int(max(0, seconds))
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
@@ -193,7 +198,12 @@ def geometry(width: int, wide: bool) -> _Geometry:
     return g
 
 
-def gpu_header(v: View, geo: _Geometry) -> Line:
+def unit_text(u: str, ascii: bool) -> str:
+    """A unit as the terminal can show it: degrees Celsius as °C on a unicode terminal."""
+    return "°C" if u == "C" and not ascii else u
+
+
+def gpu_header(v: View, geo: _Geometry, ascii: bool = False) -> Line:
     line = Line().add(" #", st.HEADER).add(" ").add("name".ljust(geo.name_w), st.HEADER)
     line.add(" ").add(col.title("util_gpu_pct").rjust(4), st.HEADER).add(" ")
     if v.sample_s:
@@ -202,7 +212,10 @@ def gpu_header(v: View, geo: _Geometry) -> Line:
         span = "recent samples"
     line.add(span[:geo.spark_w].ljust(geo.spark_w), st.DIM)
     for names, w in geo.main + geo.detail:
-        line.add(" ").add(col.cell_title(names).rjust(w), st.HEADER)
+        title = col.cell_title(names)
+        if col.unit(names[0]) == "C":
+            title = title[:-1] + unit_text("C", ascii)
+        line.add(" ").add(title.rjust(w), st.HEADER)
     line.add(" ").add("marks".ljust(MARK_W), st.HEADER)
     if geo.wide:
         line.add(" ").add(col.title("pids"), st.HEADER)
@@ -243,11 +256,15 @@ def gpu_lines(g: GpuView, geo: _Geometry, ascii: bool, detail: bool) -> list[Lin
             known = s is not None and any(getattr(s, n) is not None for n in names)
             d.add(" ").add(label, st.DIM).add(" " + col.cell_value(names, s))
             if known:
-                d.add(unit if unit == "C" else f" {unit}" if unit else "", st.DIM)
+                d.add(unit_text(unit, ascii) if unit == "C" else f" {unit}" if unit else "",
+                      st.DIM)
             d.add(" ")
             if names[0] == "temp_c" and g.throttle:
                 d.add(" throttle " + ",".join(g.throttle) + " ", st.MARK_THROTTLE)
-        d.add(" ").add(col.title("pids"), st.DIM).add(" " + _pids(g))
+        pids = " " + _pids(g)
+        if d.n + 1 + len(col.title("pids")) + len(pids) > geo.width:
+            pids = " ..."       # the wide layout and the job line name them; never cut one
+        d.add(" ").add(col.title("pids"), st.DIM).add(pids)
         lines.append(d)
     return lines
 
@@ -295,11 +312,10 @@ def host_lines(v: View, width: int, rows: int) -> list[Line]:
             f"{col.title(c)} {col.with_unit(c, getattr(j, c))}" for c in col.JOB_CELLS
             if getattr(j, c) is not None)
         busiest = sorted(workers.get(j.main_pid, ()), reverse=True)[:WORKERS_SHOWN]
-        if busiest:
-            text += " (" + " ".join(f"{c:.0f}" for c in busiest) + "%)"
+        full = text + (" (" + " ".join(f"{c:.0f}" for c in busiest) + "%)" if busiest else "")
         short = (f"{j.main_pid} {col.title('main_cpu_pct')} "
                  f"{col.with_unit('main_cpu_pct', j.main_cpu_pct)}")
-        entries.append((text, short))
+        entries.append((full, short, text))
     if not entries:
         unknown = v.gpus and all(g.sample is None or g.sample.pids is None for g in v.gpus)
         why = ("processes unknown (not reported for these GPUs)" if unknown
@@ -313,15 +329,19 @@ def host_lines(v: View, width: int, rows: int) -> list[Line]:
     return out
 
 
-def _pack(entries: list[tuple[str, str]], width: int, rows: int) -> list[Line]:
-    """Job entries (full, short) on at most ``rows`` lines; on the last line, the ones that
-    do not fit in full are listed short ("+3 more: 4101 main 96%, ...")."""
+def _pack(entries: list[tuple[str, str, str]], width: int, rows: int) -> list[Line]:
+    """Job entries (full, short, without the workers' CPU) on at most ``rows`` lines; an
+    entry too long for a line of its own loses its workers' list (never cut in the middle);
+    on the last line, the ones that do not fit in full are listed short ("+3 more: 4101 main
+    96%, ...", as many as fit)."""
     lines: list[Line] = []
     cur = Line().add("job  ", st.HEADER)
     indent = cur.n
     i = 0
     while i < len(entries):
         full = entries[i][0]
+        if indent + 1 + len(full) > width:
+            full = entries[i][2]
         sep = " " if cur.n <= indent else "  "
         last_row = len(lines) + 1 >= rows
         left = len(entries) - i - 1
@@ -332,7 +352,13 @@ def _pack(entries: list[tuple[str, str]], width: int, rows: int) -> list[Line]:
             continue
         if last_row:
             rest = entries[i:]
-            cur.add(f"{sep}+{len(rest)} more: ", st.DIM).add(", ".join(s for _, s in rest))
+            cur.add(f"{sep}+{len(rest)} more: ", st.DIM)
+            for k, (_, short, _) in enumerate(rest):
+                piece = (", " if k else "") + short
+                if cur.n + len(piece) + (4 if k < len(rest) - 1 else 0) > width:
+                    cur.add(", ..." if k else "...")
+                    break
+                cur.add(piece)
             break
         lines.append(cur)
         cur = Line().add(" " * indent)
@@ -340,62 +366,107 @@ def _pack(entries: list[tuple[str, str]], width: int, rows: int) -> list[Line]:
     return lines
 
 
-def banner_lines(v: View, width: int, ascii: bool) -> list[Line]:
-    tl, tr, bl, br, hz, vt = st.BOX_ASCII if ascii else st.BOX_UNICODE
+def _banner_head(v: View) -> tuple[str, list[tuple[str, Optional[str]]], list[str]]:
+    """The verdict, the banner's top items (most important first) and its body texts."""
     d: Optional[Diagnosis] = v.diagnosis
+    style = st.VERDICT_STYLE[INSUFFICIENT_DATA]
     if d is None and v.judged == ():    # gpumon run: the command is on no GPU (yet)
-        verdict = INSUFFICIENT_DATA
-        head = [("WAITING", st.VERDICT_STYLE[verdict])]
-        body1 = "waiting for the command to use a GPU; other jobs are not judged"
-        body2 = ""
-    elif d is None and v.gpus and all(g.lost for g in v.gpus):
-        verdict = INSUFFICIENT_DATA
-        head = [("NO GPU LEFT", st.VERDICT_STYLE[verdict])]
-        body1 = "every GPU is lost (NVML: GPU is lost, it fell off the bus): no verdict"
-        body2 = "a reboot or a driver reload brings them back"
-    elif d is None:
-        verdict = INSUFFICIENT_DATA
-        head = [("NO VERDICT" if not v.detector else "INSUFFICIENT DATA",
-                 st.VERDICT_STYLE[verdict])]
-        body1 = ("the detector is not available in this build: no verdicts" if not v.detector
-                 else f"waiting for enough samples ({v.elapsed:.0f} s so far)")
-        body2 = ""
-    else:
-        verdict = d.verdict
-        head = [(d.verdict.upper().replace("_", " "), st.VERDICT_STYLE.get(d.verdict))]
-        head.append((gpus_text(d.gpus), None))
-        if d.cause:
-            head.append((f"cause {d.cause}", None))
-        if d.straggler_gpu is not None:
-            head.append((f"straggler GPU {d.straggler_gpu}", None))
-        head.append((f"confidence {d.confidence:.2f}", st.DIM))
-        # Why, in the rule's own numbers; the bare evidence where no rule said.
-        body1 = (f"{d.rule}: {d.because}" if d.because else
-                 fmt_evidence(d.evidence) if d.evidence else "")
-        if d.missing:
-            body1 += ("  " if body1 else "") + "missing: " + ",".join(d.missing)
-        body2 = ("advice: " + d.advice) if d.advice else ""
+        return INSUFFICIENT_DATA, [("WAITING", style)], [
+            "waiting for the command to use a GPU; other jobs are not judged"]
+    if d is None and v.gpus and all(g.lost for g in v.gpus):
+        return INSUFFICIENT_DATA, [("NO GPU LEFT", style)], [
+            "every GPU is lost (NVML: GPU is lost, it fell off the bus): no verdict",
+            "a reboot or a driver reload brings them back"]
+    if d is None or d.verdict == INSUFFICIENT_DATA:
+        why = ("the detector is not available in this build" if not v.detector
+               else d.because if d is not None and d.because
+               else f"waiting for enough samples ({v.elapsed:.0f} s so far)")
+        return INSUFFICIENT_DATA, [(st.NO_VERDICT.upper(), style)], [why]
+    head = [(d.verdict.upper().replace("_", " "), st.VERDICT_STYLE.get(d.verdict)),
+            (gpus_text(d.gpus), None)]
+    if d.straggler_gpu is not None:
+        head.append((f"straggler GPU {d.straggler_gpu}", None))
+    if d.cause:
+        head.append((f"cause {d.cause}", None))
+    head.append((f"confidence {d.confidence:.2f}", st.DIM))
+    return d.verdict, head, []
+
+
+def _wrap(text: str, width: int, most: int, ascii: bool) -> list[str]:
+    """``text`` wrapped to ``width``, on at most ``most`` lines (the last one cut, marked)."""
+    lines = textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+    if len(lines) > most:
+        lines = lines[:most]
+        lines[-1] = lines[-1][:width - 1] + ("~" if ascii else "…")
+    return lines
+
+
+def banner_lines(v: View, width: int, ascii: bool) -> list[tuple[int, Line]]:
+    """The verdict's box, each line with its priority (the layout cuts the lowest first):
+    the verdict, its GPUs and its advice are the last to go."""
+    tl, tr, bl, br, hz, vt = st.BOX_ASCII if ascii else st.BOX_UNICODE
+    verdict, head, texts = _banner_head(v)
     box = st.VERDICT_STYLE.get(verdict)
     inner = width - 4
     top = Line().add(tl + hz, box)
-    for text, style in head:
-        if top.n + len(text) + 3 > width - 1:
-            break
-        top.add(" ").add(text, style).add(" " + hz, box)
+    rest = []
+    for k, (text, style) in enumerate(head):
+        if k < 2 or (not rest and top.n + len(text) + 4 <= width):
+            top.add(" ").add(text, style).add(" " + hz, box)
+        else:
+            rest.append(text)
+    top.crop(width - 1)
     top.add(hz * max(0, width - 1 - top.n), box).add(tr, box)
-    lines = [top]
-    for text, style in ((body1, None), (body2, "bold")):
-        if len(text) > inner:
-            text = text[:inner - 1] + ("~" if ascii else "…")
-        lines.append(Line().add(vt + " ", box).add(text.ljust(inner), style).add(" " + vt, box))
-    lines.append(Line().add(bl + hz * (width - 2) + br, box))
-    return lines
+    body: list[tuple[int, str, Optional[str]]] = []
+    if rest:
+        more = rest[0]
+        for text in rest[1:]:
+            if len(more) + 2 + len(text) <= inner:
+                more += ", " + text
+        body.append((P_BANNER_MORE, more, st.DIM))
+    body += [(P_BECAUSE, t, None) for t in texts]
+    d = v.diagnosis if verdict != INSUFFICIENT_DATA else None
+    if d is not None:
+        if d.because:
+            body += [(P_BECAUSE, t, None) for t in
+                     _wrap(f"{d.rule}: {d.because}" if d.rule else d.because, inner, 2, ascii)]
+        ev = evidence_text(d.evidence)
+        if d.missing:
+            ev += ("; " if ev else "") + "missing: " + ",".join(d.missing)
+        if ev:
+            body += [(P_EVIDENCE, t, st.DIM) for t in _wrap(ev, inner, 2, ascii)]
+        if d.advice:
+            body += [(P_VERDICT, t, "bold") for t in
+                     _wrap("advice: " + d.advice, inner, ADVICE_LINES, ascii)]
+    out = [(P_VERDICT, top)]
+    for prio, text, style in body:
+        out.append((prio, Line().add(vt + " ", box).add(text.ljust(inner)[:inner], style)
+                    .add(" " + vt, box)))
+    out.append((P_BOX, Line().add(bl + hz * (width - 2) + br, box)))
+    return out
+
+
+def truth_line(v: View, width: int) -> Optional[Line]:
+    """Simulated GPUs: the phase running and its true verdict, beside gpumon's (the details
+    that do not fit are left out, whole)."""
+    t = v.truth
+    if v.kind != "sim" or t is None:
+        return None
+    head = f" SIMULATED: phase {t.scenario} "
+    straggler = f", straggler GPU {t.straggler_gpu}" if t.straggler_gpu is not None else ""
+    cause = f" {t.cause}" if t.cause else ""
+    for truth in (f"(truth: {t.verdict}{cause}{straggler})", f"(truth: {t.verdict}{cause})",
+                  f"(truth: {t.verdict})"):
+        if len(head) + len(truth) <= width:
+            break
+    return Line().add(head, st.LABEL_SIM).add(truth, st.LABEL_SIM_TRUTH)
 
 
 def strip_line(v: View, width: int) -> Line:
     label = "verdicts "
     legend = "  " + " ".join(f"{st.STRIP_CHAR[k]} {ABBREV[k]}" for k in VERDICTS
-                             if k != INSUFFICIENT_DATA) + f" {st.STRIP_CHAR[INSUFFICIENT_DATA]} n/a"
+                             if k != INSUFFICIENT_DATA)
+    legend += f" {st.STRIP_CHAR[INSUFFICIENT_DATA]} {st.NO_VERDICT}"
     room = width - len(label)
     if room - len(legend) >= 20:
         room -= len(legend)
@@ -413,31 +484,57 @@ def strip_line(v: View, width: int) -> Line:
     return line.add(legend, st.DIM)
 
 
-def layout(v: View, width: int, height: int, ascii: bool = False) -> list[Line]:
-    """Every line of one frame for a terminal of ``width`` x ``height``."""
-    width = max(40, width)
+def _fit(lines: list[tuple[int, Line]], height: int) -> list[Line]:
+    """The lines, without the lowest-priority ones (the last of them first) past ``height``."""
+    while len(lines) > height:
+        low = min(p for p, _ in lines)
+        k = max(i for i, (p, _) in enumerate(lines) if p == low)
+        del lines[k]
+    return [line for _, line in lines]
+
+
+def _frame(v: View, width: int, height: int, ascii: bool,
+           detail: bool) -> list[tuple[int, Line]]:
     n = len(v.gpus)
-    fixed = 11
     wide = width >= WIDE_COLS
-    detail = (not wide and n <= MAX_TWO_LINE_GPUS and fixed + 2 * n <= height)
-    host_rows = 2 if fixed + n * (2 if detail else 1) + 1 > height else 3
+    host_rows = 2 if 11 + n + 1 > height else 3     # (detail rows go first when short)
     geo = geometry(width, wide)
-    lines = [title_line(v, width), gpu_header(v, geo)]
+    out = [(P_TITLE, title_line(v, width))]
+    if v.note:
+        out.append((P_NOTE, Line().add(" " + _ascii_safe(v.note), st.WARN)))
+    out.append((P_HEADER, gpu_header(v, geo, ascii)))
     for g in v.gpus:
-        lines.extend(gpu_lines(g, geo, ascii, detail))
-    lines.append(Line())
-    lines.extend(host_lines(v, width, host_rows - 1))
-    lines.append(Line())
-    lines.extend(banner_lines(v, width, ascii))
-    lines.append(strip_line(v, width))
+        main, *more = gpu_lines(g, geo, ascii, detail)
+        out += [(P_GPU, main)] + [(P_DETAIL, m) for m in more]
+    out.append((P_BLANK, Line()))
+    host = host_lines(v, width, host_rows - 1)
+    out += [(P_HOST, host[0])] + [(P_JOBS, line) for line in host[1:]]
+    out.append((P_BLANK, Line()))
+    truth = truth_line(v, width)
+    if truth is not None:
+        out.append((P_TRUTH, truth))
+    out += banner_lines(v, width, ascii)
+    out.append((P_STRIP, strip_line(v, width)))
+    return out
+
+
+def layout(v: View, width: int, height: int, ascii: bool = False) -> list[Line]:
+    """Every line of one frame for a terminal of ``width`` x ``height``: GPU detail rows when
+    they all fit, then the least important lines cut until the frame fits."""
+    width = max(40, width)
+    detail = width < WIDE_COLS and len(v.gpus) <= MAX_TWO_LINE_GPUS
+    lines = _frame(v, width, height, ascii, detail)
+    if detail and len(lines) > height:          # all of them or none
+        lines = [(p, line) for p, line in lines if p != P_DETAIL]
+    out = _fit(lines, height)
     procs = proc_rows(v.host, [g.sample for g in v.gpus if g.sample], v.time)
-    if procs and height - len(lines) >= 4:         # the process table, in the rows left
-        lines.append(Line())
-        for pieces in table_lines(procs, width, height - len(lines), ascii):
-            lines.append(Line())
+    if procs and height - len(out) >= 4:           # the process table, in the rows left
+        out.append(Line())
+        for pieces in table_lines(procs, width, height - len(out), ascii):
+            out.append(Line())
             for text, style in pieces:
-                lines[-1].add(text, style)
-    return lines
+                out[-1].add(text, style)
+    return out
 
 
 class Screen:

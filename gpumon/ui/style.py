@@ -18,7 +18,7 @@ VERDICT_STYLE = {
 }
 # One character per verdict for the strip of past verdicts: the initial of its ABBREV.
 STRIP_CHAR = {v: ("-" if ABBREV[v].startswith("-") else ABBREV[v][0]) for v in VERDICTS}
-NO_VERDICT_CHAR = " "          # an interval without any diagnosis (no detector, no data)
+NO_VERDICT = "no verdict"     # the one name of insufficient_data (or no diagnosis) on screen
 
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_ASCII = "_.-:=+*#"
@@ -29,6 +29,7 @@ BOX_ASCII = ("+", "+", "+", "+", "-", "|")
 
 TITLE = "bold reverse"
 LABEL_SIM = "bold black on yellow"
+LABEL_SIM_TRUTH = "yellow"
 LABEL_REPLAY = "bold black on cyan"
 HEADER = "bold"
 DIM = "dim"

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from gpumon.diagnosis import BUSY, IDLE, INSUFFICIENT_DATA, Diagnosis
+from gpumon.diagnosis import BUSY, IDLE, INSUFFICIENT_DATA, Diagnosis, evidence_text
 from gpumon.ui.model import Dashboard
-from gpumon.ui.screen import fmt_evidence, gpu_range, gpus_text, hms
+from gpumon.ui.screen import gpu_range, gpus_text, hms
+from gpumon.ui.style import NO_VERDICT
 
 # A problem verdict becomes the main finding once it holds this share of the verdict time, 1:
 # below it, a few intervals at a phase change or a checkpoint would headline a healthy run.
@@ -29,14 +30,27 @@ def main_finding(d: Dashboard) -> Optional[Diagnosis]:
 
 
 def verdict_shares(d: Dashboard) -> list[tuple[str, float]]:
-    """(verdict, share of the watched time), largest first; "no verdict" for the rest."""
+    """(verdict, share of the watched time), largest first; NO_VERDICT (insufficient_data or
+    no diagnosis: one name) for the rest."""
     total = sum(d.verdict_s.values()) + d.no_verdict_s
     if not total:
         return []
     shares = [(v, s / total) for v, s in d.verdict_s.items()]
     if d.no_verdict_s:
-        shares.append(("no verdict", d.no_verdict_s / total))
+        shares.append((NO_VERDICT, d.no_verdict_s / total))
     return sorted(shares, key=lambda x: -x[1])
+
+
+def whole_percents(shares: list[tuple[str, float]]) -> list[tuple[str, int]]:
+    """Shares as whole percents that sum to 100 (largest remainders round up), zeros left
+    out."""
+    raw = [100 * s for _, s in shares]
+    pct = [int(r) for r in raw]
+    order = sorted(range(len(raw)), key=lambda i: pct[i] - raw[i])
+    for i in order[:max(0, 100 - sum(pct))]:
+        pct[i] += 1
+    out = [(name, p) for (name, _), p in zip(shares, pct) if p]
+    return sorted(out, key=lambda x: -x[1])
 
 
 def summary_text(d: Dashboard, *, elapsed: Optional[float] = None, command: str = "") -> str:
@@ -53,9 +67,9 @@ def summary_text(d: Dashboard, *, elapsed: Optional[float] = None, command: str 
     if not d.detector:
         return head + ": no verdicts (the detector is not available in this build)."
     if not d.verdict_s:
-        return head + ": too little data for a verdict (insufficient_data)."
-    text = head + ": " + ", ".join(f"{name} {share:.0%}" for name, share in shares) + \
-        " of the time."
+        return head + f": {NO_VERDICT} (too little data)."
+    text = head + ": " + ", ".join(f"{name} {p}%" for name, p in whole_percents(shares))
+    text += " of the time."
     main = main_finding(d)
     if main is not None:
         what = main.verdict
@@ -65,8 +79,8 @@ def summary_text(d: Dashboard, *, elapsed: Optional[float] = None, command: str 
         text += f" on {gpus_text(main.gpus)}"
         if main.because:
             text += f"; rule {main.rule}: {main.because}"
-        elif main.evidence:
-            text += f"; evidence: {fmt_evidence(main.evidence).replace('  ', ', ')}"
+        elif evidence_text(main.evidence):
+            text += f"; evidence: {evidence_text(main.evidence)}"
         text += "."
         if main.advice:
             text += f" Advice: {main.advice.rstrip('.')}."
