@@ -2,21 +2,27 @@
 PY ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
+# Two stamps: `make run` installs gpumon and what it runs with; `make test` adds the dev extra.
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 FAKE := build/fakenvml
 
 .PHONY: run test fakenvml bench bench-detect bench-real gpu-check clean lint
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
-	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[dev]'
+	$(VPY) -m pip install -q -e .
 	touch $(STAMP)
 
+$(DEV_STAMP): $(STAMP)
+	$(VPY) -m pip install -q -e '.[dev]'
+	touch $(DEV_STAMP)
+
 # gpumon on this machine's GPUs; without an NVIDIA driver, the simulated demo node.
+# (`gpumon list` exits 6 with no GPU, 9 with no loaded/usable driver, 12 with no NVML library.)
 run: $(STAMP)
 	@$(VENV)/bin/gpumon list >/dev/null 2>&1; rc=$$?; \
-	if [ $$rc -eq 2 ]; then \
+	if [ $$rc -eq 6 ] || [ $$rc -eq 9 ] || [ $$rc -eq 12 ]; then \
 	  echo "make run: no NVIDIA driver here, running the SIMULATED demo node (gpumon --sim demo)"; \
 	  exec env GPUMON_SCREEN_NOTE="make run: no NVIDIA driver here, running the SIMULATED demo node" $(VENV)/bin/gpumon --sim demo $(ARGS); \
 	else exec $(VENV)/bin/gpumon $(ARGS); fi
@@ -26,20 +32,20 @@ fakenvml: $(STAMP)
 	sh tests/fakenvml/build.sh $(FAKE)
 	$(VPY) -m gpumon.sim.trace --all --out $(FAKE)/traces
 
-test: $(STAMP) fakenvml
+test: $(DEV_STAMP) fakenvml
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
-bench: $(STAMP) fakenvml
+bench: $(DEV_STAMP) fakenvml
 	$(VPY) -m bench.run
 
-bench-detect: $(STAMP)
+bench-detect: $(DEV_STAMP)
 	$(VPY) -m bench.detect
 
-bench-real: $(STAMP)
+bench-real: $(DEV_STAMP)
 	$(VPY) -m bench.real
 
 # The detector's functions: none over 60 lines or cyclomatic complexity 15 (radon).
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(VPY) -m bench.complexity
 
 # For a machine with an NVIDIA GPU (no network needed: the script picks a Python with torch).

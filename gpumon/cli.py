@@ -1,4 +1,8 @@
-"""gpumon's command line: wires the sub-command modules together, nothing more."""
+"""gpumon's command line: wires the sub-command modules together, nothing more.
+
+Only the named command's module is imported: `gpumon --help` and `--version` use the table
+below alone (the modules import the UI, the exporter and the monitor).
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,21 +11,65 @@ import signal
 import sys
 
 from gpumon import __version__
-from gpumon.errors import UserError
+from gpumon.errors import EXIT_USAGE, UserError, exit_codes_text
 from gpumon.interrupts import held_interrupts
 
-# Sub-commands, each a module of gpumon.commands with register(subparsers) and run(args).
-COMMANDS = ("watch", "log", "run", "analyze", "list", "status", "export", "plugin", "sim",
-            "stream")
+# Sub-commands: name -> one-line help (None: internal, left out of --help). Each is a module
+# gpumon.commands.<name> with register(subparsers) and run(args). One line per command.
+COMMAND_HELP = {
+    "watch": "live dashboard of every GPU (the default command)",
+    "log": "log every GPU sample to CSV or JSON lines (verdicts included)",
+    "run": "run a command, watch its GPUs, diagnose it when it ends",
+    "analyze": "diagnose a gpumon CSV, nvidia-smi --query-gpu CSV or dmon log",
+    "list": "GPUs, driver versions and the metrics each supports",
+    "status": "one-shot snapshot: every GPU, its processes, the verdict (--json)",
+    "export": "serve Prometheus metrics (dcgm-exporter names + gpumon verdicts)",
+    "plugin": "the dstat/dool column: install, path, uninstall",
+    "sim": "the simulated training scenarios behind --sim",
+    "completion": "shell completion script for bash, zsh or fish",
+    "stream": None,
+}
+COMMANDS = tuple(COMMAND_HELP)
 DEFAULT_COMMAND = "watch"
+_TOP_LEVEL = ("-h", "--help", "--version")
+
+EPILOG = f"""\
+examples:
+  gpumon                            the live dashboard (gpumon watch)
+  gpumon log -o run.csv 1 600       every 1 s, 600 polls, to run.csv
+  gpumon run -- python train.py     watch a training job, diagnose it when it ends
+  gpumon analyze run.csv            diagnose a log afterwards
+  gpumon watch --sim sync_stall:4   simulated GPUs, no driver needed
+  gpumon COMMAND --help             a command's options and examples
+
+exit codes:
+{exit_codes_text()}
+"""
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    from gpumon.commands.helptext import HelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="gpumon", description="Watch NVIDIA GPUs during training and say why they are "
+        "not busy: data starvation, sync stalls, throttling.", epilog=EPILOG,
+        formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"gpumon {__version__}")
+    parser.set_defaults(full_parser=build_parser)     # (for `gpumon completion`)
+    return parser
+
+
+def light_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every command's name and help, no command module imported."""
+    parser = _top_parser()
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, text in COMMAND_HELP.items():
+        sub.add_parser(name, **({"help": text} if text else {}))
+    return parser
 
 
 def build_parser(names: tuple = COMMANDS) -> argparse.ArgumentParser:
-    """The parser with the sub-commands ``names`` (default all of them)."""
-    parser = argparse.ArgumentParser(
-        prog="gpumon", description="Watch NVIDIA GPUs during training and say why they are "
-        "not busy: data starvation, sync stalls, throttling.")
-    parser.add_argument("--version", action="version", version=f"gpumon {__version__}")
+    """The parser with the sub-commands ``names`` (default all of them), their options included."""
+    parser = _top_parser()
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in names:
         try:
@@ -46,41 +94,50 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _parser(argv: list[str]) -> argparse.ArgumentParser:
-    # A named sub-command needs only its own module (the others import the UI, the exporter
-    # and the monitor: ~50 ms that `gpumon analyze` would spend for nothing).
-    parser = None
-    if argv and argv[0] in COMMANDS:
-        parser = build_parser((argv[0],))
-        if argv[0] not in _choices(parser):     # that command is not built
-            parser = None
-    return parser or build_parser()
-
-
-def unknown_command(name: str, known: set) -> str:
+def unknown_command(name: str, known) -> str:
     """One line: the word that is no command, the closest command, and every command."""
     import difflib
-    names = [c for c in COMMANDS if c in known]
+    names = [c for c in COMMANDS if c in known and COMMAND_HELP.get(c)]
     close = difflib.get_close_matches(name, names, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return f"unknown command {name!r}{hint}; the commands are: {', '.join(names)}"
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def with_command(argv: list[str]) -> list[str]:
+    """``argv`` with the default command put in front where none is named: no argument, an
+    option (`gpumon -i 2`) or a dstat-style delay (`gpumon 1 10`)."""
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in _TOP_LEVEL
+                    and (argv[0].startswith("-") or _is_number(argv[0]))):
+        return [DEFAULT_COMMAND] + argv
+    return argv
+
+
 def _main(argv: list[str]) -> int:
-    with held_interrupts():         # (the command's modules are imported here)
-        parser = _parser(argv)
-    known = _choices(parser)
-    if argv and argv[0] not in known and not argv[0].startswith("-"):
-        print(f"gpumon: {unknown_command(argv[0], known)}", file=sys.stderr)
-        return 2
-    if not argv or (argv[0] not in known and argv[0] not in ("-h", "--help", "--version")):
-        if DEFAULT_COMMAND in known:
-            argv.insert(0, DEFAULT_COMMAND)
+    argv = with_command(argv)
+    if argv[0] not in COMMANDS and argv[0] not in _TOP_LEVEL:
+        print(f"gpumon: {unknown_command(argv[0], COMMANDS)}", file=sys.stderr)
+        return EXIT_USAGE
+    with held_interrupts():         # (the command's module is imported here)
+        parser = build_parser((argv[0],)) if argv[0] in COMMANDS else light_parser()
+    if argv[0] in COMMANDS and argv[0] not in _choices(parser):     # that command is not built
+        print(f"gpumon: {unknown_command(argv[0], _choices(parser))}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return EXIT_USAGE
     try:
+        if hasattr(args, "interval"):
+            from gpumon.commands.common import resolve_sampling
+            resolve_sampling(args)
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"gpumon: {exc}", file=sys.stderr)

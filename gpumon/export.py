@@ -75,7 +75,7 @@ def require_prometheus_client():
         import prometheus_client.core  # noqa: F401
         import prometheus_client.registry  # noqa: F401
     except ImportError:
-        raise UserError("gpumon export needs prometheus_client: pip install 'gpumon[export]'",
+        raise UserError("gpumon export needs prometheus_client: pip install 'gpumon-dl[export]'",
                         2) from None
     return prometheus_client
 

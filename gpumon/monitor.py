@@ -146,7 +146,7 @@ HISTORY_TICKS = 2
 class Monitor:
     def __init__(self, source: Source, *, interval: float = 1.0, detector=None,
                  sinks: Sequence[Sink] = (), history_ticks: int = HISTORY_TICKS,
-                 duration: Optional[float] = None,
+                 duration: Optional[float] = None, count: Optional[int] = None,
                  scope: Optional[Callable[[Tick], Tick]] = None):
         self.source = source
         self.interval = interval
@@ -154,11 +154,13 @@ class Monitor:
         self.sinks = list(sinks)
         self.history = History(max_ticks=history_ticks)
         self.duration = duration
+        self.count = count
         self.scope = scope
         self.diagnoses: list[Diagnosis] = []
         self.listeners: list[Callable[[Tick, list[Diagnosis]], None]] = []
         self.judged_listeners: list[Callable[[Tick, list[Diagnosis]], None]] = []
         self.ticks = 0
+        self.readings = 0                    # polls that brought a sample (or a lost GPU)
         self.seen: set[int] = set()          # GPUs that sent a sample
         self.every_gpu_lost = False          # a GPU was lost and none is left
         self.started = time.time()
@@ -201,13 +203,18 @@ class Monitor:
     def run(self) -> None:
         """Sample once per interval until ``stop()`` is called or, with ``duration``, for
         the polls that fit in it (at 0, interval, 2 intervals... up to duration): a count,
-        not a race with the clock, so a run of a simulated source is the same every time."""
+        not a race with the clock, so a run of a simulated source is the same every time.
+        With ``count``, until that many polls brought readings (a simulation's first poll,
+        its start, has none), or the duration ends, whichever comes first."""
         polls = (int(math.floor(self.duration / self.interval + 1e-9)) + 1
                  if self.duration is not None else None)
         next_at = time.monotonic()
         while not self.stop_event.is_set():
-            self.step()
-            if polls is not None and self.ticks >= polls:
+            tick = self.step()
+            if tick.gpus or tick.lost:
+                self.readings += 1
+            if ((polls is not None and self.ticks >= polls)
+                    or (self.count is not None and self.readings >= self.count)):
                 break
             next_at += self.interval
             now = time.monotonic()

@@ -15,7 +15,7 @@ security setting that silently does nothing is worse than none. The file is read
 start. It is read as the block-style YAML the toolkit's examples use (mappings, lists,
 quoted or plain scalars, comments); flow style, anchors and multi-line strings are refused.
 
-Passwords are checked with the ``bcrypt`` package (``pip install 'gpumon[webconfig]'``) or,
+Passwords are checked with the ``bcrypt`` package (``pip install 'gpumon-dl[webconfig]'``) or,
 without it, the C library's crypt(3) where that knows bcrypt (glibc with libxcrypt, Python
 3.12 and older). A pair that passed once is remembered (as a hash), as the toolkit does, so
 a scrape costs one bcrypt only at its first request.
@@ -131,7 +131,7 @@ def _basic_auth(users, fail) -> Optional["BasicAuth"]:
                  "htpasswd -nBC 10 \"\" | tr -d ':\\n')")
     check = bcrypt_checker()
     if check is None:
-        fail("checking basic_auth_users passwords needs bcrypt: pip install 'gpumon[webconfig]'")
+        fail("checking basic_auth_users passwords needs bcrypt: pip install 'gpumon-dl[webconfig]'")
     return BasicAuth({str(u): h for u, h in users.items()}, check)
 
 
@@ -203,7 +203,7 @@ def parse_yaml(text: str):
     try:
         import yaml
     except ImportError:
-        raise UserError("--web-config needs PyYAML: pip install 'gpumon[webconfig]'", 2) \
+        raise UserError("--web-config needs PyYAML: pip install 'gpumon-dl[webconfig]'", 2) \
             from None
     try:
         return yaml.safe_load(text)

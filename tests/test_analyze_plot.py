@@ -72,7 +72,7 @@ def test_plot_without_matplotlib_says_so_in_one_line(stall_log, tmp_path):
                        timeout=120)
     assert r.returncode == 1
     assert r.stderr.strip() == ("gpumon: --plot needs matplotlib, which is not installed: "
-                                "pip install 'gpumon[plot]'")
+                                "pip install 'gpumon-dl[plot]'")
     assert "verdict:" in r.stdout and not (tmp_path / "x.png").exists()
 
 

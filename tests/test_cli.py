@@ -13,10 +13,10 @@ def run(cmd, env, **kw):
 
 @pytest.mark.skipif(REAL_DRIVER, reason="this machine has a real NVIDIA driver")
 @pytest.mark.parametrize("args", [["list"], ["log", "-o", "x.csv", "--duration", "1"]])
-def test_no_driver_is_one_line_and_exit_2(gpumon_cmd, clean_env, tmp_path, args):
+def test_no_driver_is_one_line_and_exit_12(gpumon_cmd, clean_env, tmp_path, args):
     clean_env["LD_LIBRARY_PATH"] = str(tmp_path)     # a folder with no libnvidia-ml.so.1
     r = run(gpumon_cmd + args, clean_env, cwd=tmp_path)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 12, r.stderr     # library not found, as nvidia-smi
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "no NVIDIA driver" in lines[0]
     assert ("--sim" in lines[0]) == (args[0] != "list")     # (list has no --sim)
@@ -79,7 +79,7 @@ def test_log_append_to_stdout_is_a_usage_error(gpumon_cmd, clean_env, tmp_path):
     (["run", "--duration", "5", "--sim", "busy:1", "--", "true"], "no --duration"),
     (["run", "--log", "-", "--sim", "busy:1", "--", "true"], "--log - is not supported"),
     (["watch", "--speed", "2", "--sim", "busy:1"], "--speed needs --replay"),
-    (["watch", "--replay", "x.csv", "--gpus", "0"], "--gpus cannot be used with --replay"),
+    (["watch", "--replay", "x.csv", "--sim", "busy:1"], "--replay and --sim cannot be used"),
 ])
 def test_options_that_mean_nothing_are_refused(gpumon_cmd, clean_env, tmp_path, argv, says):
     r = run(gpumon_cmd + argv, clean_env, cwd=tmp_path)

@@ -413,7 +413,7 @@ def test_cli_without_prometheus_client_says_how_to_install(gpumon_cmd, clean_env
                        env=clean_env, capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'gpumon[export]'" in lines[0], r.stderr
+    assert len(lines) == 1 and "pip install 'gpumon-dl[export]'" in lines[0], r.stderr
 
 
 # -- contrib/ speaks the exporter's names ------------------------------------------------------

@@ -132,7 +132,7 @@ def test_lost_gpu_others_go_on(clean_env, tmp_path):
 def test_driver_not_loaded_is_one_line(clean_env, tmp_path):
     r = gpumon(["log", "-o", str(tmp_path / "x.csv")],
                fake_env(clean_env, init_error="driver_not_loaded"))
-    assert r.returncode == 2
+    assert r.returncode == 9        # driver not loaded, as nvidia-smi
     assert r.stderr.strip().count("\n") == 0 and "driver is not loaded" in r.stderr
 
 
@@ -278,12 +278,12 @@ def test_a_gpu_lost_while_starting_is_one_line_and_the_others_go_on(clean_env, t
 
 
 def test_every_gpu_lost_stops_the_log_with_one_line(clean_env, tmp_path):
-    """Nothing is left to log: one line, exit 1, the rows written before are kept whole."""
+    """Nothing is left to log: one line, exit 15, the rows written before are kept whole."""
     out = tmp_path / "run.csv"
     t0 = time.monotonic()
     r = gpumon(["log", "--interval", "0.2", "--duration", "15", "-o", str(out)],
                fake_env(clean_env, gpus=2, lost="0@1,1@2"))
-    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 15 and "Traceback" not in r.stderr, r.stderr
     assert time.monotonic() - t0 < 12
     lines = r.stderr.strip().splitlines()
     assert len(_lost_lines(r.stderr, 0)) == 1 and "logging the others" in lines[-2]
@@ -296,25 +296,25 @@ def test_every_gpu_lost_stops_the_log_with_one_line(clean_env, tmp_path):
 
 @pytest.mark.parametrize("cmd", [["list"], ["log", "-o", "{tmp}/run.csv"], ["watch"],
                                  ["export", "--port", "0"]])
-def test_zero_gpus_is_one_line_and_exit_2(clean_env, tmp_path, cmd):
+def test_zero_gpus_is_one_line_and_exit_6(clean_env, tmp_path, cmd):
     args = [a.format(tmp=tmp_path) for a in cmd] + (["--duration", "1"] if len(cmd) > 1 else [])
     r = gpumon(args, fake_env(clean_env, gpus=0))
-    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.returncode == 6, (r.returncode, r.stderr)
     assert r.stderr.strip().splitlines() == ["gpumon: no NVIDIA GPU found (NVML lists none)"]
     assert not (tmp_path / "run.csv").exists()
 
 
-@pytest.mark.parametrize("error, says", [
-    ("no_permission", "NVML: insufficient permissions (is /dev/nvidia* readable by this user?"),
-    ("lib_rm_version_mismatch", "NVML: driver/library version mismatch"),
-    ("driver_not_loaded", "no NVIDIA driver: the NVIDIA kernel driver is not loaded"),
-    ("library_not_found", "no NVIDIA driver: libnvidia-ml.so.1 not found"),
-    ("unknown", "NVML: nvmlInit failed: Unknown Error (NVML error 999)"),
+@pytest.mark.parametrize("error, says, code", [
+    ("no_permission", "NVML: insufficient permissions (is /dev/nvidia* readable by this user?", 9),
+    ("lib_rm_version_mismatch", "NVML: driver/library version mismatch", 9),
+    ("driver_not_loaded", "no NVIDIA driver: the NVIDIA kernel driver is not loaded", 9),
+    ("library_not_found", "no NVIDIA driver: libnvidia-ml.so.1 not found", 12),
+    ("unknown", "NVML: nvmlInit failed: Unknown Error (NVML error 999)", 9),
 ])
 @pytest.mark.parametrize("cmd", [["list"], ["log", "-o", "{tmp}/run.csv"]])
-def test_nvml_that_cannot_start_names_the_reason(clean_env, tmp_path, error, says, cmd):
+def test_nvml_that_cannot_start_names_the_reason(clean_env, tmp_path, error, says, code, cmd):
     r = gpumon([a.format(tmp=tmp_path) for a in cmd], fake_env(clean_env, init_error=error))
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == code, r.stderr
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("gpumon: " + says), line
     # (a hint to --sim where there is one: `gpumon list` shows real GPUs only)

@@ -62,7 +62,7 @@ def test_overall_verdict_prefers_a_problem_to_a_healthy_job():
 
 def test_error_record_keeps_the_reason_only():
     rec = stream.error_record(NoDriverError("libnvidia-ml.so.1 not found"))
-    assert rec == {"type": "error", "code": 2,
+    assert rec == {"type": "error", "code": 12,        # library not found, as nvidia-smi
                    "message": "no NVIDIA driver: libnvidia-ml.so.1 not found"}
     assert stream.error_record(UserError("bad", 3))["code"] == 3
     assert stream.error_record(ValueError("x"))["message"] == "ValueError: x"
@@ -111,8 +111,8 @@ def test_stream_process_reads_two_fake_gpus(fake):
 
 
 @pytest.mark.parametrize("settings, code, words", [
-    ({"gpus": 0}, 2, "no NVIDIA GPU found"),
-    ({"init_error": "driver_not_loaded"}, 2, "no NVIDIA driver: the NVIDIA kernel driver is not"),
+    ({"gpus": 0}, 6, "no NVIDIA GPU found"),
+    ({"init_error": "driver_not_loaded"}, 9, "no NVIDIA driver: the NVIDIA kernel driver is not"),
 ])
 def test_stream_process_says_why_in_one_record(fake, settings, code, words):
     r = subprocess.run(STREAM + ["--interval", "0.3"], env=_env(fake.env(**settings)), cwd="/",
@@ -262,6 +262,6 @@ def test_stream_without_nvidia_ml_py_says_so(monkeypatch):
     parser = argparse.ArgumentParser()
     stream.add_options(parser)
     out = io.StringIO()
-    assert stream.run(parser.parse_args([]), out=out) == 2
+    assert stream.run(parser.parse_args([]), out=out) == 12      # library not found
     (rec,) = [json.loads(line) for line in out.getvalue().splitlines()]
     assert rec["message"] == "no NVIDIA driver: nvidia-ml-py (module pynvml) is not installed"

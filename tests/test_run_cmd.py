@@ -128,12 +128,12 @@ def test_run_in_a_terminal_shows_output_above_the_screen(clean_env):
 
 def test_no_driver_fails_before_the_command_starts(gpumon_cmd, clean_env, tmp_path):
     if subprocess.run(gpumon_cmd + ["list"], capture_output=True, env=clean_env,
-                      timeout=30).returncode != 2:
+                      timeout=30).returncode not in (9, 12):
         pytest.skip("an NVIDIA driver is present here")
     marker = tmp_path / "started"
     r = subprocess.run(gpumon_cmd + ["run", "--", "touch", str(marker)], capture_output=True,
                        text=True, env=clean_env, timeout=30)
-    assert r.returncode == 2 and "no NVIDIA driver" in r.stderr
+    assert r.returncode in (9, 12) and "no NVIDIA driver" in r.stderr
     assert not marker.exists()
 
 

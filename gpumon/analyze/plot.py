@@ -1,7 +1,7 @@
 """`gpumon analyze --plot out.png|out.svg`: each GPU's utilization and power over time, the
 verdict segments coloured beneath, the straggler marked.
 
-matplotlib is an optional extra (`pip install 'gpumon[plot]'`), imported only here, only when
+matplotlib is an optional extra (`pip install 'gpumon-dl[plot]'`), imported only here, only when
 a plot is asked for, with the Agg backend (no display needed).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ MAX_POINTS = 2000
 VERDICT_COLOR = {BUSY: "#2ca02c", IDLE: "#c7c7c7", PAUSED: "#17becf",
                  DATA_STARVATION: "#ff7f0e", SYNC_STALL: "#d62728", THROTTLED: "#9467bd",
                  INSUFFICIENT_DATA: "#f0f0f0"}
-INSTALL_HINT = "pip install 'gpumon[plot]'"
+INSTALL_HINT = "pip install 'gpumon-dl[plot]'"
 
 
 def check_path(path: str) -> str:

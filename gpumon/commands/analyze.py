@@ -5,6 +5,7 @@ import json
 import sys
 
 from gpumon.commands.common import positive_float
+from gpumon.commands.helptext import help_kwargs
 
 
 def register(sub) -> None:
@@ -12,7 +13,8 @@ def register(sub) -> None:
         "analyze", help="diagnose a gpumon CSV, nvidia-smi --query-gpu CSV or dmon log",
         description="Offline diagnosis of a log: a gpumon CSV, an `nvidia-smi --query-gpu=... "
         "--format=csv` log, an `nvidia-smi dmon` log, or a CSV with time, GPU index and "
-        "utilization columns. The format is detected from the file.")
+        "utilization columns. The format is detected from the file.",
+        **help_kwargs("analyze"))
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="log file(s); - reads standard input; .gz files and pipes work")
     p.add_argument("--format", choices=("text", "json"), default="text",
@@ -24,7 +26,7 @@ def register(sub) -> None:
                    "default 1)")
     p.add_argument("--plot", type=_plot_path, default=None, metavar="OUT.png|OUT.svg",
                    help="also draw each GPU's utilization and power over time with the "
-                   "verdicts beneath (one FILE; needs matplotlib: pip install 'gpumon[plot]')")
+                   "verdicts beneath (one FILE; needs matplotlib: pip install 'gpumon-dl[plot]')")
     p.set_defaults(func=run)
 
 

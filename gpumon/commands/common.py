@@ -9,6 +9,7 @@ import sys
 import threading
 from typing import Callable, Optional
 
+from gpumon.errors import EXIT_USAGE, UserError
 from gpumon.interrupts import held_interrupts
 from gpumon.selection import select_gpus
 
@@ -54,10 +55,30 @@ def gpu_list(text: str) -> list[str]:
     return items
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more: {text!r}")
+    return value
+
+
+class _StoreGiven(argparse.Action):
+    """Stores the value and notes that the option was given (its default is a real value, so
+    `--interval 1` and no --interval look the same otherwise)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = getattr(namespace, "given", frozenset()) | {self.dest}
+
+
 def add_sampling_options(p: argparse.ArgumentParser, *, sim: bool = True,
                          duration: bool = True) -> None:
     g = p.add_argument_group("sampling")
-    g.add_argument("--interval", type=poll_interval, default=1.0, metavar="S",
+    g.add_argument("-i", "--interval", type=poll_interval, default=1.0, metavar="S",
+                   action=_StoreGiven,
                    help=f"seconds between polls, {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} "
                         "(default 1; every driver sample is kept anyway)")
     g.add_argument("--gpus", type=gpu_list, default=None, metavar="LIST",
@@ -75,6 +96,40 @@ def add_sampling_options(p: argparse.ArgumentParser, *, sim: bool = True,
                    help="no colour (NO_COLOR in the environment does the same)")
 
 
+def add_count_options(p: argparse.ArgumentParser) -> None:
+    """dstat's `DELAY [COUNT]`, -n/--count and --once (watch, log)."""
+    p.add_argument("delay", nargs="?", type=poll_interval, default=None, metavar="DELAY",
+                   help="seconds between polls, as -i (dstat style)")
+    p.add_argument("count_arg", nargs="?", type=positive_int, default=None, metavar="COUNT",
+                   help="number of polls with readings, as -n")
+    g = p.add_argument_group("how long")
+    g.add_argument("-n", "--count", type=positive_int, default=None, metavar="N",
+                   help="stop after N polls with readings (with --duration: whichever "
+                        "comes first)")
+    g.add_argument("--once", action="store_true", help="one poll, then exit (as -n 1)")
+
+
+def resolve_sampling(args) -> None:
+    """Folds the positional DELAY and COUNT and --once into ``interval`` and ``count``; the
+    same thing said twice is a usage error."""
+    if getattr(args, "delay", None) is not None:
+        if "interval" in getattr(args, "given", ()):
+            raise UserError("the interval is given twice: DELAY and -i/--interval", EXIT_USAGE)
+        args.interval = args.delay
+    if not hasattr(args, "count"):
+        return
+    count = args.count
+    if getattr(args, "count_arg", None) is not None:
+        if count is not None:
+            raise UserError("the count is given twice: COUNT and -n/--count", EXIT_USAGE)
+        count = args.count_arg
+    if getattr(args, "once", False):
+        if count is not None:
+            raise UserError("--once cannot be used with a count (-n or COUNT)", EXIT_USAGE)
+        count = 1
+    args.count = count
+
+
 def no_color(args) -> bool:
     return bool(getattr(args, "no_color", False) or os.environ.get("NO_COLOR"))
 
@@ -84,24 +139,31 @@ def open_source(args):
     if getattr(args, "sim", None):
         with held_interrupts():
             from gpumon.sim import SimSource, parse_sim_spec
-        name, gpus = parse_sim_spec(args.sim)
-        # (On its own clock, one interval per read: the same seed, the same verdicts.)
-        src = SimSource(name, gpus=gpus, seed=getattr(args, "seed", 0),
-                        step_s=getattr(args, "interval", None))
+        try:
+            name, gpus = parse_sim_spec(args.sim)
+            # (On its own clock, one interval per read: the same seed, the same verdicts.)
+            src = SimSource(name, gpus=gpus, seed=getattr(args, "seed", 0),
+                            step_s=getattr(args, "interval", None))
+        except UserError as exc:        # a bad --sim SPEC is a usage error
+            raise UserError(f"--sim: {exc}", EXIT_USAGE) from None
         if args.gpus:
-            src = _SelectGpus(src, args.gpus)
+            src = SelectGpus(src, args.gpus, "simulated GPUs")
         return src
     with held_interrupts():
         from gpumon.node import NvmlNode
     return NvmlNode(args.gpus).open()
 
 
-class _SelectGpus:
-    """--gpus over a simulated source: keep the chosen indices only."""
+class SelectGpus:
+    """--gpus over a simulated or replayed source: keep the chosen GPUs only (``where`` names
+    the GPUs there are, for the error). Anything else is the source's own."""
 
-    def __init__(self, src, keys: list[str]):
+    def __init__(self, src, keys: list[str], where: str):
         self.src, self.kind = src, src.kind
-        self.keep = set(select_gpus(src.gpu_infos(), keys, "simulated GPUs"))
+        self.keep = set(select_gpus(src.gpu_infos(), keys, where))
+
+    def __getattr__(self, name):        # (a replay's name, done, bad, ...)
+        return getattr(self.src, name)
 
     def gpu_infos(self):
         return [i for i in self.src.gpu_infos() if i.index in self.keep]

@@ -10,6 +10,7 @@ from gpumon.commands.common import (LostNotices, add_sampling_options, lost_text
                                     make_detector, open_source, sigterm_event)
 from gpumon.errors import UserError
 from gpumon.monitor import Monitor
+from gpumon.commands.helptext import help_kwargs
 
 
 def register(sub) -> None:
@@ -20,7 +21,8 @@ def register(sub) -> None:
         "dcgm-exporter's names and labels, plus gpumon's verdict per job and its evidence; "
         "/healthz answers 'ok' while sampling runs. "
         f"Listens on {DEFAULT_ADDR}:{DEFAULT_PORT} unless told otherwise (dcgm-exporter "
-        "uses 9400). Needs prometheus_client: pip install 'gpumon[export]'.")
+        "uses 9400). Needs prometheus_client: pip install 'gpumon-dl[export]'.",
+        **help_kwargs("export"))
     where = p.add_mutually_exclusive_group()
     where.add_argument("--listen", metavar="ADDR:PORT", default=None,
                        help=f"address and port to listen on (default {DEFAULT_ADDR}:"

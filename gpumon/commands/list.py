@@ -9,6 +9,7 @@ from rich.table import Table
 
 from gpumon.commands.common import gpu_list, lost_text, no_color
 from gpumon.errors import EveryGpuLostError, NoDriverError, NoGpuError, UserError
+from gpumon.commands.helptext import help_kwargs
 
 ORDER_NOTE = ("NVML numbers GPUs by PCI bus id; CUDA numbers them fastest first unless "
               "CUDA_DEVICE_ORDER=PCI_BUS_ID is set, and CUDA_VISIBLE_DEVICES renumbers them "
@@ -16,7 +17,11 @@ ORDER_NOTE = ("NVML numbers GPUs by PCI bus id; CUDA numbers them fastest first 
 
 
 def register(sub) -> None:
-    p = sub.add_parser("list", help="GPUs, driver versions and the metrics each supports")
+    p = sub.add_parser("list", help="GPUs, driver versions and the metrics each supports",
+                       description="Every GPU NVML sees (index, name, UUID, PCI bus id, "
+                       "memory, power limit), the driver, NVML and CUDA versions, and which "
+                       "metrics each GPU supports. Real GPUs only: no --sim.",
+                       **help_kwargs("list"))
     p.add_argument("--gpus", type=gpu_list, default=None, metavar="LIST",
                    help="GPUs to show (index or UUID, or its start)")
     p.add_argument("--json", action="store_true", help="machine-readable output")

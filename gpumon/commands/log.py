@@ -1,29 +1,37 @@
-"""`gpumon log -o run.csv`: headless logging to CSV, verdicts included."""
+"""`gpumon log -o run.csv`: headless logging to CSV (or JSON lines), verdicts included."""
 from __future__ import annotations
 
 import sys
 import time
 
-from gpumon.commands.common import (LostNotices, add_sampling_options, make_detector,
-                                    open_source, reopen_on_sigusr1, stop_on_sigterm)
+from gpumon.commands.common import (LostNotices, add_count_options, add_sampling_options,
+                                    make_detector, open_source, reopen_on_sigusr1,
+                                    stop_on_sigterm)
+from gpumon.commands.helptext import help_kwargs
 from gpumon.csvlog import STDOUT, CsvSink
 from gpumon.errors import EveryGpuLostError, UserError
 from gpumon.monitor import Monitor
 
 
 def register(sub) -> None:
-    p = sub.add_parser("log", help="log every GPU sample to CSV (verdicts included)",
-                       description="Headless logging to CSV until Ctrl-C or --duration: one row "
+    p = sub.add_parser("log", help="log every GPU sample to CSV or JSON lines (verdicts included)",
+                       description="Headless logging to CSV until Ctrl-C, --duration or -n: one row "
                        "per GPU per driver utilization sample, with host columns and verdicts. "
                        "A lost GPU is said once and the others are logged; when every GPU is "
-                       "lost, logging stops with one line and exit status 1 (nothing is left to "
-                       "log until the driver is reloaded).")
+                       "lost, logging stops with one line and exit status 15 (nothing is left to "
+                       "log until the driver is reloaded). --format jsonl writes one JSON object "
+                       "per poll instead (fields: README, `gpumon/jsonlog.py`).",
+                       **help_kwargs("log"))
     p.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help="CSV file to write; - writes it to standard output")
+                   help="file to write; - writes to standard output")
+    p.add_argument("--format", choices=("csv", "jsonl"), default="csv",
+                   help="csv: a row per GPU per driver sample (default); jsonl: one JSON "
+                        "object per poll")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     mode.add_argument("--append", action="store_true", help="continue an existing log")
     p.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr")
+    add_count_options(p)
     add_sampling_options(p)
     p.set_defaults(func=run)
 
@@ -54,10 +62,10 @@ def run(args) -> int:
     interrupted = False
     try:
         infos = source.gpu_infos()
-        sink = CsvSink(args.output, force=args.force, append=args.append)
+        sink = _open_sink(args, source.kind, [i.index for i in infos])
         reopen_on_sigusr1([sink])
         monitor = Monitor(source, interval=args.interval, detector=make_detector(),
-                          sinks=[sink], duration=args.duration)
+                          sinks=[sink], duration=args.duration, count=args.count)
         monitor.listeners.append(LostNotices(monitor, "logging", quiet=args.quiet,
                                              every_lost=monitor.stop))
         monitor.listeners.append(_Unmapped(args.quiet))
@@ -73,13 +81,25 @@ def run(args) -> int:
         print(f"gpumon: interrupted before the first sample{where}", file=sys.stderr)
         return 130
     if not interrupted and monitor.every_gpu_lost:
-        raise EveryGpuLostError(monitor.latest.lost, f"; stopped: {sink.rows} rows in "
+        raise EveryGpuLostError(monitor.latest.lost, f"; stopped: {_written(sink)} in "
                                 f"{time.time() - started:.1f} s written to {sink.name}")
     if not args.quiet:
         how = "stopped" if interrupted else "done"
-        print(f"gpumon: {how}: {sink.rows} rows in {time.time() - started:.1f} s written to "
+        print(f"gpumon: {how}: {_written(sink)} in {time.time() - started:.1f} s written to "
               f"{sink.name}", file=sys.stderr)
     return 0
+
+
+def _open_sink(args, kind: str, gpus: list):
+    if args.format == "jsonl":
+        from gpumon.jsonlog import JsonlSink
+        return JsonlSink(args.output, source=kind, gpus=gpus, force=args.force,
+                         append=args.append)
+    return CsvSink(args.output, force=args.force, append=args.append)
+
+
+def _written(sink) -> str:
+    return f"{sink.rows} {'rows' if isinstance(sink, CsvSink) else 'lines'}"
 
 
 def _close(monitor, sink, source) -> None:
@@ -91,7 +111,7 @@ def _close(monitor, sink, source) -> None:
     source.close()
 
 
-def _say_start(args, source, gpus: int, sink: CsvSink) -> None:
+def _say_start(args, source, gpus: int, sink) -> None:
     if sink.cut:
         print(f"gpumon: {sink.name} ended in a partial row ({sink.cut} bytes, a write cut "
               "short); cut it off before appending", file=sys.stderr)

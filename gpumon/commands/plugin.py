@@ -18,6 +18,7 @@ from typing import Optional
 
 import gpumon
 from gpumon.errors import UserError
+from gpumon.commands.helptext import help_kwargs
 
 PLUGIN_NAME = "gpumon_plugin.py"
 # The first line of the plugin file: how install/uninstall recognise a copy as gpumon's.
@@ -29,7 +30,8 @@ HOSTS = (("dstat", ".dstat", "dstat_gpumon.py"), ("dool", ".dool", "dool_gpumon.
 def register(sub) -> None:
     p = sub.add_parser("plugin", help="the dstat/dool column: install, path, uninstall",
                        description="Make the gpumon column available in dstat and dool "
-                       "(`dstat --gpumon`, `dool --gpumon`; `-f` shows every GPU).")
+                       "(`dstat --gpumon`, `dool --gpumon`; `-f` shows every GPU).",
+                       **help_kwargs("plugin"))
     ps = p.add_subparsers(dest="action", metavar="ACTION")
     pi = ps.add_parser("install", help="link the plugin into ~/.dstat and ~/.dool and record "
                        "this Python")
@@ -53,7 +55,7 @@ def plugin_file() -> Path:
         if path.is_file():
             return path
     raise UserError("the plugin file is missing: looked in "
-                    + ", ".join(str(p) for p in candidates) + " (reinstall gpumon)")
+                    + ", ".join(str(p) for p in candidates) + " (reinstall gpumon-dl)")
 
 
 def home() -> Path:

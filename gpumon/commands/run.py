@@ -31,6 +31,7 @@ from gpumon.monitor import EVERY, OWN, CommandScope
 from gpumon.ui.model import Dashboard
 from gpumon.ui.screen import gpus_text, hms
 from gpumon.ui.summary import summary_text
+from gpumon.commands.helptext import help_kwargs
 
 # Exit code when CMD cannot be started (not found, not executable), as a shell does.
 CANNOT_START = 127
@@ -60,7 +61,8 @@ def register(sub) -> None:
                        "Ctrl-C/SIGTERM to CMD, and when CMD ends prints the diagnosis of the "
                        "run. Exits with CMD's exit code (128+N when a signal N killed it). "
                        "What CMD leaves running in its process group when it ends is ended "
-                       "too (--keep-group: not); if gpumon itself is killed, CMD gets SIGTERM.")
+                       "too (--keep-group: not); if gpumon itself is killed, CMD gets SIGTERM.",
+                       **help_kwargs("run"))
     add_sampling_options(p, duration=False)
     # (Accepted only to say why not: the run lasts as long as CMD.)
     p.add_argument("--duration", type=str, default=None, help=argparse.SUPPRESS)

@@ -7,10 +7,15 @@ from rich.console import Console
 from rich.table import Table
 
 from gpumon.commands.common import no_color
+from gpumon.commands.helptext import help_kwargs
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sim", help="the simulated training scenarios behind --sim")
+    p = sub.add_parser("sim", help="the simulated training scenarios behind --sim",
+                       description="The simulated training jobs that --sim SCENARIO[:GPUS] "
+                       "runs instead of NVML (on watch, log, run and export): `sim list` says "
+                       "what each shows and its true verdict, `sim params` its physical "
+                       "parameters.", **help_kwargs("sim"))
     p.add_argument("--no-color", action="store_true", help="no colour")
     ss = p.add_subparsers(dest="sim_command", metavar="{list,params}")
     pl = ss.add_parser("list", help="every scenario: what it shows and its true verdict")

@@ -9,6 +9,7 @@ import shutil
 import socket
 import sys
 
+from gpumon.commands.helptext import help_kwargs
 from gpumon.commands.common import (add_sampling_options, make_detector, open_source,
                                     positive_float)
 from gpumon.errors import UserError
@@ -25,12 +26,13 @@ PIPE_WIDTH = 160
 
 
 def register(sub) -> None:
-    p = sub.add_parser("status", help="one-shot snapshot: GPUs, their processes, the verdict",
+    p = sub.add_parser("status", help="one-shot snapshot: every GPU, its processes, the verdict (--json)",
                        description="Sample every GPU for a moment (--sample), then print each "
                        "GPU (utilization, memory, power, temperature), the processes using it "
                        "(grouped by job, loader workers under their main process) and the "
                        "current verdict, or that there is none yet. --json prints the "
-                       "snapshot as gpustat --json does, with the verdict.")
+                       "snapshot as gpustat --json does, with the verdict.",
+                       **help_kwargs("status"))
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--sample", type=_sample_s, default=SAMPLE_S, metavar="S",
                    help=f"seconds to sample before the snapshot, 0 to 60 (default {SAMPLE_S:g}; "

@@ -30,7 +30,7 @@ from gpumon.commands.common import (add_sampling_options, make_detector, open_so
                                     stop_on_sigterm)
 from gpumon.diagnosis import (ABBREV, BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, PAUSED,
                               SYNC_STALL, THROTTLED, Diagnosis)
-from gpumon.errors import NoDriverError, UserError
+from gpumon.errors import NoDriverError, NoGpuError, UserError
 from gpumon.monitor import Monitor
 from gpumon.samples import GpuInfo, Tick
 
@@ -157,7 +157,7 @@ def run(args, out: Optional[IO[str]] = None) -> int:
             _emit(out, error_record(exc))
             return exc.code
         if not infos:
-            exc = UserError("no NVIDIA GPU found (NVML lists none)", 2)
+            exc = NoGpuError()
             _emit(out, error_record(exc))
             return exc.code
         gpus = [i.index for i in infos]

@@ -5,8 +5,10 @@ import sys
 import time
 from typing import Callable, Optional
 
-from gpumon.commands.common import (LostNotices, add_sampling_options, lost_text, make_detector,
-                                    no_color, open_source, positive_float, reopen_on_sigusr1)
+from gpumon.commands.common import (LostNotices, SelectGpus, add_count_options,
+                                    add_sampling_options, lost_text, make_detector, no_color,
+                                    open_source, positive_float, reopen_on_sigusr1)
+from gpumon.commands.helptext import help_kwargs
 from gpumon.errors import UserError
 from gpumon.monitor import Monitor
 from gpumon.ui.live import Loop, is_terminal, make_console, run_plain, run_screen
@@ -39,12 +41,15 @@ def register(sub) -> None:
                        description="Live dashboard: per GPU utilization with its recent "
                        "sub-second history, memory, power, clocks, temperature, PCIe and the "
                        "job's processes; host CPU and I/O; the current verdict and its advice. "
-                       "Plain lines when stdout is not a terminal. Ctrl-C or q quits.")
+                       "Plain lines when stdout is not a terminal. Ctrl-C or q quits.",
+                       **help_kwargs("watch"))
+    add_count_options(p)
     add_sampling_options(p)
     add_screen_options(p)
     r = p.add_argument_group("replay")
     r.add_argument("--replay", metavar="CSV", default=None,
-                   help="play a gpumon CSV log back through the same screen and detector")
+                   help="play a gpumon CSV log back through the same screen and detector "
+                        "(--gpus picks GPUs of the log by index)")
     r.add_argument("--speed", type=positive_float, default=None, metavar="N",
                    help="replay N times faster than real time (default 1; with --replay only)")
     p.set_defaults(func=run)
@@ -96,7 +101,8 @@ def watch(args, source, *, label: str = "", interval: Optional[float] = None,
         raise
     detector = make_detector()
     monitor = Monitor(source, interval=interval, detector=detector, sinks=sinks,
-                      duration=getattr(args, "duration", None))
+                      duration=getattr(args, "duration", None),
+                      count=getattr(args, "count", None))
     dash = Dashboard(infos, kind=source.kind, label=label, interval=args.interval,
                      detector=detector is not None)
     monitor.listeners.append(dash.update)
@@ -147,9 +153,6 @@ def check_replay_options(args) -> None:
     """Options that mean nothing with (or without) --replay are refused, not ignored."""
     if args.replay and args.sim:
         raise UserError("--replay and --sim cannot be used together", 2)
-    if args.replay and args.gpus:
-        raise UserError("--gpus cannot be used with --replay (every GPU of the log is "
-                        "replayed)", 2)
     if args.speed is not None and not args.replay:
         raise UserError("--speed needs --replay CSV", 2)
 
@@ -160,6 +163,12 @@ def run(args) -> int:
         from gpumon.replay import ReplaySource
         speed = args.speed or 1.0
         source = ReplaySource(args.replay, speed=speed)
+        if args.gpus:
+            try:
+                source = SelectGpus(source, args.gpus, "the log has")
+            except UserError:
+                source.close()
+                raise
         interval = max(REPLAY_MIN_POLL_S, args.interval / speed)
         until = lambda: source.done  # noqa: E731
     else:

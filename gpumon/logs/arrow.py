@@ -19,8 +19,8 @@ def pa_modules():
             import pyarrow as pa
             import pyarrow.csv as pcsv
         except ImportError:
-            raise UserError("gpumon analyze needs pyarrow: pip install 'gpumon[analyze]'"
-                            ) from None
+            raise UserError("gpumon analyze needs pyarrow, which this install left out: "
+                            "pip install pyarrow") from None
         try:
             from gpumon.logs.compute import Compute
             pc = Compute()

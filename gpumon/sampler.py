@@ -1,0 +1,156 @@
+"""gpumon.Monitor: the live sampler for notebooks and scripts.
+
+A background thread polls NVML (or simulated GPUs) and feeds the detector of `gpumon watch`
+(gpumon.monitor.Monitor with the StreamingDetector); the caller reads the current verdict and
+the samples so far at any time:
+
+    with gpumon.Monitor(interval=1) as m:
+        train()
+    m.verdict, m.diagnoses, m.history()
+"""
+from __future__ import annotations
+
+import collections
+import math
+import threading
+from dataclasses import fields
+from typing import Optional, Sequence
+
+from gpumon.diagnosis import Diagnosis
+from gpumon.samples import GpuSample
+
+# The polling interval the CLI accepts (--interval), s.
+MIN_INTERVAL, MAX_INTERVAL = 0.05, 3600.0
+# Samples kept for history() by default: a day of 8 GPUs at ~6 samples/s is far more; the
+# oldest go first.
+MAX_ROWS = 200_000
+# history()'s columns: GpuSample's single values (its tuples, pids and per-process
+# utilization, stay out), then the verdict of the GPU's job at the time.
+ROW_FIELDS = tuple(f.name for f in fields(GpuSample) if f.name not in ("pids", "proc_util"))
+
+
+class Monitor:
+    """Samples the GPUs every ``interval`` s in a background thread while started (``with``,
+    or ``start()``/``stop()``). ``gpus``: NVML indices or UUIDs (default all). ``sim``: a
+    simulated scenario (``gpumon sim list``; ``"name:GPUS"`` too) instead of NVML, whose clock
+    runs ``speed`` times faster than the wall clock."""
+
+    def __init__(self, interval: float = 1.0, *, gpus: Optional[Sequence] = None,
+                 sim: Optional[str] = None, seed: int = 0, speed: float = 1.0,
+                 max_rows: int = MAX_ROWS):
+        if not (isinstance(interval, (int, float)) and
+                MIN_INTERVAL <= interval <= MAX_INTERVAL):
+            raise ValueError(f"interval must be {MIN_INTERVAL} to {MAX_INTERVAL:g} s, "
+                             f"not {interval!r}")
+        if not (isinstance(speed, (int, float)) and math.isfinite(speed) and speed > 0):
+            raise ValueError(f"speed must be a positive number, not {speed!r}")
+        if speed != 1.0 and sim is None:
+            raise ValueError("speed needs sim=: real GPUs run at the wall clock's speed")
+        self.interval, self.speed, self.sim, self.seed = float(interval), speed, sim, seed
+        self.gpus = None if gpus is None else [str(g) for g in gpus]
+        self._rows: collections.deque = collections.deque(maxlen=max_rows)
+        self._lock = threading.Lock()
+        self._core = None
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> "Monitor":
+        if self._thread is not None:
+            raise RuntimeError("this Monitor has already been started")
+        from gpumon.detect import StreamingDetector
+        from gpumon.monitor import Monitor as Core
+        self._core = Core(self._open_source(), interval=self.interval / self.speed,
+                          detector=StreamingDetector())
+        self._core.listeners.append(self._record)
+        self._thread = self._core.start_thread()
+        return self
+
+    def _open_source(self):
+        """The source the CLI's options would open (commands.common.open_source): simulated
+        GPUs on their own clock, one interval per read, or NVML and the host."""
+        from types import SimpleNamespace
+        from gpumon.commands.common import open_source
+        return open_source(SimpleNamespace(sim=self.sim, gpus=self.gpus, seed=self.seed,
+                                           interval=self.interval))
+
+    def stop(self) -> None:
+        """Stop sampling (what was gathered stays readable); re-raises a sampler error."""
+        if self._core is None:
+            return
+        self._core.stop()
+        if self._thread is not None:
+            self._thread.join()
+        self._core.close()
+        if self._core.error is not None:
+            raise self._core.error
+
+    def __enter__(self) -> "Monitor":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _record(self, tick, diagnoses) -> None:
+        of = {g: d for d in diagnoses for g in d.gpus}
+        rows = []
+        for s in tick.gpus:
+            row = {name: getattr(s, name) for name in ROW_FIELDS}
+            d = of.get(s.gpu)
+            row["verdict"] = None if d is None else d.verdict
+            row["cause"] = None if d is None else d.cause
+            rows.append(row)
+        with self._lock:
+            self._rows.extend(rows)
+
+    @property
+    def ticks(self) -> int:
+        """Polls done so far."""
+        return 0 if self._core is None else self._core.ticks
+
+    @property
+    def diagnoses(self) -> list[Diagnosis]:
+        """The current Diagnosis of each job (empty until the detector has seen enough)."""
+        if self._core is None:
+            return []
+        with self._core.lock:
+            return list(self._core.diagnoses)
+
+    @property
+    def verdict(self) -> Optional[str]:
+        """The current verdict of the job on the most GPUs; None before the first one."""
+        ds = self.diagnoses
+        return max(ds, key=lambda d: (len(d.gpus), -min(d.gpus, default=0))).verdict \
+            if ds else None
+
+    def wait(self, ticks: int, timeout: Optional[float] = None) -> bool:
+        """Block until ``ticks`` polls are done (True) or ``timeout`` s passed (False)."""
+        if self._core is None:
+            raise RuntimeError("start the Monitor first")
+        ev = self._core.stop_event
+        end = None if timeout is None else _now() + timeout
+        while self.ticks < ticks:
+            if ev.is_set() or (end is not None and _now() >= end):
+                return self.ticks >= ticks
+            ev.wait(min(0.02, self.interval / self.speed))
+        return True
+
+    def history(self, frame: Optional[bool] = None):
+        """Every sample so far as rows (dicts: GpuSample's fields, verdict, cause), oldest
+        first. ``frame=None``: a pandas DataFrame if pandas is installed, else the list;
+        True: a DataFrame (ImportError without pandas); False: the list."""
+        with self._lock:
+            rows = list(self._rows)
+        if frame is False:
+            return rows
+        try:
+            import pandas
+        except ImportError:
+            if frame:
+                raise ImportError("Monitor.history(frame=True) needs pandas "
+                                  "(pip install pandas)") from None
+            return rows
+        return pandas.DataFrame(rows, columns=[*ROW_FIELDS, "verdict", "cause"])
+
+
+def _now() -> float:
+    import time
+    return time.monotonic()
