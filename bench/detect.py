@@ -408,6 +408,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tuning", action="store_true", help="use the tuning seeds (no table)")
     ap.add_argument("--tuning-more", action="store_true",
                     help="use the further tuning seeds, MORE_TUNING_SEEDS (no table)")
+    ap.add_argument("--seeds", default=None,
+                    help="comma-separated tuning seeds (a subset of --tuning's; no table)")
     ap.add_argument("--paths", default="abc", help="which paths to run: a, b, c (default abc)")
     ap.add_argument("--only", default=None, help="comma-separated scenarios")
     ap.add_argument("--gpus", default=None, help="comma-separated GPU counts")
@@ -416,9 +418,13 @@ def main(argv=None) -> int:
     ap.add_argument("--no-speed", dest="speed", action="store_false",
                     help="skip timing gpumon analyze on a day-long log")
     args = ap.parse_args(argv)
-    args.tuning = args.tuning or args.tuning_more
+    args.tuning = args.tuning or args.tuning_more or bool(args.seeds)
     seeds = (MORE_TUNING_SEEDS if args.tuning_more else
-             TUNING_SEEDS if args.tuning else SCORING_SEEDS)
+             TUNING_SEEDS if args.tuning and not args.seeds else SCORING_SEEDS)
+    if args.seeds:
+        seeds = tuple(int(x) for x in args.seeds.split(","))
+        if set(seeds) & set(SCORING_SEEDS):
+            ap.error("--seeds: the scoring seeds are never used for tuning")
     runs = plan(seeds)
     if args.only:
         keep = set(args.only.split(","))

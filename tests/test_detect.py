@@ -21,16 +21,20 @@ P = 1.0 / 6.0
 
 def window(seconds, gpus, util, power=None, limit=400.0, pids=None, mem=30000.0,
            clock=None, events=None, rate=6, jobs=None, host=None):
-    """Ticks of hand-built samples: util(g, t) / power(g, t) / clock(g, t) give the values."""
+    """Ticks of hand-built samples: util(g, t) / power(g, t) / clock(g, t) give the values
+    (``t``: seconds since T0 at the middle of the sample's period; tick s + 1 holds second s)."""
     ticks = []
     period = 1.0 / rate
     for s in range(seconds):
         samples = []
         for g in range(gpus):
             for k in range(1, rate + 1):
-                t = s + k * period
+                # A sample is dated at the end of its period (as NVML does); the functions
+                # give the value over the period, read at its middle.
+                end = s + k * period
+                t = end - period / 2
                 samples.append(GpuSample(
-                    time=T0 + t, gpu=g, source="sim", util_gpu_pct=util(g, t),
+                    time=T0 + end, gpu=g, source="sim", util_gpu_pct=util(g, t),
                     mem_used_mib=mem if not callable(mem) else mem(g),
                     power_w=None if power is None else power(g, t),
                     power_limit_w=None if power is None else limit,
@@ -557,13 +561,13 @@ def test_a_host_reading_is_binned_with_the_gpu_samples_of_its_tick():
 
 
 def test_a_job_that_starts_starving_below_a_second_without_host_counters_is_starving():
-    """No host counters, and the GPUs idle part of every second (0.4 s bursts, 0.6 s gaps:
+    """No host counters, and the GPUs idle part of every second (0.5 s bursts, 0.5 s gaps:
     no second is all idle): a job seen starting like this is starving within seconds, not
     held as a start-up pause (fails if only an all-idle second can end a start)."""
     def util(g, t):
         if t < 8:
             return 0.0
-        return 100.0 if (t % 1.0) < 0.4 else 0.0
+        return 100.0 if (t % 1.0) < 0.5 else 0.0
     ticks = window(30, 2, util, power=lambda g, t: 300.0 if util(g, t) > 50 else 70.0,
                    pids=lambda g: (100 + g,))
     ticks = [Tick(time=tk.time, gpus=tuple(x if x.time - T0 >= 8 else dataclasses.replace(

@@ -65,7 +65,8 @@ def _rate(log: Log) -> float:
 
 def build_store(log: Log, th: Thresholds) -> Store:
     s = log.samples
-    st = Store(math.floor(float(np.nanmin(s.time))), th, dtype=np.float32)
+    st = Store(math.floor(float(np.nanmin(s.time))), th, dtype=np.float32,
+               driver_samples=log.kind == "gpumon")
     # In time order per GPU, in chunks: bursts and gaps carry across chunks exactly as
     # they carry across live ticks, and no chunk's scratch arrays grow with the log.
     order = _gpu_time_order(s.gpu, s.time)

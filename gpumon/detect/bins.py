@@ -218,9 +218,12 @@ class Store:
     """
 
     def __init__(self, origin: float, th: Thresholds = DEFAULT, cap: Optional[int] = None,
-                 dtype=np.float64):
+                 dtype=np.float64, driver_samples: bool = True):
         self.origin = origin
         self.th = th
+        # NVML's own samples are dated at the end of their period: binned at its middle
+        # (Thresholds.sample_mid_s). Other tools' logs are binned as they are dated.
+        self.mid_s = th.sample_mid_s if driver_samples else 0.0
         self.cap = cap
         self.b0 = 0
         self.nb = 0                      # bins in use
@@ -317,7 +320,7 @@ class Store:
         t = s.time if order is None else s.time[order]
         gpu = (s.gpu if order is None else s.gpu[order]).astype(np.int64)
         rows = self._row(gpu)
-        b = self._bins(t)
+        b = self._bins(t - self.mid_s)
         self._make_room(int(b.min()), int(b.max()))
         slots = b - self.b0
         n = len(t)
@@ -459,7 +462,7 @@ class Store:
 
     def _emit(self, rows: np.ndarray, tend: np.ndarray, kind: np.ndarray,
               length: np.ndarray) -> None:
-        slots = self._bins(tend) - self.b0
+        slots = self._bins(tend - self.mid_s) - self.b0
         kind = kind.astype(bool)
         m = np.stack([kind, np.where(kind, length, 0.0), ~kind, np.where(kind, 0.0, length)])
         self._scatter(self.g, _F_RUNS, rows, slots, m.astype(float))

@@ -207,10 +207,14 @@ def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: i
     # window_s: a busy job's rare short dips, or a change of regime within the last
     # window_s, would otherwise stretch the window back over the old regime and slow
     # the answer at an onset.
-    t0 = tot - wsum_c(C, w0, ends, ix["ctx"]).sum(axis=1)
+    # And only while the last window_s itself is below steady work: a job at full work
+    # for all of it shows no slow rhythm to stretch over (it recovered, or a new regime).
+    last = wsum_c(C, w0, ends, ix["ctx"]).sum(axis=1)
+    t0 = tot - last
     old_duty = _div(t0[1], t0[0])
     before = np.where(np.isnan(old_duty), ctx_duty, old_duty)
-    slow = N.nan_to_num(before, nan=1.0) < th.duty_starved
+    slow = ((N.nan_to_num(before, nan=1.0) < th.duty_starved)
+            & (N.nan_to_num(_div(last[1], last[0]), nan=0.0) < th.duty_starved))
     want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
     return np.clip(want, w0, wmax).astype(int), ctx_duty
 

@@ -18,6 +18,11 @@ class Thresholds:
     # --- time scales -------------------------------------------------------------------------
     bin_s: float = th(1.0, "s", "Features are kept per second of data: the driver's power is a "
                       "1 s average, so power and utilization are only compared on >= 1 s spans.")
+    sample_mid_s: float = th(1 / 12, "s", "NVML dates a utilization sample at the end of the "
+                             "~1/6 s period it covers: gpumon's own samples (live, replayed or "
+                             "logged) count in the second that holds their period's middle, so "
+                             "a second's bin holds the samples that cover it. Other tools' logs "
+                             "(one reading a second or so) are binned as they are dated.")
     window_s: float = th(6.0, "s", "Span a live verdict is judged on: long enough for a few "
                          "steps of a fast job, short enough to answer within 5 s of a change.")
     window_max_s: float = th(20.0, "s", "Longest span a live verdict is judged on (jobs with "
