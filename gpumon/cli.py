@@ -11,24 +11,10 @@ import signal
 import sys
 
 from gpumon import __version__
+from gpumon.commands.helptext import COMMAND_HELP
 from gpumon.errors import EXIT_USAGE, UserError, exit_codes_text
 from gpumon.interrupts import held_interrupts
 
-# Sub-commands: name -> one-line help (None: internal, left out of --help). Each is a module
-# gpumon.commands.<name> with register(subparsers) and run(args). One line per command.
-COMMAND_HELP = {
-    "watch": "live dashboard of every GPU (the default command)",
-    "log": "log every GPU sample to CSV or JSON lines (verdicts included)",
-    "run": "run a command, watch its GPUs, diagnose it when it ends",
-    "analyze": "diagnose a gpumon CSV, nvidia-smi --query-gpu CSV or dmon log",
-    "list": "GPUs, driver versions and the metrics each supports",
-    "status": "one-shot snapshot: every GPU, its processes, the verdict (--json)",
-    "export": "serve Prometheus metrics (dcgm-exporter names + gpumon verdicts)",
-    "plugin": "the dstat/dool column: install, path, uninstall",
-    "sim": "the simulated training scenarios behind --sim",
-    "completion": "shell completion script for bash, zsh or fish",
-    "stream": None,
-}
 COMMANDS = tuple(COMMAND_HELP)
 DEFAULT_COMMAND = "watch"
 _TOP_LEVEL = ("-h", "--help", "--version")

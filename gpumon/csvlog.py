@@ -9,7 +9,6 @@ pandas read it. The columns come from the field metadata in samples.py, nowhere 
 from __future__ import annotations
 
 import csv
-import errno
 import io
 import math
 import operator
@@ -18,6 +17,7 @@ from typing import Optional, Sequence
 
 from gpumon.diagnosis import Diagnosis
 from gpumon.errors import UserError
+from gpumon.logfile import AppendSink, ShortWrite, write_all
 from gpumon.samples import (GpuSample, HostSample, JobProcs, Tick, csv_fields)
 
 _GPU_FIELDS = csv_fields(GpuSample)
@@ -57,7 +57,6 @@ _HOST_FMT = [(f.name, _formatter(f)) for f in _HOST_FIELDS]
 # is in them (8 GPUs write about 7 KB a second).
 TAIL_BYTES = 1 << 18
 # The path that means standard output (`gpumon log -o -`).
-STDOUT = "-"
 _HEADER = (",".join(COLUMNS) + "\n").encode()
 _TIME_CELL = dict(_GPU_FMT)["time"]
 
@@ -67,29 +66,6 @@ def _verdict_cells(d: Optional[Diagnosis]) -> list[str]:
         return ["", "", "", ""]
     return [d.verdict, d.cause or "", "" if d.straggler_gpu is None else str(d.straggler_gpu),
             f"{d.confidence:.2f}"]
-
-
-def _size_of(path: str) -> int:
-    """Bytes in ``path`` (0: missing or empty); a directory is refused in one line."""
-    if os.path.isdir(path):
-        raise UserError(f"{path} is a directory; give a file in it, e.g. "
-                        f"{os.path.join(path, 'run.csv')}")
-    try:
-        return os.path.getsize(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return 0                           # (opening it says what is wrong)
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-def _open_append(path: str, *, truncate: bool = False) -> int:
-    """``path`` opened for appending (O_APPEND: every write lands at the end, also after
-    logrotate's copytruncate cut the file to nothing)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-    try:
-        return os.open(path, flags | (os.O_TRUNC if truncate else 0), 0o666)
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def last_times(lines: Sequence[bytes]) -> dict[int, float]:
@@ -136,7 +112,7 @@ def prepare_append(path: str, size: int) -> tuple[dict[int, float], int]:
     return last_times(lines[1:] if start else lines), cut
 
 
-class CsvSink:
+class CsvSink(AppendSink):
     """Appends ticks (and the verdicts of the moment) to a CSV file.
 
     One write per tick, at once, with O_APPEND: logrotate's `copytruncate` works (the next
@@ -149,58 +125,29 @@ class CsvSink:
     """
 
     def __init__(self, path: str, *, force: bool = False, append: bool = False):
-        self.path = path
-        self.rows = 0
         self.cut = 0                   # bytes of a partial last row cut off before appending
         self._after: dict[int, float] = {}
-        self._reopen = False
-        self.stdout = path == STDOUT
         self._header_said = False      # (on stdout: the header once, whatever the fd's size)
-        if self.stdout:
-            if append:
-                raise UserError("--append cannot continue standard output (-o -)", 2)
-            self._fd = os.dup(1)
-        else:
-            self._fd = self._open_file(path, force, append)
+        super().__init__(path, force=force, append=append)
         self._buf = io.StringIO()
         self._w = csv.writer(self._buf, lineterminator="\n")
         self._emit(b"")
 
-    def _open_file(self, path: str, force: bool, append: bool) -> int:
-        size = _size_of(path)
-        if size and not (force or append):
-            raise UserError(f"{path} exists; use --force to overwrite it or --append to "
-                            "continue it")
-        if append and size:
-            self._after, self.cut = prepare_append(path, size)
-        return _open_append(path, truncate=force)
-
-    @property
-    def name(self) -> str:
-        """What to call the log in messages."""
-        return "standard output" if self.stdout else self.path
-
-    def request_reopen(self) -> None:
-        """Reopen the file at the next tick (safe in a signal handler)."""
-        self._reopen = True
+    def _continue(self, size: int) -> None:
+        self._after, self.cut = prepare_append(self.path, size)
 
     def reopen(self) -> None:
-        """Continue in the file now at ``path`` (the old one was renamed: log rotation)."""
-        self._reopen = False
-        if self.stdout:
-            return                         # (nothing to reopen: a pipe or a terminal)
-        fd = _open_append(self.path)
-        os.close(self._fd)
-        self._fd = fd
-        self._emit(b"")
+        super().reopen()
+        if not self.stdout:
+            self._emit(b"")                # (the header, if the new file is empty)
 
     def _emit(self, data: bytes) -> None:
         """Writes ``data`` (whole rows), after the header when the file is empty (new, or cut
         to nothing by copytruncate); counts the rows that reached the file."""
         try:
             head = _HEADER if self._header_due() else b""
-            _write_all(self._fd, head + data)
-        except _ShortWrite as short:
+            write_all(self._fd, head + data)
+        except ShortWrite as short:
             data, done = head + data, short.done
             self.rows += data.count(b"\n", len(head), done)
             self._cut_partial(done - (data.rfind(b"\n", 0, done) + 1))
@@ -223,13 +170,6 @@ class CsvSink:
             except OSError:
                 pass
 
-    def _fail(self, exc: OSError) -> None:
-        if self.stdout and exc.errno == errno.EPIPE:
-            raise BrokenPipeError(exc.errno, exc.strerror)  # (`| head`: the CLI leaves quietly)
-        why = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-        raise UserError(f"cannot write {self.name}: {why} ({self.rows} rows were written "
-                        "before this)") from None
-
     def _new_samples(self, samples: Sequence[GpuSample]) -> Sequence[GpuSample]:
         """Without the samples an appended file already holds: at or before their GPU's last
         time there, as written."""
@@ -246,8 +186,7 @@ class CsvSink:
         return out
 
     def write(self, tick: Tick, diagnoses: Sequence[Diagnosis] = ()) -> None:
-        if self._reopen:
-            self.reopen()
+        self._reopen_if_asked()
         samples = self._new_samples(tick.gpus)
         if not samples:
             return
@@ -255,31 +194,6 @@ class CsvSink:
         self._buf.truncate()
         self._w.writerows(_rows(samples, tick.host, diagnoses))
         self._emit(self._buf.getvalue().encode())
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
-            self._fd = -1
-
-
-class _ShortWrite(Exception):
-    def __init__(self, done: int, error: OSError):
-        self.done, self.error = done, error
-
-
-def _write_all(fd: int, data: bytes) -> int:
-    """Every byte of ``data`` to ``fd``; _ShortWrite says how many went before an error."""
-    view, done = memoryview(data), 0
-    while done < len(data):
-        try:
-            done += os.write(fd, view[done:])
-        except OSError as exc:
-            raise _ShortWrite(done, exc) from None
-    return done
-
 
 def _rows(samples: Sequence[GpuSample], host, diagnoses: Sequence[Diagnosis]) -> list[list[str]]:
     """The cells of one row per sample; the cells shared by a GPU's samples formatted once."""

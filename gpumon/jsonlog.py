@@ -20,13 +20,11 @@ brought no sample (a simulation's start) writes no line.
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime
-from typing import Optional, Sequence
+from typing import Sequence
 
-from gpumon.csvlog import STDOUT, _open_append, _size_of, _write_all, _ShortWrite
 from gpumon.diagnosis import Diagnosis
-from gpumon.errors import UserError
+from gpumon.logfile import AppendSink, ShortWrite, write_all
 from gpumon.samples import GpuSample, HostSample, JobProcs, Tick, csv_fields
 
 _GPU_FIELDS = [f.name for f in csv_fields(GpuSample) if f.name not in ("time", "gpu", "source")]
@@ -36,9 +34,9 @@ VERDICT_KEYS = ("verdict", "gpus", "cause", "straggler_gpu", "confidence", "rule
                 "advice")
 
 
-def local_time(t: float) -> str:
+def local_time(t: float, timespec: str = "milliseconds") -> str:
     """``t`` (Unix seconds) in local time, ISO 8601 with its UTC offset."""
-    return datetime.fromtimestamp(t).astimezone().isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(t).astimezone().isoformat(timespec=timespec)
 
 
 def _value(v):
@@ -82,57 +80,26 @@ def tick_object(tick: Tick, diagnoses: Sequence[Diagnosis], gpus: Sequence[int],
             "verdicts": [verdict_object(d) for d in diagnoses]}
 
 
-class JsonlSink:
+class JsonlSink(AppendSink):
     """Appends one JSON line per tick to a file (or standard output, ``-``)."""
+
+    UNIT = "lines"
 
     def __init__(self, path: str, *, source: str, gpus: Sequence[int] = (),
                  force: bool = False, append: bool = False):
-        self.path, self.source = path, source
+        super().__init__(path, force=force, append=append)
+        self.source = source
         self.gpus = set(gpus)
-        self.rows = 0
         self.cut = 0                       # (CsvSink's; a JSON line is written whole)
-        self.stdout = path == STDOUT
-        self._reopen = False
-        if self.stdout:
-            self._fd: Optional[int] = os.dup(1)
-        else:
-            if _size_of(path) and not (force or append):
-                raise UserError(f"{path} exists; use --force to overwrite it or --append to "
-                                "continue it")
-            self._fd = _open_append(path, truncate=force)
-
-    @property
-    def name(self) -> str:
-        return "standard output" if self.stdout else self.path
-
-    def request_reopen(self) -> None:
-        self._reopen = True
 
     def write(self, tick: Tick, diagnoses: Sequence[Diagnosis]) -> None:
         if not tick.gpus and not tick.lost:
             return                         # (a poll with nothing new: a simulation's start)
-        if self._reopen and not self.stdout:
-            self._reopen = False
-            fd = _open_append(self.path)
-            os.close(self._fd)
-            self._fd = fd
+        self._reopen_if_asked()
         self.gpus.update(s.gpu for s in tick.gpus)
         obj = tick_object(tick, diagnoses, sorted(self.gpus), self.source)
         try:
-            _write_all(self._fd, (json.dumps(obj, separators=(",", ":")) + "\n").encode())
-        except _ShortWrite as short:
+            write_all(self._fd, (json.dumps(obj, separators=(",", ":")) + "\n").encode())
+        except ShortWrite as short:
             self._fail(short.error)
         self.rows += 1
-
-    def _fail(self, exc: OSError) -> None:
-        import errno
-        if self.stdout and exc.errno == errno.EPIPE:
-            raise BrokenPipeError(exc.errno, exc.strerror)
-        why = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-        raise UserError(f"cannot write {self.name}: {why} ({self.rows} lines were written "
-                        "before this)") from None
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None

@@ -13,20 +13,19 @@ from __future__ import annotations
 import collections
 import math
 import threading
-from dataclasses import fields
+import time
 from typing import Optional, Sequence
 
+from gpumon.commands.common import MAX_INTERVAL_S, MIN_INTERVAL_S
 from gpumon.diagnosis import Diagnosis
-from gpumon.samples import GpuSample
+from gpumon.samples import GpuSample, csv_fields
 
-# The polling interval the CLI accepts (--interval), s.
-MIN_INTERVAL, MAX_INTERVAL = 0.05, 3600.0
 # Samples kept for history() by default: a day of 8 GPUs at ~6 samples/s is far more; the
 # oldest go first.
 MAX_ROWS = 200_000
-# history()'s columns: GpuSample's single values (its tuples, pids and per-process
-# utilization, stay out), then the verdict of the GPU's job at the time.
-ROW_FIELDS = tuple(f.name for f in fields(GpuSample) if f.name not in ("pids", "proc_util"))
+# history()'s columns: the CSV log's GPU columns without the PID list (single values), then
+# the verdict of the GPU's job at the time.
+ROW_FIELDS = tuple(f.name for f in csv_fields(GpuSample) if f.name != "pids")
 
 
 class Monitor:
@@ -39,8 +38,8 @@ class Monitor:
                  sim: Optional[str] = None, seed: int = 0, speed: float = 1.0,
                  max_rows: int = MAX_ROWS):
         if not (isinstance(interval, (int, float)) and
-                MIN_INTERVAL <= interval <= MAX_INTERVAL):
-            raise ValueError(f"interval must be {MIN_INTERVAL} to {MAX_INTERVAL:g} s, "
+                MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S):
+            raise ValueError(f"interval must be {MIN_INTERVAL_S} to {MAX_INTERVAL_S:g} s, "
                              f"not {interval!r}")
         if not (isinstance(speed, (int, float)) and math.isfinite(speed) and speed > 0):
             raise ValueError(f"speed must be a positive number, not {speed!r}")
@@ -126,9 +125,9 @@ class Monitor:
         if self._core is None:
             raise RuntimeError("start the Monitor first")
         ev = self._core.stop_event
-        end = None if timeout is None else _now() + timeout
+        end = None if timeout is None else time.monotonic() + timeout
         while self.ticks < ticks:
-            if ev.is_set() or (end is not None and _now() >= end):
+            if ev.is_set() or (end is not None and time.monotonic() >= end):
                 return self.ticks >= ticks
             ev.wait(min(0.02, self.interval / self.speed))
         return True
@@ -150,7 +149,3 @@ class Monitor:
             return rows
         return pandas.DataFrame(rows, columns=[*ROW_FIELDS, "verdict", "cause"])
 
-
-def _now() -> float:
-    import time
-    return time.monotonic()

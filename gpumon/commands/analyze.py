@@ -10,7 +10,7 @@ from gpumon.commands.helptext import help_kwargs
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "analyze", help="diagnose a gpumon CSV, nvidia-smi --query-gpu CSV or dmon log",
+        "analyze",
         description="Offline diagnosis of a log: a gpumon CSV, an `nvidia-smi --query-gpu=... "
         "--format=csv` log, an `nvidia-smi dmon` log, or a CSV with time, GPU index and "
         "utilization columns. The format is detected from the file.",

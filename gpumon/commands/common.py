@@ -38,14 +38,19 @@ def poll_interval(text: str) -> float:
     return value
 
 
-def sim_seed(text: str) -> int:
+def whole_number(text: str, least: int) -> int:
+    """``text`` as an int of at least ``least`` (an argparse type: errors as usage errors)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more: {text!r}")
     return value
+
+
+def sim_seed(text: str) -> int:
+    return whole_number(text, 0)
 
 
 def gpu_list(text: str) -> list[str]:
@@ -56,13 +61,7 @@ def gpu_list(text: str) -> list[str]:
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more: {text!r}")
-    return value
+    return whole_number(text, 1)
 
 
 class _StoreGiven(argparse.Action):

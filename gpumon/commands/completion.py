@@ -11,7 +11,7 @@ SHELLS = ("bash", "zsh", "fish")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("completion", help="shell completion script for bash, zsh or fish",
+    p = sub.add_parser("completion",
                        description="Print the completion script of SHELL (commands, options, "
                        "choices), generated from gpumon's own argument parser. Needs shtab: "
                        "pip install 'gpumon-dl[completion]'.", **help_kwargs("completion"))

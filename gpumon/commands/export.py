@@ -16,7 +16,7 @@ from gpumon.commands.helptext import help_kwargs
 def register(sub) -> None:
     from gpumon.export_http import DEFAULT_ADDR, DEFAULT_PORT
     p = sub.add_parser(
-        "export", help="serve Prometheus metrics (dcgm-exporter names + gpumon verdicts)",
+        "export",
         description="Serve /metrics in the Prometheus text format: the standard GPU fields under "
         "dcgm-exporter's names and labels, plus gpumon's verdict per job and its evidence; "
         "/healthz answers 'ok' while sampling runs. "

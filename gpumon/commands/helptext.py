@@ -4,6 +4,22 @@ from __future__ import annotations
 
 import argparse
 
+# Sub-commands: name -> one-line help (None: internal, left out of --help), the one place it
+# is written (cli.py's light --help and each command's add_parser read it). Each is a module
+# gpumon.commands.<name> with register(subparsers) and run(args). One line per command.
+COMMAND_HELP = {
+    "watch": "live dashboard of every GPU (the default command)",
+    "log": "log every GPU sample to CSV or JSON lines (verdicts included)",
+    "run": "run a command, watch its GPUs, diagnose it when it ends",
+    "analyze": "diagnose a gpumon CSV, nvidia-smi --query-gpu CSV or dmon log",
+    "list": "GPUs, driver versions and the metrics each supports",
+    "status": "one-shot snapshot: every GPU, its processes, the verdict (--json)",
+    "export": "serve Prometheus metrics (dcgm-exporter names + gpumon verdicts)",
+    "plugin": "the dstat/dool column: install, path, uninstall",
+    "sim": "the simulated training scenarios behind --sim",
+    "completion": "shell completion script for bash, zsh or fish",
+    "stream": None,
+}
 EXAMPLES = {
     "watch": """\
   gpumon                          the dashboard, every GPU, 1 s polls
@@ -61,7 +77,10 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 def help_kwargs(name: str) -> dict:
-    """``add_parser`` keywords: the command's examples as its epilog, and the formatter."""
+    """``add_parser`` keywords: the command's one-line help, its examples as its epilog, and
+    the formatter."""
     epilog = EXAMPLES.get(name)
-    return {"epilog": f"examples:\n{epilog}" if epilog else None,
-            "formatter_class": HelpFormatter}
+    kw = {"epilog": f"examples:\n{epilog}" if epilog else None, "formatter_class": HelpFormatter}
+    if COMMAND_HELP.get(name):
+        kw["help"] = COMMAND_HELP[name]
+    return kw

@@ -17,7 +17,7 @@ ORDER_NOTE = ("NVML numbers GPUs by PCI bus id; CUDA numbers them fastest first 
 
 
 def register(sub) -> None:
-    p = sub.add_parser("list", help="GPUs, driver versions and the metrics each supports",
+    p = sub.add_parser("list",
                        description="Every GPU NVML sees (index, name, UUID, PCI bus id, "
                        "memory, power limit), the driver, NVML and CUDA versions, and which "
                        "metrics each GPU supports. Real GPUs only: no --sim.",

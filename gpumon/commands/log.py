@@ -8,15 +8,16 @@ from gpumon.commands.common import (LostNotices, add_count_options, add_sampling
                                     make_detector, open_source, reopen_on_sigusr1,
                                     stop_on_sigterm)
 from gpumon.commands.helptext import help_kwargs
-from gpumon.csvlog import STDOUT, CsvSink
+from gpumon.csvlog import CsvSink
+from gpumon.logfile import STDOUT
 from gpumon.errors import EveryGpuLostError, UserError
 from gpumon.monitor import Monitor
 
 
 def register(sub) -> None:
-    p = sub.add_parser("log", help="log every GPU sample to CSV or JSON lines (verdicts included)",
-                       description="Headless logging to CSV until Ctrl-C, --duration or -n: one row "
-                       "per GPU per driver utilization sample, with host columns and verdicts. "
+    p = sub.add_parser("log",
+                       description="Headless logging to CSV until Ctrl-C, --duration or -n: one "
+                       "row per GPU per driver utilization sample, with host columns and verdicts. "
                        "A lost GPU is said once and the others are logged; when every GPU is "
                        "lost, logging stops with one line and exit status 15 (nothing is left to "
                        "log until the driver is reloaded). --format jsonl writes one JSON object "
@@ -99,7 +100,7 @@ def _open_sink(args, kind: str, gpus: list):
 
 
 def _written(sink) -> str:
-    return f"{sink.rows} {'rows' if isinstance(sink, CsvSink) else 'lines'}"
+    return f"{sink.rows} {sink.UNIT}"
 
 
 def _close(monitor, sink, source) -> None:

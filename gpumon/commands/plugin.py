@@ -28,7 +28,7 @@ HOSTS = (("dstat", ".dstat", "dstat_gpumon.py"), ("dool", ".dool", "dool_gpumon.
 
 
 def register(sub) -> None:
-    p = sub.add_parser("plugin", help="the dstat/dool column: install, path, uninstall",
+    p = sub.add_parser("plugin",
                        description="Make the gpumon column available in dstat and dool "
                        "(`dstat --gpumon`, `dool --gpumon`; `-f` shows every GPU).",
                        **help_kwargs("plugin"))

@@ -55,7 +55,7 @@ PR_SET_PDEATHSIG = 1
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="run a command, watch its GPUs, diagnose it when it ends",
+    p = sub.add_parser("run",
                        description="Starts CMD, shows the live screen (plain lines when not on "
                        "a terminal) with CMD's process tree attributed to its GPUs, forwards "
                        "Ctrl-C/SIGTERM to CMD, and when CMD ends prints the diagnosis of the "

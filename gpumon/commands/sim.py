@@ -11,7 +11,7 @@ from gpumon.commands.helptext import help_kwargs
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sim", help="the simulated training scenarios behind --sim",
+    p = sub.add_parser("sim",
                        description="The simulated training jobs that --sim SCENARIO[:GPUS] "
                        "runs instead of NVML (on watch, log, run and export): `sim list` says "
                        "what each shows and its true verdict, `sim params` its physical "

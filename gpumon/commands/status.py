@@ -10,8 +10,7 @@ import socket
 import sys
 
 from gpumon.commands.helptext import help_kwargs
-from gpumon.commands.common import (add_sampling_options, make_detector, open_source,
-                                    positive_float)
+from gpumon.commands.common import add_sampling_options, make_detector, open_source
 from gpumon.errors import UserError
 from gpumon.monitor import Monitor
 from gpumon.ui.model import Dashboard
@@ -26,7 +25,7 @@ PIPE_WIDTH = 160
 
 
 def register(sub) -> None:
-    p = sub.add_parser("status", help="one-shot snapshot: every GPU, its processes, the verdict (--json)",
+    p = sub.add_parser("status",
                        description="Sample every GPU for a moment (--sample), then print each "
                        "GPU (utilization, memory, power, temperature), the processes using it "
                        "(grouped by job, loader workers under their main process) and the "
@@ -44,11 +43,12 @@ def register(sub) -> None:
 
 
 def _sample_s(text: str) -> float:
-    if text.strip() in ("0", "0.0"):
-        return 0.0
-    value = positive_float(text)
-    if value > 60:
-        raise argparse.ArgumentTypeError(f"must be 60 seconds or less: {text!r}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 60:               # (NaN fails too)
+        raise argparse.ArgumentTypeError(f"must be 0 or more and 60 seconds or less: {text!r}")
     return value
 
 

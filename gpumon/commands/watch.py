@@ -37,7 +37,7 @@ def add_screen_options(p) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("watch", help="live dashboard of every GPU (the default command)",
+    p = sub.add_parser("watch",
                        description="Live dashboard: per GPU utilization with its recent "
                        "sub-second history, memory, power, clocks, temperature, PCIe and the "
                        "job's processes; host CPU and I/O; the current verdict and its advice. "

@@ -19,8 +19,8 @@ from rich.style import Style
 
 from gpumon.samples import GpuSample, HostSample, ProcSample
 from gpumon.ui import style as st
+from gpumon.ui.columns import MISSING
 
-MISSING = "-"
 # (title, width, right-aligned) of the columns before COMMAND, which takes the rest.
 COLUMNS = (("PID", 7, True), ("USER", 8, False), ("GPU", 5, False), ("GPU-MEM", 8, True),
            ("SM", 4, True), ("CPU", 5, True), ("HOST-MEM", 8, True), ("TIME", 9, True))
@@ -116,12 +116,14 @@ def fmt_runtime(seconds: Optional[float]) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
-def fmt_gpus(gpus: tuple[int, ...]) -> str:
+def gpu_range(gpus: tuple[int, ...]) -> str:
+    """"0-3" for three or more consecutive GPUs, else "0,2"; "-" for none."""
     if not gpus:
         return MISSING
-    if len(gpus) > 2 and list(gpus) == list(range(gpus[0], gpus[-1] + 1)):
-        return f"{gpus[0]}-{gpus[-1]}"
-    return ",".join(str(g) for g in gpus)
+    g = sorted(gpus)
+    if len(g) > 2 and g == list(range(g[0], g[-1] + 1)):
+        return f"{g[0]}-{g[-1]}"
+    return ",".join(map(str, g))
 
 
 def _pct(v: Optional[float]) -> str:
@@ -135,7 +137,7 @@ def _clean(text: str, ascii: bool) -> str:
 
 
 def _cells(r: ProcRow, ascii: bool) -> list[str]:
-    return [str(r.pid), _clean(r.user or MISSING, ascii), fmt_gpus(r.gpus),
+    return [str(r.pid), _clean(r.user or MISSING, ascii), gpu_range(r.gpus),
             fmt_mib(r.gpu_mem_mib), _pct(r.sm_pct), _pct(r.cpu_pct), fmt_mib(r.rss_mib),
             fmt_runtime(r.runtime_s)]
 

@@ -27,7 +27,7 @@ from gpumon.diagnosis import ABBREV, INSUFFICIENT_DATA, VERDICTS, Diagnosis, evi
 from gpumon.ui import columns as col
 from gpumon.ui import style as st
 from gpumon.ui.model import GpuView, View
-from gpumon.ui.processes import proc_rows, table_lines
+from gpumon.ui.processes import gpu_range, proc_rows, table_lines
 
 WIDE_COLS = 150             # from here on, a GPU fits on one line with every cell
 MAX_TWO_LINE_GPUS = 8       # more GPUs than this: compact rows
@@ -124,15 +124,6 @@ def short_name(name: str, width: int) -> str:
         if name.startswith(prefix):
             name = name[len(prefix):]
     return name[:width].ljust(width)
-
-
-def gpu_range(gpus: tuple[int, ...]) -> str:
-    if not gpus:
-        return "-"
-    g = sorted(gpus)
-    if len(g) > 2 and g == list(range(g[0], g[-1] + 1)):
-        return f"{g[0]}-{g[-1]}"
-    return ",".join(map(str, g))
 
 
 def gpus_text(gpus: tuple[int, ...]) -> str:

@@ -12,17 +12,12 @@ from typing import Optional
 
 from gpumon import __version__
 from gpumon.diagnosis import INSUFFICIENT_DATA, Diagnosis
+from gpumon.jsonlog import local_time
 from gpumon.samples import GpuSample
+from gpumon.ui.columns import MISSING
 from gpumon.ui.model import GpuView, View
 from gpumon.ui.processes import ProcRow, proc_rows, text_lines
 
-MISSING = "-"
-
-
-def local_time(t: float) -> str:
-    """ISO 8601 local time with its UTC offset: ``2026-12-02T03:10:05+01:00``."""
-    s = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
-    return s[:-2] + ":" + s[-2:]
 
 
 def _num(v: Optional[float], nd: int = 0):
@@ -81,7 +76,8 @@ def status_json(v: View, hostname: str, uuids: dict[int, str], seconds: float) -
     d = v.diagnosis
     judged = d is not None and d.verdict != INSUFFICIENT_DATA
     return {
-        "hostname": hostname, "query_time": local_time(now), "gpumon_version": __version__,
+        "hostname": hostname, "query_time": local_time(now, "seconds"),
+        "gpumon_version": __version__,
         "source": v.kind, "sampled_s": round(seconds, 1),
         "gpus": [_gpu_json(g, rows, uuids.get(g.index, "")) for g in v.gpus],
         "verdict": _verdict_json(d) if judged else None,
@@ -140,7 +136,7 @@ def status_text(v: View, hostname: str, seconds: float, width: int,
     """The snapshot as lines: a title, a line per GPU, the verdict, the process table."""
     now = v.time if v.time is not None else time.time()
     what = {"sim": f"  SIMULATED {v.label}", "replay": f"  REPLAYED {v.label}"}.get(v.kind, "")
-    out = [f"gpumon {__version__}  {hostname}  {local_time(now)} (local){what}"]
+    out = [f"gpumon {__version__}  {hostname}  {local_time(now, 'seconds')} (local){what}"]
     out += [gpu_line(g, ascii) for g in v.gpus]
     out.append("")
     out += verdict_lines(v, seconds)

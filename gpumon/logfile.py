@@ -1,0 +1,122 @@
+"""An append-only log file, the mechanics the CSV and JSON-lines logs share.
+
+O_APPEND writes (logrotate's `copytruncate` works), ``reopen`` after a rename (SIGUSR1,
+logrotate's `postrotate`), ``-`` for standard output, an existing file refused unless
+``force`` (start again) or ``append`` (continue it), and a failed write raised as one line
+that counts what reached the file.
+"""
+from __future__ import annotations
+
+import errno
+import os
+
+from gpumon.errors import UserError
+
+STDOUT = "-"
+
+
+class ShortWrite(Exception):
+    """A write that failed after ``done`` bytes."""
+
+    def __init__(self, done: int, error: OSError):
+        self.done, self.error = done, error
+
+
+def write_all(fd: int, data: bytes) -> int:
+    """Every byte of ``data`` to ``fd``; ShortWrite says how many went before an error."""
+    view, done = memoryview(data), 0
+    while done < len(data):
+        try:
+            done += os.write(fd, view[done:])
+        except OSError as exc:
+            raise ShortWrite(done, exc) from None
+    return done
+
+
+def size_of(path: str) -> int:
+    """Bytes in ``path`` (0: missing or empty); a directory is refused in one line."""
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a directory; give a file in it, e.g. "
+                        f"{os.path.join(path, 'run.csv')}")
+    try:
+        return os.path.getsize(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0                           # (opening it says what is wrong)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def open_append(path: str, *, truncate: bool = False) -> int:
+    """``path`` opened for appending (O_APPEND: every write lands at the end, also after
+    logrotate's copytruncate cut the file to nothing)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, flags | (os.O_TRUNC if truncate else 0), 0o666)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+class AppendSink:
+    """The file side of a log sink: subclasses format ticks and write them with write_all;
+    ``rows`` counts the records (``UNIT``) that reached the file."""
+
+    UNIT = "rows"
+
+    def __init__(self, path: str, *, force: bool = False, append: bool = False):
+        self.path = path
+        self.rows = 0
+        self._reopen = False
+        self.stdout = path == STDOUT
+        if self.stdout:
+            if append:
+                raise UserError("--append cannot continue standard output (-o -)", 2)
+            self._fd = os.dup(1)
+            return
+        size = size_of(path)
+        if size and not (force or append):
+            raise UserError(f"{path} exists; use --force to overwrite it or --append to "
+                            "continue it")
+        if append and size:
+            self._continue(size)
+        self._fd = open_append(path, truncate=force)
+
+    def _continue(self, size: int) -> None:
+        """Called before opening a non-empty file with ``append`` (a subclass may repair
+        its end)."""
+
+    @property
+    def name(self) -> str:
+        """What to call the log in messages."""
+        return "standard output" if self.stdout else self.path
+
+    def request_reopen(self) -> None:
+        """Reopen the file at the next tick (safe in a signal handler)."""
+        self._reopen = True
+
+    def reopen(self) -> None:
+        """Continue in the file now at ``path`` (the old one was renamed: log rotation)."""
+        self._reopen = False
+        if self.stdout:
+            return                         # (nothing to reopen: a pipe or a terminal)
+        fd = open_append(self.path)
+        os.close(self._fd)
+        self._fd = fd
+
+    def _reopen_if_asked(self) -> None:
+        if self._reopen:
+            self.reopen()
+
+    def _fail(self, exc: OSError) -> None:
+        if self.stdout and exc.errno == errno.EPIPE:
+            raise BrokenPipeError(exc.errno, exc.strerror)  # (`| head`: the CLI leaves quietly)
+        why = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise UserError(f"cannot write {self.name}: {why} ({self.rows} {self.UNIT} were "
+                        "written before this)") from None
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = -1
