@@ -20,6 +20,7 @@ from gpumon.detect.bins import GI, Store
 from gpumon.detect.pipeline import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
 from gpumon.detect.pipeline import bin_duty
 from gpumon.detect.features import view_bins, window_features
+from gpumon.detect.cold import cold_seconds
 from gpumon.detect.pauses import host_bins, pause_flags
 from gpumon.detect.rules import judge
 from gpumon.detect.stream import Hysteresis
@@ -350,7 +351,7 @@ def job_flags(st: Store, rows: list[int], th: Thresholds
     # as it does live.
     present = np.array([x[3] for x in hostb], dtype=bool)
     starts = present & ~np.concatenate(([False], present[:-1]))
-    pause, excl, why = pause_flags(duty, n, u, th, hostb, starts)
+    pause, excl, why = pause_flags(duty, n, u, th, hostb, starts, cold_seconds(g, th))
     # A log also holds what followed each stop (analyze/pauses.py).
     both = two_sided(duty, n, u, th, hostb)
     why = np.where(both & (why < 0), CAUSES.index("unknown"), why)

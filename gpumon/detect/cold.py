@@ -32,3 +32,26 @@ def busy_cold(util_pct: Mapping[int, Optional[float]], power_w: Mapping[int, Opt
             continue
         out.add(g)
     return frozenset(out)
+
+
+def cold_seconds(g, th: Thresholds = DEFAULT):
+    """Per bin of a job's bins ``g`` (bins.GPU_FIELDS x G x T): some GPU busy but cold, the
+    comparison ``busy_cold`` makes, on each second's mean power (False where fewer than two
+    busy GPUs have power)."""
+    import numpy as np
+    from gpumon.detect.bins import GI
+
+    def mean(s, c):
+        return np.where(c > 0, s / np.where(c > 0, c, 1.0), np.nan)
+    with np.errstate(invalid="ignore"):
+        duty = mean(g[GI["u"]], g[GI["n"]])
+        pw = np.where(duty >= th.busy_bin_duty, mean(g[GI["pw"]], g[GI["pn"]]), np.nan)
+        frac = pw / mean(g[GI["pl"]], g[GI["pln"]])
+        known = ~np.isnan(pw)
+        hot = np.argmax(np.where(known, pw, -np.inf), axis=0)
+        top = np.take_along_axis(pw, hot[None], axis=0)[0]
+        hot_frac = np.take_along_axis(frac, hot[None], axis=0)[0]
+        gap = hot_frac - frac                    # NaN where a limit is unknown: no check
+        spread = np.isnan(gap) | (gap >= th.power_spread)
+        cold = known & (pw <= th.cold_power_ratio * top) & spread
+        return (known.sum(axis=0) >= 2) & (top > 0) & cold.any(axis=0)

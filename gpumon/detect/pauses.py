@@ -40,10 +40,12 @@ class Seconds:
               input holds every other in the next collective
     lone_idle one GPU below trickle_duty while every other works (all_on_duty or more)
     all_on    every GPU at all_on_duty or more
-    full      every GPU at busy_bin_duty or more: full work
+    full      every GPU at busy_bin_duty or more and none of them busy but cold (``cold``:
+              cold.cold_seconds; a rank spinning in a collective for a peer is no work)
     """
 
-    def __init__(self, duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds):
+    def __init__(self, duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds,
+                 cold: Optional[np.ndarray] = None):
         with np.errstate(invalid="ignore"):
             known = ~np.isnan(duty)
             d = np.where(known, duty, 0.0)
@@ -60,6 +62,8 @@ class Seconds:
             self.lone_idle = (nk > 1) & (stopped.sum(axis=0) == 1) & (on.sum(axis=0) == nk - 1)
             self.all_on = (on | ~known).all(axis=0)
             self.full = ((d >= th.busy_bin_duty) | ~known).all(axis=0) & (nk > 0)
+            if cold is not None:
+                self.full &= ~cold
             self.duty = np.where(n > 0, u / np.where(n > 0, n, 1.0), 0.0)
         self.n, self.u = n, u
 
@@ -132,7 +136,6 @@ class PauseTracker:
         self.lead_in: range = range(0)  # the bin before a pause that just started, when the
         # stop began inside it (it is part of the pause: its duty is not the job's work)
         self.last = (-2, 1.0)     # (bin, duty) of the last bin with data outside a pause
-        self.full = False         # the last bin had every GPU at full work
         self.alone = False        # the last bin had one rank alone at a trickle
         self.workers: Optional[float] = None   # loader workers during steady work
         self.cooldown = 0
@@ -151,7 +154,6 @@ class PauseTracker:
         self.cooldown -= 1
         self.unmark = self.lead_in = range(0)
         hv = _Host(host, self)
-        back, self.full = self.full and full, full and has
         # A rank alone at a trickle for two seconds in a row: one second of it is also what a
         # starved rank shows when its batch arrives at the end of the second.
         alone, self.alone = alone and self.alone, alone and has
@@ -166,7 +168,7 @@ class PauseTracker:
                 # Two seconds in a row of every GPU at full work are work, whatever the
                 # tracker still waits to see (resume_s) before it ends the pause; not while
                 # a validation pass's extra DataLoader is there (its forward bursts).
-                return not (back and not hv.changed)
+                return not (full and not hv.changed)
         elif self._starts(stop, alone, hv):
             self._start(hv, alone)
             return True
@@ -296,7 +298,7 @@ class PauseTracker:
         self.i += k
         self.cooldown -= k
         self.unmark = self.lead_in = range(0)
-        self.full = self.alone = False
+        self.alone = False
         return True
 
     def quiet(self, ns: list, us: list) -> None:
@@ -365,7 +367,7 @@ class PauseTracker:
         workers come up one by one, are a pause until work runs steady, as after an epoch
         boundary, unless the ranks then run at a starved rhythm."""
         self.in_pause, self.starting, self.length, self.resumed = True, True, 0, False
-        self.full = self.alone = False
+        self.alone = False
         self.reason = "startup"
         self.bar = self.th.duty_starved
         self.start = self.i + 1
@@ -465,21 +467,22 @@ def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
 
 def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
                 th: Thresholds = DEFAULT, host: Optional[list] = None,
-                starts: Optional[np.ndarray] = None
+                starts: Optional[np.ndarray] = None, cold: Optional[np.ndarray] = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pause, excluded, why) per bin of a job from per-GPU duty (G, T) and job n, u sums
     (T,); ``why``: the pause's cause (an index into diagnosis.CAUSES), -1 outside pauses.
 
     ``pause`` is what was known at each bin (the verdict there is busy); ``excluded`` drops
     the bins of pauses later found to be starvation, so windows after that see the gaps.
-    ``starts``: bins at which the job is seen starting (PauseTracker.begin), as live.
+    ``starts``: bins at which the job is seen starting (PauseTracker.begin), as live;
+    ``cold``: bins with a GPU busy but cold (cold.cold_seconds).
     """
     tr = PauseTracker(th)
     T = len(n)
     out = np.zeros(T, dtype=bool)
     excl = np.zeros(T, dtype=bool)
     why = np.full(T, -1, dtype=np.int64)
-    sec = Seconds(duty, n, u, th)
+    sec = Seconds(duty, n, u, th, cold)
     begin = set() if starts is None else set(np.flatnonzero(starts).tolist())
     # Runs of bins that outside a pause change nothing but the tracker's history (see
     # PauseTracker.quiet) are fed at once: the end of each run (exclusive), per bin.

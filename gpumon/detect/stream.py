@@ -22,6 +22,7 @@ from gpumon.detect.bins import Store
 from gpumon.detect.pipeline import (active_since, bin_duty, idle_diagnosis, judge_job,
                                   make_diagnosis, store_jobs, tick_columns)
 from gpumon.detect.features import view_bins
+from gpumon.detect.cold import cold_seconds
 from gpumon.detect.pauses import PauseTracker, Seconds, host_bins
 from gpumon.detect.rules import CAUSE_NAMES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
@@ -137,7 +138,8 @@ class _Job:
         if b_first <= last:
             i0 = b_first - base
             hb = host_bins(g[:, :, i0:], h[:, i0:], self.th)
-            secs = Seconds(duty[:, i0:], n[i0:], u[i0:], self.th)
+            secs = Seconds(duty[:, i0:], n[i0:], u[i0:], self.th,
+                           cold_seconds(g[:, :, i0:], self.th))
         tr = self.pauses
         for b in range(b_first, last + 1):
             k = b - base - i0
