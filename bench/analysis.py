@@ -6,6 +6,10 @@ from a synthetic day of training: phases of steady compute, input-bound bursts, 
 with the others spinning cold in a collective, a throttled GPU, and idle gaps. It is timed
 beside ``pandas.read_csv`` loading the same file; each runs in its own process, so its peak
 RSS (ru_maxrss from wait4) is its own.
+
+The same day three times over (72 hours, 2,073,600 rows, ~340 MB) checks that memory stays
+under 1 GiB and that time stays linear in rows (rows/s of 72 h against 24 h):
+``python -m bench.analysis`` prints both, and the day against pandas.
 """
 from __future__ import annotations
 
@@ -33,8 +37,14 @@ POWER_LIMIT_W = 700.0
 MEM_TOTAL_MIB = 81559
 
 
-def day_path(build_dir: str) -> str:
-    return os.path.join(build_dir, f"nvsmi-day-8gpu-v{GENERATOR_VERSION}.csv")
+# The long log: three days, for memory (< 1 GiB peak RSS) and linear time.
+LONG_S = 3 * DAY_S
+MAX_RSS_MIB = 1024.0
+
+
+def day_path(build_dir: str, seconds: int = DAY_S) -> str:
+    span = "day" if seconds == DAY_S else f"{seconds // 3600}h"
+    return os.path.join(build_dir, f"nvsmi-{span}-8gpu-v{GENERATOR_VERSION}.csv")
 
 
 def phase_of_second(seconds: int) -> np.ndarray:
@@ -103,13 +113,14 @@ def write_day(path: str, seconds: int = DAY_S, gpus: int = GPUS) -> int:
     return seconds * gpus
 
 
-def ensure_day(build_dir: str) -> tuple[str, int, float]:
-    """The day-long log, generated if absent: (path, rows, seconds spent generating)."""
-    path = day_path(build_dir)
+def ensure_day(build_dir: str, seconds: int = DAY_S) -> tuple[str, int, float]:
+    """The day-long log (or ``seconds`` long), generated if absent: (path, rows, seconds spent
+    generating)."""
+    path = day_path(build_dir, seconds)
     if os.path.exists(path):
-        return path, DAY_S * GPUS, 0.0
+        return path, seconds * GPUS, 0.0
     t0 = time.monotonic()
-    rows = write_day(path)
+    rows = write_day(path, seconds)
     return path, rows, time.monotonic() - t0
 
 
@@ -120,6 +131,7 @@ class Timed:
     seconds: list[float] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)      # the whole command, start-up included
     rss_mib: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)       # user + system CPU seconds
     error: Optional[str] = None
 
     @property
@@ -132,7 +144,7 @@ def run_into(t: Timed, argv: Sequence[str], *, cwd: str, env=None,
     """One run of ``argv`` recorded into ``t``: its wall time (or, ``reported``, the seconds
     it prints last), wall time and peak RSS. False, with ``t.error`` set, when it failed."""
     try:
-        wall, rss, rc, out = rusage_run(argv, cwd=cwd, env=env)
+        wall, rss, rc, out, cpu = rusage_run(argv, cwd=cwd, env=env)
     except RuntimeError as exc:
         t.error = str(exc)
         return False
@@ -142,12 +154,14 @@ def run_into(t: Timed, argv: Sequence[str], *, cwd: str, env=None,
     t.seconds.append(float(out.strip().splitlines()[-1]) if reported else wall)
     t.wall.append(wall)
     t.rss_mib.append(rss)
+    t.cpu.append(cpu)
     return True
 
 
 def rusage_run(argv: Sequence[str], *, cwd: str, env=None,
-               timeout: float = 300.0) -> tuple[float, float, int, str]:
-    """Run argv to completion: (wall seconds, its own peak RSS in MiB, exit code, output)."""
+               timeout: float = 300.0) -> tuple[float, float, int, str, float]:
+    """Run argv to completion: (wall seconds, its own peak RSS in MiB, exit code, output, its
+    CPU seconds, user and system)."""
     import tempfile
     with tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
@@ -168,7 +182,7 @@ def rusage_run(argv: Sequence[str], *, cwd: str, env=None,
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         text = out.read().decode(errors="replace")
-    return wall, ru.ru_maxrss / 1024.0, p.returncode, text[-2000:]
+    return wall, ru.ru_maxrss / 1024.0, p.returncode, text[-2000:], ru.ru_utime + ru.ru_stime
 
 
 PANDAS_LOAD = ("import sys, time, pandas\n"
@@ -273,3 +287,73 @@ def bench_analysis(path: str, *, python: str, cwd: str, repeats: int = 3,
                         reported=True):
             break
     return ours, pandas
+
+
+def bench_scaling(build_dir: str, *, python: str, cwd: str, repeats: int = 2,
+                  env=None) -> list[tuple[str, int, Timed]]:
+    """`gpumon analyze` of the 24-hour and the 72-hour log: [(label, rows, timings)]."""
+    compile_gpumon(python, cwd)
+    out = []
+    for label, seconds in (("24 h", DAY_S), ("72 h", LONG_S)):
+        path, rows, _ = ensure_day(build_dir, seconds)
+        t = Timed(f"gpumon analyze, {label}")
+        for _ in range(repeats):
+            if not run_into(t, [python, "-m", "gpumon", "analyze", path, "--format", "json"],
+                            cwd=cwd, env=env):
+                break
+        out.append((label, rows, t))
+    return out
+
+
+def scaling_lines(results: list[tuple[str, int, Timed]]) -> list[str]:
+    """Time, rows/s and peak RSS per log length, and whether time stays linear in rows (by
+    wall time, and by CPU time, which a busy machine disturbs less)."""
+    out = ["gpumon analyze by log length (8 GPUs at 1 Hz), best of runs:"]
+    rates, cpu_rates = [], []
+    for label, rows, t in results:
+        if t.error or not t.seconds:
+            out.append(f"  {label}: failed: {t.error}")
+            continue
+        rate = rows / t.best
+        rates.append(rate)
+        cpu = f"; CPU {min(t.cpu):.2f} s" if t.cpu else ""
+        if t.cpu:
+            cpu_rates.append(rows / min(t.cpu))
+        peak = max(t.rss_mib)
+        out.append(f"  {label}: {rows:,} rows in {t.best:.2f} s = {rate:,.0f} rows/s{cpu}; peak "
+                   f"RSS {peak:.0f} MiB ({'under' if peak < MAX_RSS_MIB else 'OVER'} "
+                   f"{MAX_RSS_MIB:.0f} MiB)")
+    if len(rates) == 2:
+        by_cpu = (f", by CPU time {cpu_rates[1] / cpu_rates[0]:.2f}" if len(cpu_rates) == 2
+                  else "")
+        out.append(f"  rows/s of 72 h over 24 h: {rates[1] / rates[0]:.2f}{by_cpu} (1.00: time "
+                   "linear in rows)")
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    import argparse
+    import sys
+    ap = argparse.ArgumentParser(prog="python -m bench.analysis", description=__doc__.split(
+        "\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=2, help="runs of each (default 2)")
+    ap.add_argument("--build", default=os.path.join("build", "bench"),
+                    help="where the logs are generated (default build/bench)")
+    ap.add_argument("--no-pandas", action="store_true", help="skip the day against pandas")
+    args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    cwd = os.getcwd()
+    if not args.no_pandas:
+        path, rows, _ = ensure_day(args.build)
+        ours, pandas = bench_analysis(path, python=sys.executable, cwd=cwd,
+                                      repeats=args.repeats)
+        inproc = bench_inprocess(path, python=sys.executable, cwd=cwd, repeats=args.repeats)
+        print("\n".join(only_lines(ours, pandas, inproc, 1.5, rows)), flush=True)
+    print("\n".join(scaling_lines(bench_scaling(args.build, python=sys.executable, cwd=cwd,
+                                               repeats=args.repeats))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -72,6 +72,10 @@ def build_store(log: Log, th: Thresholds) -> Store:
     # they carry across live ticks, and no chunk's scratch arrays grow with the log.
     order = _gpu_time_order(s.gpu, s.time)
     st.add_gpus(s.gpu)
+    if not st.cap and len(order):
+        # All the bins at once (b0 from the first chunk, as adding it would set it): no
+        # copies of a growing store (a 72-hour log's is ~300 MB).
+        st.reserve(float(np.nanmin(s.time[order[:STORE_CHUNK]])), float(np.nanmax(s.time)))
     for a in range(0, len(order), STORE_CHUNK):
         st.add_samples(_take(s, order[a:a + STORE_CHUNK]))
     if log.jobs is not None:

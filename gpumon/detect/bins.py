@@ -289,6 +289,13 @@ class Store:
             self.g, self.h = g, h
         self.nb = max(self.nb, need)
 
+    def reserve(self, first: float, last: float) -> None:
+        """Room for samples dated ``first`` (the first one to be added) to ``last`` (the
+        latest) at once: a log's store is then allocated once, not grown and copied as its
+        chunks arrive. The bins are those adding the samples would give."""
+        b = self._bins(np.array([first, last], dtype=float) - self.mid_s)
+        self._make_room(int(b[0]), int(b[1]))
+
     def _scatter(self, arr: np.ndarray, fidx: np.ndarray, rows: Optional[np.ndarray],
                  slots: np.ndarray, m) -> None:
         """arr[fidx[k], row, slot] += m[k, i] for every sample i (one reduceat, one add).

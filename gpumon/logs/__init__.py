@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Optional
 
 from gpumon.errors import UserError
-from gpumon.logs import dmon, gpumon_csv, nvsmi, plain
+from gpumon.logs.arrow import release_memory
 from gpumon.logs.lines import Lines, clean
 from gpumon.logs.log import Log, Malformed
 from gpumon.logs.memory import small_pages
@@ -31,7 +31,9 @@ def read_log(path: str, interval: Optional[float] = None) -> Log:
     name = display_name(path)
     lines = clean(read_bytes(path))
     with small_pages():
-        return read_lines(lines, name, interval)
+        log = read_lines(lines, name, interval)
+    release_memory()
+    return log
 
 
 def read_lines(lines: Lines, name: str, interval: Optional[float] = None) -> Log:
@@ -45,13 +47,18 @@ def read_lines(lines: Lines, name: str, interval: Optional[float] = None) -> Log
         raise UserError(f"{name}: not a log gpumon can read (want a gpumon CSV, an nvidia-smi "
                         "--query-gpu CSV, an nvidia-smi dmon log, or a CSV with time or GPU "
                         "and utilization columns)")
+    # Only the reader of this kind is imported.
     if kind == "dmon":
+        from gpumon.logs import dmon
         return dmon.read(lines, name, interval)
     names = header(lines)
     if kind == "gpumon":
+        from gpumon.logs import gpumon_csv
         return gpumon_csv.read(lines, names, name)
     if kind == "nvidia-smi":
+        from gpumon.logs import nvsmi
         return nvsmi.read(lines, names, name, interval)
+    from gpumon.logs import plain
     return plain.read(lines, names, name)
 
 

@@ -30,6 +30,14 @@ def pa_modules():
     return _MODULES
 
 
+def release_memory() -> None:
+    """Hand the memory Arrow's pool keeps from freed arrays back to the system (its allocator
+    holds on to it for reuse, which the analysis after reading never does), if pyarrow was
+    loaded at all."""
+    if _MODULES is not None:
+        _MODULES[0].default_memory_pool().release_unused()
+
+
 def pc():
     return pa_modules()[1]
 

@@ -53,14 +53,14 @@ def clean(data: bytes) -> Lines:
     if data and not data.endswith(b"\n"):
         data += b"\n"
     buf = np.frombuffer(data, np.uint8)
-    nl = np.flatnonzero(buf == 10)
+    nl = _where(buf, lambda b: b == 10)
     starts = np.concatenate(([0], nl[:-1] + 1))
     lengths = nl - starts
     bad = lengths > MAX_LINE_BYTES
     if len(buf) and buf.min() == 0:
-        bad[_lines_at(np.flatnonzero(buf == 0), nl)] = True
+        bad[_lines_at(_where(buf, lambda b: b == 0), nl)] = True
     if len(buf) and buf.max() >= 0x80:
-        for k in np.unique(_lines_at(np.flatnonzero(buf >= 0x80), nl)).tolist():
+        for k in np.unique(_lines_at(_where(buf, lambda b: b >= 0x80), nl)).tolist():
             if not bad[k]:
                 try:
                     data[starts[k]:nl[k]].decode("utf-8")
@@ -75,6 +75,19 @@ def clean(data: bytes) -> Lines:
     keep = ~drop
     mask = np.repeat(keep, lengths + 1)
     return Lines(buf[mask].tobytes(), np.flatnonzero(keep) + 1, mal)
+
+
+# Bytes compared at once when looking for a byte: the comparison's mask is as large as what it
+# reads, so a whole 300 MB log at once would hold another 300 MB.
+SCAN_BYTES = 1 << 24
+
+
+def _where(buf: np.ndarray, test) -> np.ndarray:
+    """np.flatnonzero(test(buf)), a slice of SCAN_BYTES at a time."""
+    if len(buf) <= SCAN_BYTES:
+        return np.flatnonzero(test(buf))
+    return np.concatenate([np.flatnonzero(test(buf[a:a + SCAN_BYTES])) + a
+                           for a in range(0, len(buf), SCAN_BYTES)])
 
 
 def _lines_at(pos: np.ndarray, nl: np.ndarray) -> np.ndarray:

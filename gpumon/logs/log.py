@@ -164,14 +164,21 @@ def runs(log: Log, gap_s: float) -> list[Log]:
     back = np.flatnonzero(np.diff(t) < -gap_s) + 1
     out = []
     for a, b in zip(np.r_[0, back], np.r_[back, len(t)]):
-        idx = a + np.argsort(t[a:b], kind="stable")
-        ts = t[idx]
+        ts = t[a:b]
+        ordered = bool((ts[1:] >= ts[:-1]).all())     # in time order already (the usual log)
+        if ordered:
+            idx = np.arange(a, b)
+        else:
+            idx = a + np.argsort(ts, kind="stable")
+            ts = t[idx]
         step = np.diff(ts)
         pos = step[step > 0]
         # (The median of a few intervals could be the gap itself.)
         limit = (max(gap_s, GAP_INTERVALS * float(np.median(pos))) if len(pos) >= GAP_INTERVALS
                  else gap_s)
         cut = np.flatnonzero(step > limit) + 1
+        if ordered and len(back) == 0 and len(cut) == 0:
+            return [log]       # one run, in order already: the log itself, not a copy
         for c, d in zip(np.r_[0, cut], np.r_[cut, len(idx)]):
             out.append(log.take(idx[c:d]))
     return out

@@ -10,11 +10,13 @@ import numpy as np
 from gpumon.detect.bins import SampleCols
 from gpumon.errors import UserError
 from gpumon.logs.arrow import pa_modules, pc, to_np
+from gpumon.logs.batches import Columns
 from gpumon.logs.lines import Lines
 from gpumon.logs.log import Log, empty_samples, finish, gpu_index, row_times
-from gpumon.logs.table import read_table
+from gpumon.logs.table import stream_table
 from gpumon.logs.threads import map_threads
-from gpumon.logs.values import hex_or_num, is_text, key, num, num_fast, per_value, times
+from gpumon.logs.values import (hex_or_num, is_text, key, num, num_fast, numeric_text, per_value,
+                               times, trimmed_text)
 
 # --query-gpu field names (units stripped) -> detector column.
 FIELDS = {
@@ -50,31 +52,32 @@ def read(lines: Lines, names: list[str], path: str, interval: Optional[float]) -
     if "gpu" in cols:
         cols.pop("gpu_id", None)      # GPUs by index; their UUID or bus id is not needed
     # Only the fields the detector reads are converted (the rest only count as fields); the
-    # GPU index is read as an integer by the CSV reader (as text when it is not one).
+    # GPU index is read as an integer by the CSV reader (as text when it is not one). The
+    # rows are read and converted a record batch at a time: no text table of the whole log.
     want = list(dict.fromkeys(cols.values()))
+    rows = lines.data.count(b"\n")
+
+    def sink():
+        return _Sink(cols, rows)
+
     try:
-        table, body = read_table(lines, names, want,
+        got, body = stream_table(lines, names, want, sink,
                                  {cols["gpu"]: "int64"} if "gpu" in cols else None)
     except pa_modules()[0].ArrowInvalid:
-        table, body = read_table(lines, names, want)
-    if table is None:
+        got, body = stream_table(lines, names, want, sink)
+    if got is None or got.cols.rows == 0:
         return Log(path, "nvidia-smi", empty_samples(), malformed=body.malformed)
-    n = table.num_rows
-    bad = np.zeros(n, bool)
-    wanted = [x for x in cols if x != "gpu_id"]
-    # Every column at once (each converts on its own; the bad rows of all are or-ed).
-    conv = dict(zip(wanted, map_threads(lambda x: _convert(table.column(cols[x]), x), wanted)))
-    for _, b in conv.values():
-        bad |= b
-
-    def col(target):
-        return conv[target][0] if target in conv else None
-
+    if len(got.numeric) > 1:
+        _whole_times(body.lines, names, cols["time"], got.cols)
+    conv = got.cols
+    n = conv.rows
+    bad = conv.get("bad") | conv.get("time_bad") if "time_bad" in conv else conv.get("bad")
+    col = conv.get
     if "gpu" in cols:
         gpu, bad_gpu = gpu_index(col("gpu"))
         bad |= bad_gpu
     elif "gpu_id" in cols:
-        gpu = gpu_codes(table.column(cols["gpu_id"]))
+        gpu = gpu_codes(pa_modules()[0].chunked_array(got.ids))
     else:
         gpu = None
     if "time" in cols:
@@ -90,6 +93,53 @@ def read(lines: Lines, names: list[str], path: str, interval: Optional[float]) -
                          col("clock_max"), col("events"), col("mem"), None)
     log = Log(path, "nvidia-smi", samples, None, None, {}, body.malformed, n)
     return finish(log, bad, body.line_of)
+
+
+class _Sink:
+    """What stream_table's batches become: the detector columns as numpy arrays (every
+    column of a batch at once, each converts on its own), ``bad`` (rows with a bad value in
+    any but the time column) and ``time_bad``; GPU identifiers kept as text (their codes
+    follow first appearance in the whole log); whether each batch's times were numbers."""
+
+    def __init__(self, cols: dict, rows: int):
+        self.names = cols
+        self.wanted = [x for x in cols if x != "gpu_id"]
+        self.cols = Columns(rows)
+        self.ids: list = []
+        self.numeric: set = set()
+
+    def add(self, batch) -> None:
+        names = self.names
+        conv = map_threads(lambda x: _convert(batch.column(names[x]), x), self.wanted)
+        out = {x: v for x, (v, _) in zip(self.wanted, conv)}
+        bad = np.zeros(batch.num_rows, bool)
+        for x, (_, b) in zip(self.wanted, conv):
+            if x == "time":
+                out["time_bad"] = b
+            else:
+                bad |= b
+        out["bad"] = bad
+        self.cols.put(out, batch.num_rows)
+        if "gpu_id" in names:
+            self.ids.append(batch.column(names["gpu_id"]))
+        if "time" in names and is_text(batch.column(names["time"]).type):
+            # times() reads a column as epoch seconds only when every value is a number: a
+            # log whose batches disagree is read again as one column (_whole_times).
+            self.numeric.add(numeric_text(trimmed_text(batch.column(names["time"]))))
+
+
+def _whole_times(lines: Lines, names: list[str], name: str, cols: Columns) -> None:
+    """The time column converted as one column, as times() reads a whole log (its text read
+    again on its own, from the lines the batches were read from)."""
+    pa = pa_modules()[0]
+
+    class Texts(list):
+        add = list.append
+
+    texts, _ = stream_table(lines, names, [name], Texts)
+    v, b = _convert(pa.chunked_array([t.column(0) for t in texts]), "time")
+    cols.rows = 0
+    cols.put({"time": v, "time_bad": b}, len(v))
 
 
 def _convert(c, target: str) -> tuple[np.ndarray, np.ndarray]:

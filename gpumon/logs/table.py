@@ -5,12 +5,16 @@ row of the wrong width, or the file holds quotes, the rows are first checked one
 (``exact``): rows of the wrong width and quoted cells that hold line breaks are malformed,
 repeated header lines (two logs in one file) and blank rows are dropped; then pyarrow reads
 what is left. Row ``i`` of the table is kept line ``i`` of the returned body.
+
+``stream_table`` reads the same rows in record batches and hands each to a sink as it comes,
+so only one batch's text is in memory at a time (a 72-hour log's text table alone is
+~400 MiB).
 """
 from __future__ import annotations
 
 import csv
 import io
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -65,6 +69,69 @@ def read_table(lines: Lines, names: list[str], want: Optional[list[str]] = None,
     return table, Rows(lines)
 
 
+# Bytes of text per record batch when streaming: large enough that per-batch costs (a Python
+# call per column) vanish, small enough that a batch's text is a few tens of MB at most.
+STREAM_BLOCK = 8 << 20
+
+
+def stream_table(lines: Lines, names: list[str], want: list[str], make_sink: Callable,
+                 typed: Optional[dict] = None) -> tuple[object, Rows]:
+    """(sink, Rows): the rows read_table would give, in record batches, each passed in turn to
+    ``sink.add(batch)``; ``make_sink()`` makes a fresh sink for each pass over the rows (a
+    second pass follows a row of the wrong width). The sink None when no row is left.
+    Raises pyarrow's ArrowInvalid as read_table does."""
+    first = lines.head(1)[0]
+    if b'"' in lines.data:
+        lines = exact(lines, names, first)
+    if _header_only(lines):
+        return None, Rows(lines)
+    sink, skipped = _stream(lines, names, want, typed, make_sink())
+    if skipped:             # a row of the wrong width: check them one by one, read again
+        lines = exact(lines, names, first)
+        if _header_only(lines):
+            return None, Rows(lines)
+        sink, skipped = _stream(lines, names, want, typed, make_sink())
+        lines.malformed.add(None, skipped)
+    return sink, Rows(lines)
+
+
+def _stream(lines: Lines, names: list[str], want, typed, sink) -> tuple[object, int]:
+    """(sink, rows skipped); stops at the first batch with a skipped row."""
+    pa, _, pcsv = pa_modules()
+    skipped = [0]
+
+    def on_invalid(row):
+        skipped[0] += 1
+        return "skip"
+
+    reader = pcsv.open_csv(
+        pa.BufferReader(lines.data),
+        read_options=pcsv.ReadOptions(column_names=names, skip_rows=1, block_size=STREAM_BLOCK),
+        parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
+        convert_options=pcsv.ConvertOptions(column_types=_types(names, typed),
+                                            strings_can_be_null=False, include_columns=want))
+    # The sink converts a batch on a thread of its own while the reader parses the next one
+    # (both release the GIL); one batch at a time, in order, so at most two are in memory.
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as pool:
+        pending = None
+        for batch in reader:
+            if pending is not None:
+                pending.result()
+            if skipped[0]:
+                break
+            pending = pool.submit(sink.add, batch) if batch.num_rows else None
+        if pending is not None:
+            pending.result()
+    return sink, skipped[0]
+
+
+def _types(names: list[str], typed: Optional[dict]) -> dict:
+    pa = pa_modules()[0]
+    return {n: (pa.type_for_alias(typed[n]) if typed and n in typed else pa.string())
+            for n in names}
+
+
 def _header_only(lines: Lines) -> bool:
     return lines.data.find(b"\n") == len(lines.data) - 1
 
@@ -77,8 +144,7 @@ def _arrow(lines: Lines, names: list[str], want, typed):
         skipped[0] += 1
         return "skip"
 
-    types = {n: (pa.type_for_alias(typed[n]) if typed and n in typed else pa.string())
-             for n in names}
+    types = _types(names, typed)
     table = pcsv.read_csv(
         pa.BufferReader(lines.data),
         # 1 MiB blocks: every core parses (fewer, larger blocks leave cores idle); a line is

@@ -51,6 +51,11 @@ def _cast_float(s) -> Optional[np.ndarray]:
         return None
 
 
+def numeric_text(s) -> bool:
+    """Whether every value of a text column (trimmed) is a number: how times() reads it."""
+    return _cast_float(s) is not None
+
+
 def num(col, trimmed: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """A column of text (or numbers) -> (float values with NaN missing, bad-value mask).
     ``trimmed``: text already trimmed of whitespace."""
