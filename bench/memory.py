@@ -1,15 +1,18 @@
-"""Peak RSS of `gpumon log` and `gpumon watch` over a simulated hour (8 GPUs), faster than
-real time.
+"""Peak RSS of `gpumon log`, `watch`, `export` and `stream` over a simulated hour (8 GPUs),
+faster than real time, and their RSS after 10 minutes of steady state.
 
 Each command runs in a child process as a user runs it (`gpumon log --sim busy:8 --interval
-0.1 --duration 3600 ...`, `gpumon watch` on a 160x50 pseudo-terminal) on simulated GPUs, whose
+0.1 --duration 3600 ...`, `gpumon watch` on a 160x50 pseudo-terminal, `gpumon export` on a free
+port of 127.0.0.1, `gpumon stream` (the dool column's child) into /dev/null) on simulated GPUs,
+whose
 clock moves one interval per poll (``SimSource(step_s=...)``). Only the Monitor's waits are
 taken out: its clock is virtual and a wait moves it on instead of sleeping, so the hour at
 0.1 s (36,000 polls) takes about a minute. Everything else (the command's wiring, detector,
 CSV sink, dashboard, screen) is the command's own code. The child reads its VmRSS every
-simulated minute and its VmHWM (the peak) at the end.
+simulated minute and its VmHWM (the peak) at the end. A run as long as the history's limit
+(10 minutes: ``SETTLED_S``) or longer shows every bounded store full.
 
-    python -m bench.memory [--hours 1] [--json]
+    python -m bench.memory [--hours 1] [--commands log,watch,export,stream] [--json]
 
 ``run(**kw) -> list[dict]`` is the entry point for bench/run.py; ``format_result`` the text.
 """
@@ -29,12 +32,17 @@ from typing import Optional, Sequence
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (command, --sim scenario, --interval): what is measured, 8 GPUs each.
 CASES = (("log", "busy:8", 0.1), ("log", "busy:8", 1.0),
-         ("watch", "demo:8", 0.1), ("watch", "demo:8", 1.0))
+         ("watch", "demo:8", 0.1), ("watch", "demo:8", 1.0),
+         ("export", "demo:8", 0.1), ("stream", "demo:8", 0.1), ("stream", "demo:8", 1.0))
+# Arguments of each command beyond the source's and the run's.
+ARGS = {"log": ["-q", "--force", "-o", "{tmp}/run.csv"], "export": ["-q", "--port", "0"],
+        "stream": [], "watch": []}
 # The issue's target for any duration, MiB.
 RSS_MAX_MIB = 80.0
 # RSS is read every this many simulated seconds.
 SAMPLE_EVERY_S = 60.0
-# Growth is counted from this far into the run (start-up and the detector's windows filling).
+# Growth is counted from this far into the run (start-up and the detector's windows filling,
+# the screen's 10-minute history full): the issue's "RSS after 10 minutes of steady state".
 SETTLED_S = 600.0
 # The pseudo-terminal `watch` draws on (bench.overhead's size).
 TERM_COLS, TERM_ROWS = 160, 50
@@ -115,9 +123,8 @@ def child(command: str, scenario: str, interval: float, seconds: float, result: 
     tmp = tempfile.mkdtemp(prefix="gpumon-mem-")
     argv = [command, "--sim", scenario, "--interval", f"{interval:g}",
             "--duration", f"{seconds:g}"]
-    if command == "log":
-        argv += ["-q", "--force", "-o", os.path.join(tmp, "run.csv")]
-    else:
+    argv += [a.format(tmp=tmp) for a in ARGS[command]]
+    if command == "watch":
         _on_a_terminal()
     from gpumon.cli import main
     t0 = time.monotonic()
@@ -152,7 +159,9 @@ def measure(command: str, scenario: str, interval: float, seconds: float,
                     "seconds": seconds, "error": tail or f"exit {p.returncode}"}
         with open(result) as f:
             out = json.load(f)
-    out["growth_mib"] = growth(out["rss"], min(SETTLED_S, seconds / 5))
+    settled = min(SETTLED_S, seconds / 5)
+    out["growth_mib"] = growth(out["rss"], settled)
+    out["settled_mib"] = next((mib for t, mib in out["rss"] if t >= settled), None)
     return out
 
 
@@ -176,8 +185,24 @@ def format_row(r: dict) -> str:
     what = f"gpumon {r['command']} --sim {r['scenario']} --interval {r['interval']:g}"
     if r.get("error"):
         return f"{what}: failed ({r['error']})"
-    return (f"{what}: peak {r['peak_mib']:.1f} MiB, {r['growth_mib']:+.1f} MiB from minute "
-            f"{min(SETTLED_S, r['seconds'] / 5) / 60:g} to the end ({r['wall_s']:.0f} s)")
+    return (f"{what}: peak {r['peak_mib']:.1f} MiB, {_mib(r.get('settled_mib'))} MiB at minute "
+            f"{min(SETTLED_S, r['seconds'] / 5) / 60:g}, {r['growth_mib']:+.1f} MiB from then "
+            f"to the end ({r['wall_s']:.0f} s)")
+
+
+def _shortened(seconds: float) -> str:
+    """What a run shorter than the issue's hour says about itself."""
+    if seconds >= 3600.0:
+        return ""
+    if seconds >= SETTLED_S:
+        return (f" A shortened run ({seconds / 60:g} min): past the 10-minute limit of every "
+                "history, so what is bounded is full.")
+    return (f" A shortened run ({seconds / 60:g} min): shorter than the 10-minute history "
+            "limit, so the figures may still grow.")
+
+
+def _mib(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.1f}"
 
 
 def worst(rows: Sequence[dict]) -> Optional[dict]:
@@ -190,20 +215,24 @@ def format_result(rows: Sequence[dict]) -> list[str]:
     if not rows:
         return ["Not run."]
     hours = rows[0]["seconds"] / 3600.0
+    settled = min(SETTLED_S, rows[0]["seconds"] / 5) / 60
     out = [f"Each command over a simulated {hours:g} h at 8 GPUs, faster than real time (the "
            "simulator's clock moves one interval per poll; the Monitor does not sleep), in a "
            "child process: `log` to a CSV file, `watch` on a "
-           f"{TERM_COLS}x{TERM_ROWS} pseudo-terminal. Peak is VmHWM; growth is VmRSS at the end "
-           f"minus VmRSS at minute {min(SETTLED_S, rows[0]['seconds'] / 5) / 60:g}.", "",
-           "| command | scenario | interval | peak RSS MiB | growth MiB | wall s |",
-           "|---|---|---|---|---|---|"]
+           f"{TERM_COLS}x{TERM_ROWS} pseudo-terminal, `export` on a free local port, `stream` "
+           "into /dev/null. Peak is VmHWM; settled is VmRSS at minute "
+           f"{settled:g} (steady state); growth is VmRSS at the end minus settled."
+           + _shortened(rows[0]["seconds"]), "",
+           "| command | scenario | interval | peak RSS MiB | settled MiB | growth MiB | wall s |",
+           "|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.get("error"):
             out.append(f"| `{r['command']}` | {r['scenario']} | {r['interval']:g} s | failed: "
-                       f"{r['error']} | | |")
+                       f"{r['error']} | | | |")
             continue
         out.append(f"| `{r['command']}` | {r['scenario']} | {r['interval']:g} s | "
-                   f"{r['peak_mib']:.1f} | {r['growth_mib']:+.1f} | {r['wall_s']:.0f} |")
+                   f"{r['peak_mib']:.1f} | {_mib(r.get('settled_mib'))} | "
+                   f"{r['growth_mib']:+.1f} | {r['wall_s']:.0f} |")
     return out
 
 
@@ -216,8 +245,14 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hours", type=float, default=1.0, help="simulated hours (default 1)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--commands", default=",".join(sorted(ARGS)),
+                    help="comma-separated commands to measure (default: all)")
     args = ap.parse_args(argv)
-    rows = run(hours=args.hours, log=None if args.json else print)
+    wanted = set(args.commands.split(","))
+    if not wanted <= set(ARGS):
+        ap.error(f"unknown command(s): {', '.join(sorted(wanted - set(ARGS)))}")
+    rows = run(hours=args.hours, cases=[c for c in CASES if c[0] in wanted],
+               log=None if args.json else print)
     print(json.dumps(rows, indent=1) if args.json else "\n".join(format_result(rows)))
     return 0
 

@@ -209,8 +209,8 @@ def ratios(ms: Sequence[Measurement]) -> list[report.Ratio]:
 def memory_target(rows) -> report.Target:
     """Peak RSS over the simulated run at most RSS_MAX_MIB, and flat once settled."""
     hours = rows[0]["seconds"] / 3600.0 if rows else 1.0
-    what = (f"peak RSS of `log` and `watch` over a simulated {hours:g} h (0.1 s and 1 s, "
-            "8 GPUs)")
+    what = (f"peak RSS of `log`, `watch`, `export` and `stream` over a simulated {hours:g} h "
+            "(0.1 s and 1 s, 8 GPUs)")
     limit = f"<= {RSS_MAX_MIB:g} MiB, growth once settled <= {RSS_GROWTH_MAX_MIB:g} MiB"
     w = memory.worst(rows)
     if w is None:
@@ -325,7 +325,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-profile", action="store_true", help="no py-spy profile of misses")
     ap.add_argument("--frames", type=int, default=200)
     ap.add_argument("--memory-hours", type=float, default=1.0,
-                    help="simulated hours of `log` and `watch` for peak RSS (default 1; 0: none)")
+                    help="simulated hours of `log`, `watch`, `export` and `stream` for peak "
+                    "RSS (default 1; 0: none)")
     ap.add_argument("--no-exporter-load", action="store_true",
                     help="skip `gpumon export` under 1,100 idle connections")
     ap.add_argument("--fuzz-count", type=int, default=1000,

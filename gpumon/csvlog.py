@@ -28,15 +28,17 @@ COLUMNS = ([f.name for f in _GPU_FIELDS] + [f.name for f in _JOB_FIELDS]
            + [f.name for f in _HOST_FIELDS] + VERDICT_COLUMNS)
 
 
+_NUMBER = (int, float)
+
+
 def _formatter(f):
     fmt = f.metadata.get("fmt", "")
     if f.name == "pids":
         return lambda v: "" if v is None else " ".join(map(str, v))
     if fmt == "d":
         return lambda v: "" if v is None else str(int(v))
-    if fmt:
-        spec = "{:" + fmt + "}"
-        return lambda v: "" if v is None else (spec.format(v) if isinstance(v, (int, float))
+    if fmt:                            # (format(v, fmt) is "{:fmt}".format(v), parsed once)
+        return lambda v: "" if v is None else (format(v, fmt) if isinstance(v, _NUMBER)
                                                else str(v))
     return lambda v: "" if v is None else str(v)
 
@@ -129,8 +131,6 @@ class CsvSink(AppendSink):
         self._after: dict[int, float] = {}
         self._header_said = False      # (on stdout: the header once, whatever the fd's size)
         super().__init__(path, force=force, append=append)
-        self._buf = io.StringIO()
-        self._w = csv.writer(self._buf, lineterminator="\n")
         self._emit(b"")
 
     def _continue(self, size: int) -> None:
@@ -190,27 +190,79 @@ class CsvSink(AppendSink):
         samples = self._new_samples(tick.gpus)
         if not samples:
             return
-        self._buf.seek(0)
-        self._buf.truncate()
-        self._w.writerows(_rows(samples, tick.host, diagnoses))
-        self._emit(self._buf.getvalue().encode())
+        self._emit(rows_text(samples, tick.host, diagnoses).encode())
 
-def _rows(samples: Sequence[GpuSample], host, diagnoses: Sequence[Diagnosis]) -> list[list[str]]:
-    """The cells of one row per sample; the cells shared by a GPU's samples formatted once."""
+
+def rows_text(samples: Sequence[GpuSample], host, diagnoses: Sequence[Diagnosis]) -> str:
+    """The CSV text of one row per sample, as csv.writer writes ``_rows``, byte for byte.
+
+    Each GPU's row is text fixed for the tick around its per-sample cells (time, util), so
+    a row costs two cell formats and a join rather than a list of cells for csv.writer. A
+    cell that csv would quote (a comma, a quote, a line break in it) shows in the counts of
+    the result: that tick is written by csv.writer instead."""
+    text = _joined(samples, host, diagnoses)
+    n = len(samples)
+    if (text.count(",") == n * (len(COLUMNS) - 1) and text.count("\n") == n
+            and '"' not in text and "\r" not in text):
+        return text
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(_rows(samples, host, diagnoses))
+    return buf.getvalue()
+
+
+def _tails(host, diagnoses: Sequence[Diagnosis]):
+    """A function of a GPU to its job, host and verdict cells (formatted once per GPU)."""
     by_gpu = {g: d for d in diagnoses for g in d.gpus}
     host_cells = ([fmt(getattr(host, name)) for name, fmt in _HOST_FMT] if host
                   else [""] * len(_HOST_FMT))
-    tails: dict[int, list[str]] = {}    # per GPU: its job, host and verdict cells
+    tails: dict[int, list[str]] = {}
+
+    def tail(gpu: int) -> list[str]:
+        done = tails.get(gpu)
+        if done is None:
+            job = host.job_on(gpu) if host else None
+            done = tails[gpu] = (
+                ([fmt(getattr(job, name)) for name, fmt in _JOB_FMT] if job
+                 else [""] * len(_JOB_FMT))
+                + host_cells + _verdict_cells(by_gpu.get(gpu)))
+        return done
+    return tail
+
+
+# Marks a per-sample cell in a GPU's row text while it is cut into pieces around them.
+_SLOT = "\0"
+
+
+def _joined(samples: Sequence[GpuSample], host, diagnoses: Sequence[Diagnosis]) -> str:
+    """The rows joined by commas, no cell quoted (rows_text checks that none needed it)."""
+    tail = _tails(host, diagnoses)
+    pieces: dict[int, tuple[tuple, list[str]]] = {}   # per GPU: (shared values, text pieces)
+    out: list[str] = []
+    for s in samples:
+        values = _gpu_shared_values(s)
+        done = pieces.get(s.gpu)
+        if done is None or done[0] != values:
+            cells = [_SLOT] * len(_GPU_FMT)
+            for (i, fmt), v in zip(_GPU_SHARED, values):
+                cells[i] = fmt(v)
+            parts = (",".join(cells + tail(s.gpu)) + "\n").split(_SLOT)
+            if len(parts) != len(_GPU_PER) + 1:       # a NUL in a cell: csv.writer's way
+                return ""
+            done = pieces[s.gpu] = (values, parts)
+        parts = done[1]
+        out.append(parts[0])
+        for (_, name, fmt), after in zip(_GPU_PER, parts[1:]):
+            out.append(fmt(getattr(s, name)))
+            out.append(after)
+    return "".join(out)
+
+
+def _rows(samples: Sequence[GpuSample], host, diagnoses: Sequence[Diagnosis]) -> list[list[str]]:
+    """The cells of one row per sample; the cells shared by a GPU's samples formatted once."""
+    tail = _tails(host, diagnoses)
     shared: dict[int, tuple[tuple, list[str]]] = {}
     rows = []
     for s in samples:
-        tail = tails.get(s.gpu)
-        if tail is None:
-            job = host.job_on(s.gpu) if host else None
-            tail = tails[s.gpu] = (
-                ([fmt(getattr(job, name)) for name, fmt in _JOB_FMT] if job
-                 else [""] * len(_JOB_FMT))
-                + host_cells + _verdict_cells(by_gpu.get(s.gpu)))
         values = _gpu_shared_values(s)
         done = shared.get(s.gpu)
         if done is None or done[0] != values:
@@ -221,7 +273,7 @@ def _rows(samples: Sequence[GpuSample], host, diagnoses: Sequence[Diagnosis]) ->
         cells = done[1].copy()
         for i, name, fmt in _GPU_PER:
             cells[i] = fmt(getattr(s, name))
-        rows.append(cells + tail)
+        rows.append(cells + tail(s.gpu))
     return rows
 
 

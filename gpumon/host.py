@@ -1,4 +1,8 @@
-"""HostSource: the host's CPU, iowait and disk, and the training job's process tree (psutil).
+"""HostSource: the host's CPU, iowait and disk, and the training job's process tree.
+
+The job's processes are read from /proc directly (gpumon.procfs: one file per process, half
+psutil's cost) where there is one; psutil reads what is read once per process (name, user,
+command line), the machine-wide counters, and everything on systems without /proc.
 
 Rates come from the previous and the current reading kept here (no psutil hidden state:
 ``cpu_percent()``'s first call returns nonsense). The first read after start reports
@@ -12,6 +16,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import psutil
 
+from gpumon import procfs
 from gpumon.samples import HostSample, JobProcs, ProcSample
 
 # Finding a process's children means scanning every process on the machine (~2 ms for 200
@@ -21,9 +26,16 @@ CHILDREN_REFRESH_S = 5.0
 # Per-process CPU is read at most this often, s: the kernel counts CPU time in 10 ms ticks, so
 # a rate over 0.1 s moves in steps of 10% of a core; between readings the last rate stands.
 PROC_CPU_EVERY_S = 1.0
-# Disk counters are read at most this often, s: psutil reads /proc/diskstats and looks up every
-# disk in /sys on each call (~0.2 ms, a sixth of gpumon's cost at --interval 0.1); between
-# readings the last rates stand.
+# Loader workers' CPU is read at most this often, s: there are many of them (7 per rank is
+# common) and the detector judges them over its windows of several seconds, while the main
+# process, one per rank, is read every PROC_CPU_EVERY_S.
+WORKER_CPU_EVERY_S = 2.0
+# A reading due at most this early is taken now (s): polls at exactly the period would
+# otherwise skip a reading whenever a wait ends a hair before the period is up.
+READ_EARLY_S = 0.05
+# Disk counters are read at most this often, s (from /proc/diskstats, 0.04 ms; psutil's
+# 0.2-0.3 ms looked up every disk in /sys on each call); between readings the last rates
+# stand.
 DISK_EVERY_S = 1.0
 # A process's parent does not change while both live: the /proc scan for children reads the
 # parent of new PIDs only, and every PID afresh this often, s (a PID reused meanwhile).
@@ -38,10 +50,19 @@ WORKER_BUSY_PCT = 90.0
 THREAD_SCAN_MIN_PCT = 85.0
 
 
+# The per-process reader: /proc where there is one (None: psutil's way).
+_read_stat = procfs.read_stat if procfs.available() else None
+_thread_cpu = procfs.thread_cpu if procfs.available() else None
+
+
 class _Proc:
-    """A psutil.Process and its previous CPU times, for rates."""
+    """One process of a job and its previous CPU times, for rates.
+
+    Its name, parent, user and command line are read once (psutil); its CPU and memory at
+    each reading from /proc/PID/stat (``_read_stat``). A PID that now names another process
+    (its start differs from the first reading) reads as gone, as a process that has ended."""
     __slots__ = ("proc", "prev", "last", "threads_prev", "threads_last", "name", "ppid",
-                 "started", "user", "cmdline", "rss_mib")
+                 "started", "user", "cmdline", "rss_mib", "start_ticks", "last_sample")
 
     def __init__(self, proc: psutil.Process):
         self.proc = proc
@@ -49,6 +70,7 @@ class _Proc:
         self.last: Optional[float] = None                 # the last rate, % of one core
         self.threads_prev: Optional[tuple[float, dict[int, float]]] = None
         self.threads_last: Optional[float] = None
+        self.start_ticks: Optional[int] = None            # /proc's start of this PID's process
         try:
             self.name = proc.name()
             self.ppid = proc.ppid()
@@ -57,18 +79,34 @@ class _Proc:
             self.name, self.ppid, self.started = "?", 0, None
         self.user, self.cmdline = _identity(proc)
         self.rss_mib: Optional[float] = None              # read with the CPU rate
+        self.last_sample: Optional[ProcSample] = None
 
-    def cpu_pct(self, mono: float) -> Optional[float]:
-        """% of one core since the previous reading (read at most every PROC_CPU_EVERY_S)."""
+    def _times(self) -> tuple[float, Optional[float]]:
+        """(CPU seconds so far, RSS MiB); psutil.NoSuchProcess where the process is gone."""
+        if _read_stat is None:
+            t = self.proc.cpu_times()
+            try:
+                rss: Optional[float] = self.proc.memory_info().rss / 1048576.0
+            except psutil.Error:
+                rss = None
+            return t.user + t.system, rss
+        st = _read_stat(self.proc.pid)
+        if st is None or self.start_ticks not in (None, st.start_ticks):
+            raise psutil.NoSuchProcess(self.proc.pid)
+        self.start_ticks = st.start_ticks
+        return st.cpu_s, st.rss_mib
+
+    def cpu_pct(self, mono: float, every: float = PROC_CPU_EVERY_S) -> Optional[float]:
+        """% of one core since the previous reading (read at most every ``every`` s).
+        psutil.NoSuchProcess where it has gone; None (no rate) where /proc hides it."""
         prev = self.prev
-        if prev is not None and mono - prev[0] < PROC_CPU_EVERY_S:
+        if prev is not None and mono - prev[0] < every - READ_EARLY_S:
             return self.last
-        t = self.proc.cpu_times()
-        cpu = t.user + t.system
         try:
-            self.rss_mib = self.proc.memory_info().rss / 1048576.0
-        except psutil.Error:
-            self.rss_mib = None
+            cpu, self.rss_mib = self._times()
+        except (PermissionError, psutil.AccessDenied):
+            self.prev, self.last, self.rss_mib = None, None, None
+            return None
         self.prev = (mono, cpu)
         if prev is None or mono <= prev[0]:
             self.last = None
@@ -78,16 +116,31 @@ class _Proc:
 
     def sample(self, pid: int, role: str, cpu: Optional[float],
                gpus: tuple[int, ...]) -> ProcSample:
-        return ProcSample(pid=pid, ppid=self.ppid, name=self.name, role=role, cpu_pct=cpu,
-                          gpus=gpus, user=self.user, cmdline=self.cmdline, rss_mib=self.rss_mib,
-                          started=self.started)
+        """The process as a ProcSample; the last one again while nothing in it changed (a
+        worker's rate stands for WORKER_CPU_EVERY_S: most of a read's samples are so)."""
+        last = self.last_sample
+        if (last is not None and last.cpu_pct == cpu and last.rss_mib == self.rss_mib
+                and last.role == role and last.gpus == gpus and last.pid == pid):
+            return last
+        self.last_sample = ProcSample(
+            pid=pid, ppid=self.ppid, name=self.name, role=role, cpu_pct=cpu, gpus=gpus,
+            user=self.user, cmdline=self.cmdline, rss_mib=self.rss_mib, started=self.started)
+        return self.last_sample
+
+    def _thread_times(self) -> dict[int, float]:
+        if _thread_cpu is None:
+            return {th.id: th.user_time + th.system_time for th in self.proc.threads()}
+        now = _thread_cpu(self.proc.pid)
+        if now is None:
+            raise psutil.NoSuchProcess(self.proc.pid)
+        return now
 
     def max_thread_pct(self, mono: float) -> Optional[float]:
         """The busiest thread's % of one core since the previous reading (as cpu_pct)."""
         prev = self.threads_prev
-        if prev is not None and mono - prev[0] < PROC_CPU_EVERY_S:
+        if prev is not None and mono - prev[0] < PROC_CPU_EVERY_S - READ_EARLY_S:
             return self.threads_last
-        now = {th.id: th.user_time + th.system_time for th in self.proc.threads()}
+        now = self._thread_times()
         self.threads_prev = (mono, now)
         if prev is None or mono <= prev[0]:
             self.threads_last = None
@@ -218,6 +271,7 @@ class HostSource:
         self._parents = _ParentMap()
         self._job_cache: Optional[tuple] = None   # (PIDs key, monotonic, (jobs, procs, unmapped))
         self._disk_last: tuple[Optional[float], Optional[float]] = (None, None)
+        self._diskstats = procfs.DiskCounters() if procfs.available() else None
         self.unmapped: tuple[int, ...] = ()
 
     def tree(self, root: int) -> ProcessTree:
@@ -252,21 +306,29 @@ class HostSource:
         prev = self._disk_prev
         if prev is not None and mono - prev[0] < DISK_EVERY_S:
             return self._disk_last
-        try:
-            d = psutil.disk_io_counters()
-        except Exception:
-            d = None
+        d = self._disk_bytes()
         if d is None:
             self._disk_last = (None, None)
             return self._disk_last
-        self._disk_prev = (mono, d.read_bytes, d.write_bytes)
+        self._disk_prev = (mono, d[0], d[1])
         if prev is None or mono <= prev[0]:
             self._disk_last = (None, None)
         else:
             dt = mono - prev[0]
-            self._disk_last = (max(0, d.read_bytes - prev[1]) / dt / 1e6,
-                               max(0, d.write_bytes - prev[2]) / dt / 1e6)
+            self._disk_last = (max(0, d[0] - prev[1]) / dt / 1e6,
+                               max(0, d[1] - prev[2]) / dt / 1e6)
         return self._disk_last
+
+    def _disk_bytes(self) -> Optional[tuple[int, int]]:
+        """(bytes read, bytes written) by the disks so far: /proc/diskstats, else psutil."""
+        d = self._diskstats.read() if self._diskstats is not None else None
+        if d is not None:
+            return d
+        try:
+            c = psutil.disk_io_counters()
+        except Exception:
+            return None
+        return None if c is None else (c.read_bytes, c.write_bytes)
 
     # -- the job's processes --------------------------------------------------------------
     def _proc(self, pid: int) -> Optional[_Proc]:
@@ -315,7 +377,7 @@ class HostSource:
                            for g, p in pids_by_gpu.items()))
         cached = self._job_cache
         if (cached is not None and cached[0] == key and not self._children_gone
-                and mono - cached[1] < PROC_CPU_EVERY_S):
+                and mono - cached[1] < PROC_CPU_EVERY_S - READ_EARLY_S):
             jobs, procs, unmapped = cached[2]
         else:
             jobs, procs, unmapped = self._jobs(pids_by_gpu, mono)
@@ -349,8 +411,9 @@ class HostSource:
                     self._children_gone |= role == "worker"
                     continue
                 try:
-                    cpu_of[pid] = p.cpu_pct(mono)
-                except psutil.Error:
+                    cpu_of[pid] = p.cpu_pct(mono, PROC_CPU_EVERY_S if role == "main"
+                                            else WORKER_CPU_EVERY_S)
+                except (psutil.Error, OSError):      # gone (or its PID reused) meanwhile
                     self._procs.pop(pid, None)
                     self._children_gone |= role == "worker"
                     continue
@@ -369,7 +432,7 @@ class HostSource:
             if main_cpu is not None and main_cpu >= THREAD_SCAN_MIN_PCT:
                 try:
                     thread_max = self._procs[job_main].max_thread_pct(mono)
-                except psutil.Error:
+                except (psutil.Error, OSError):
                     thread_max = None
             born = [self._procs[c].started for c in workers]
             youngest = (max(0.0, wall - max(born))

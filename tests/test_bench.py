@@ -240,3 +240,26 @@ def test_memory_of_log_stays_flat_over_a_simulated_run():
     assert r["peak_mib"] < memory.RSS_MAX_MIB
     text = "\n".join(memory.format_result([r]))
     assert "| `log` | busy:8 | 0.1 s |" in text
+
+
+def test_memory_table_says_the_settled_rss_and_a_shortened_run():
+    from bench import memory
+    row = {"command": "stream", "scenario": "demo:8", "interval": 0.1, "seconds": 1200.0,
+           "exit_code": 0, "wall_s": 30.0, "peak_mib": 45.5, "settled_mib": 44.25,
+           "growth_mib": 0.5, "rss": []}
+    text = "\n".join(memory.format_result([row]))
+    assert "| `stream` | demo:8 | 0.1 s | 45.5 | 44.2 | +0.5 | 30 |" in text
+    assert "settled is VmRSS at minute 4" in text and "A shortened run (20 min)" in text
+    assert "past the 10-minute limit" in text
+    short = "\n".join(memory.format_result([dict(row, seconds=300.0)]))
+    assert "shorter than the 10-minute history limit" in short
+    full = "\n".join(memory.format_result([dict(row, seconds=3600.0)]))
+    assert "minute 10" in full and "shortened" not in full
+
+
+def test_memory_bench_refuses_an_unknown_command(capsys):
+    from bench import memory
+    with pytest.raises(SystemExit) as exc:
+        memory.main(["--commands", "log,top"])
+    assert exc.value.code == 2
+    assert "unknown command(s): top" in capsys.readouterr().err

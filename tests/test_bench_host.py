@@ -63,7 +63,8 @@ class _FakeProc:
         return M
 
 
-def test_process_cpu_is_read_at_most_every_period():
+def test_process_cpu_is_read_at_most_every_period(monkeypatch):
+    monkeypatch.setattr(H, "_read_stat", None)       # psutil's way (no /proc)
     fake = _FakeProc()
     p = H._Proc(fake)
     assert p.cpu_pct(100.0) is None                 # no rate from one reading
@@ -95,11 +96,17 @@ def test_parent_map_reads_only_new_pids(monkeypatch):
         assert len(opened) >= len(tree.all_pids)
 
 
-def test_disk_is_read_at_most_every_period(monkeypatch):
+@pytest.mark.parametrize("procfs", [True, False])
+def test_disk_is_read_at_most_every_period(monkeypatch, procfs):
     calls = []
-    real = H.psutil.disk_io_counters
-    monkeypatch.setattr(H.psutil, "disk_io_counters", lambda: calls.append(1) or real())
     hs = H.HostSource()
+    if procfs:
+        real = hs._diskstats.read
+        monkeypatch.setattr(hs._diskstats, "read", lambda: calls.append(1) or real())
+    else:
+        hs._diskstats = None
+        real = H.psutil.disk_io_counters
+        monkeypatch.setattr(H.psutil, "disk_io_counters", lambda: calls.append(1) or real())
     assert hs._disk(10.0) == (None, None)
     assert hs._disk(10.0 + H.DISK_EVERY_S / 2) == (None, None) and len(calls) == 1
     r = hs._disk(11.0)
@@ -110,6 +117,8 @@ def test_disk_is_read_at_most_every_period(monkeypatch):
 
 def test_a_worker_that_ends_makes_the_next_read_rescan(monkeypatch):
     monkeypatch.setattr(H, "PROC_CPU_EVERY_S", 0.1)
+    monkeypatch.setattr(H, "WORKER_CPU_EVERY_S", 0.1)
+    monkeypatch.setattr(H, "READ_EARLY_S", 0.0)
     with ProcTree(mains=1, workers=3) as tree:
         main = tree.mains[0]
         hs = H.HostSource()
@@ -134,3 +143,15 @@ def test_job_processes_are_read_once_per_period_at_fast_polls(monkeypatch):
         assert again.job_on(1).loader_workers == 2
         hs.read({0: pids[0]})                        # the GPUs' PIDs changed: read now
         assert len(reads) == 2
+
+
+def test_a_process_sample_is_reused_while_its_reading_stands(monkeypatch):
+    monkeypatch.setattr(H, "_read_stat", None)       # psutil's way, with a fake process
+    p = H._Proc(_FakeProc())
+    p.cpu_pct(100.0)
+    first = p.sample(7, "worker", p.cpu_pct(101.0), ())
+    assert first.cpu_pct == pytest.approx(50.0) and first.rss_mib == 512.0
+    assert p.sample(7, "worker", p.cpu_pct(101.5), ()) is first    # held: the same object
+    assert p.sample(7, "main", p.cpu_pct(101.5), (0,)) is not first  # its role changed
+    later = p.sample(7, "main", p.cpu_pct(103.0), (0,))            # read again: 0.5 s in 2 s
+    assert later.cpu_pct == pytest.approx(25.0) and later.role == "main"

@@ -224,3 +224,57 @@ def test_a_short_write_counts_the_rows_that_reached_the_file(tmp_path, clean_env
     data = (tmp_path / "run.csv").read_bytes()
     assert data.endswith(b"\n")
     assert said == data.count(b"\n") - 1 == len(_rows(tmp_path / "run.csv"))
+
+
+# -- rows formatted in bulk: byte for byte what csv.writer writes cell by cell -------------------
+def _cell_by_cell(samples, host, diagnoses) -> str:
+    """The log's rows as the sink wrote them before: every cell formatted, then csv.writer."""
+    from gpumon import csvlog as C
+    by_gpu = {g: d for d in diagnoses for g in d.gpus}
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    for s in samples:
+        job = host.job_on(s.gpu) if host else None
+        w.writerow([fmt(getattr(s, name)) for name, fmt in C._GPU_FMT]
+                   + [fmt(getattr(job, name)) if job else "" for name, fmt in C._JOB_FMT]
+                   + [fmt(getattr(host, name)) if host else "" for name, fmt in C._HOST_FMT]
+                   + C._verdict_cells(by_gpu.get(s.gpu)))
+    return buf.getvalue()
+
+
+def test_bulk_rows_are_csv_writers_byte_for_byte():
+    from dataclasses import replace
+    from gpumon.csvlog import rows_text
+    from gpumon.detect import StreamingDetector
+    from gpumon.sim import simulate
+    det = StreamingDetector()
+    checked = 0
+    for i, tk in enumerate(simulate("rank_data_stall", seconds=40, seed=2, interval=0.5)):
+        diagnoses = det.update(tk)
+        if i % 3 == 1:              # as NVML gives them: a GPU's samples share all but two cells
+            last = {s.gpu: s for s in tk.gpus}
+            tk = replace(tk, gpus=tuple(replace(last[s.gpu], time=s.time,
+                                                util_gpu_pct=s.util_gpu_pct) for s in tk.gpus))
+        host = None if i % 5 == 2 else tk.host
+        assert rows_text(tk.gpus, host, diagnoses) == _cell_by_cell(tk.gpus, host, diagnoses)
+        checked += bool(diagnoses and tk.gpus)
+    assert checked > 20
+
+
+@pytest.mark.parametrize("odd", ['sim,"x"', "a\nb", "a\rb", "nul\0here", "comma,"])
+def test_cells_csv_quotes_are_quoted_as_csv_writer_does(odd, tmp_path):
+    from gpumon.csvlog import rows_text
+    t = tick(1000.0, gpus=2, source=odd)
+    d = Diagnosis("sync_stall", gpus=(0,), cause="imbalance", straggler_gpu=1, confidence=0.8)
+    text = rows_text(t.gpus, t.host, [d])
+    assert text == _cell_by_cell(t.gpus, t.host, [d])
+    d2 = Diagnosis('odd "verdict"', gpus=(1,), cause="a,b")
+    assert rows_text(t.gpus, t.host, [d2]) == _cell_by_cell(t.gpus, t.host, [d2])
+    if "\r" in odd:                 # (csv.writer leaves a lone CR unquoted: as before)
+        return
+    path = tmp_path / "odd.csv"
+    sink = CsvSink(str(path))
+    sink.write(t, [d])
+    sink.close()
+    rows = list(csv.DictReader(open(path, newline="")))
+    assert len(rows) == len(t.gpus) and {r["source"] for r in rows} == {odd}

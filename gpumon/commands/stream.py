@@ -105,9 +105,12 @@ def tick_record(tick: Tick, diagnoses: Sequence[Diagnosis], gpus: Sequence[int])
     """Per GPU: mean utilization and memory utilization over this tick's driver samples."""
     verdicts = gpu_verdicts(diagnoses)
     lost = set(tick.lost)
+    by_gpu: dict[int, list] = {}
+    for s in tick.gpus:                  # (one pass, not one per GPU)
+        by_gpu.setdefault(s.gpu, []).append(s)
     rows = []
     for gpu in gpus:
-        samples = [s for s in tick.gpus if s.gpu == gpu]
+        samples = by_gpu.get(gpu, ())
         verdict = verdicts.get(gpu)
         rows.append({"gpu": gpu,
                      "util": _mean(s.util_gpu_pct for s in samples),
