@@ -5,6 +5,8 @@ its CPU use has settled), then reads its CPU time at the start and end of ``repe
 consecutive windows of ``window_s`` seconds: one figure per window, so the spread shows. Peak
 RSS is the process's VmHWM at the end. Programs that draw a screen run in their own tmux
 server (a real terminal), whose CPU time is reported beside theirs as the terminal's cost.
+Where the environment names a FAKE_NVML_CALL_LOG, the fake NVML library's call counts at the
+first and last mark give the program's NVML calls per second, by function.
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ class Subject:
     argv: tuple[str, ...]
     tmux: bool = False
     ours: bool = False          # gpumon (True) or a peer
+    costs: str = ""             # FAKE_NVML_CALL_US of this run ("": free calls)
 
 
 @dataclass
@@ -55,6 +58,14 @@ class Measurement:
     warmup_s: float = 0.0
     note: str = ""
     error: Optional[str] = None
+    calls: dict[str, float] = field(default_factory=dict)   # NVML calls/s by function
+
+    @property
+    def calls_per_s(self) -> Optional[float]:
+        """Every NVML call a second (size queries, "name(NULL)", are in their function's)."""
+        if not self.calls:
+            return None
+        return sum(v for k, v in self.calls.items() if not k.endswith("(NULL)"))
 
     @property
     def mean(self) -> Optional[float]:
@@ -180,6 +191,8 @@ def measure(subject: Subject, env: Mapping[str, str], cwd: str, *, window_s: flo
         if not run.alive():
             m.error = f"exited during warm-up: {run.stderr_tail() or 'no message'}"
             return m
+        log = env.get("FAKE_NVML_CALL_LOG")
+        first_calls = call_counts(log) if log else None
         marks = [(time.monotonic(), procfs.tree_cpu(run.pid),
                   procfs.tree_cpu(run.server_pid, tree=False) if run.server_pid else None)]
         for k in range(1, repeats + 1):
@@ -187,6 +200,8 @@ def measure(subject: Subject, env: Mapping[str, str], cwd: str, *, window_s: flo
             marks.append((time.monotonic(), procfs.tree_cpu(run.pid),
                           procfs.tree_cpu(run.server_pid, tree=False) if run.server_pid else None))
         m.rss_mib = procfs.peak_rss_mib(run.pid)
+        if log:
+            m.calls = call_rates(first_calls, call_counts(log))
         if not run.alive():
             m.error = f"exited while measured: {run.stderr_tail() or 'no message'}"
             return m
@@ -200,6 +215,27 @@ def measure(subject: Subject, env: Mapping[str, str], cwd: str, *, window_s: flo
     finally:
         run.stop()
     return m
+
+
+def call_counts(path: str) -> Optional[tuple[float, dict[str, int]]]:
+    """(CLOCK_MONOTONIC s, {function: calls}) from the fake library's call log; None when
+    there is none yet. The library rewrites it whole (a rename) at most once a second."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+        when = float(lines[0].split()[-2])
+        return when, {k: int(v) for k, v in (ln.split() for ln in lines[1:] if ln.strip())}
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def call_rates(first, last) -> dict[str, float]:
+    """Calls per second by function between two call_counts() readings ({} without two)."""
+    if not first or not last or last[0] <= first[0]:
+        return {}
+    dt = last[0] - first[0]
+    out = {k: (n - first[1].get(k, 0)) / dt for k, n in last[1].items()}
+    return {k: v for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v > 0}
 
 
 def _rates(marks: Sequence[tuple[float, procfs.CpuTimes]]) -> tuple[list[float], bool]:

@@ -5,6 +5,8 @@ spawned stand-in job of 8 mains x 7 loader workers:
   1. monitor overhead: steady-state CPU (per window, so the spread shows) and peak RSS of
      `gpumon log` and `gpumon watch` (1 and 8 GPUs, default interval and 0.1 s) and of the
      peers (8 GPUs): nvitop's screen and collector, gpustat -i, a bare nvidia-ml-py loop;
+     then the call-cost profile (bench/callcost.py): NVML calls that cost driver time, each
+     program's calls counted by function, gpumon's CPU over gpustat's and nvitop's;
   2. dashboard frame time for 1 and 8 GPUs;
   3. `gpumon analyze` on a day-long 8-GPU nvidia-smi log beside pandas.read_csv;
   4. the detector table of `make bench-detect` (bench/results/detect.md), when present;
@@ -28,7 +30,8 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from bench import analysis, exporter_load, fuzz_logs, memory, overhead, profile, report
+from bench import (analysis, callcost, exporter_load, fuzz_logs, memory, overhead, profile,
+                   report)
 from bench.overhead import Measurement, Subject
 from bench.proctree import ProcTree
 
@@ -331,8 +334,17 @@ def main(argv=None) -> int:
                     help="skip `gpumon export` under 1,100 idle connections")
     ap.add_argument("--fuzz-count", type=int, default=1000,
                     help="mutated logs through `gpumon analyze` (default 1000; 0: none)")
+    ap.add_argument("--call-costs", default=callcost.PROFILE, metavar="SPEC",
+                    help="FAKE_NVML_CALL_US of the call-cost profile (default: issue 22's "
+                    f"{callcost.PROFILE}); 'none' skips it")
+    ap.add_argument("--overhead-only", action="store_true",
+                    help="the monitor overhead only (free calls and the call-cost profile): no "
+                    "frames, analysis, profiles, memory, exporter load or fuzzing")
     ap.add_argument("--out", default=os.path.join(RESULTS, "latest.md"))
     args = ap.parse_args(argv)
+    if args.overhead_only:
+        args.no_analysis = args.no_profile = args.no_exporter_load = True
+        args.memory_hours, args.fuzz_count, args.frames = 0, 0, 0
 
     started = time.monotonic()
     py = sys.executable
@@ -367,7 +379,16 @@ def main(argv=None) -> int:
                   f"rss {report.mib(m.rss_mib):>4} MiB  ({time.monotonic() - t0:.0f} s) "
                   f"{m.error or m.note}", flush=True)
 
-        frames, frame_err = frame_bench(py, args.frames)
+        cc: list[Measurement] = []
+        if args.call_costs != "none":
+            cc_todo = [s for s in callcost.subjects(py, BUILD_DIR, args.call_costs)
+                       if not args.only or args.only in s.name]
+            print(f"bench: call-cost profile, {len(cc_todo)} programs", flush=True)
+            cc = callcost.run(cc_todo, lambda g: env_for(g, tree), ROOT, window_s=args.window,
+                              repeats=args.repeats, log=lambda m: print(m, flush=True))
+
+        frames, frame_err = (frame_bench(py, args.frames) if args.frames > 0
+                             else ([], "not run (--frames 0)"))
         print(f"  frames: {frame_err or [(f['gpus'], round(f['median_ms'], 2)) for f in frames]}",
               flush=True)
 
@@ -381,7 +402,7 @@ def main(argv=None) -> int:
             print(f"  analyze: {ours_an.error or ours_an.seconds}  pandas: "
                   f"{pandas_an.error or pandas_an.seconds}", flush=True)
 
-        tgs = targets(ms, frames, ours_an, pandas_an)
+        tgs = targets(ms, frames, ours_an, pandas_an) + callcost.targets(cc)
         if not args.no_profile:
             for tg, (name, setting) in zip(tgs[:3], (("gpumon log", "default (1 s)"),
                                                      ("gpumon log", "--interval 0.1"),
@@ -459,6 +480,9 @@ def main(argv=None) -> int:
     if peer_rows:
         lines += ["", "Peers here vs the figures in issue 9 (8 GPUs, % of one core):", ""]
         lines += report.table(["peer", "setting", "here", "issue 9"], peer_rows)
+    lines += ["", "### With NVML call costs (`python -m bench.run --overhead-only`)", ""]
+    lines += (callcost.report_lines(cc, args.call_costs, args.window, args.repeats) if cc
+              else ["Not run (--call-costs none)."])
     lines += ["", "## Dashboard frame", "",
               f"Build (Dashboard.view, layout) and render (rich, {frames[0]['frames'] if frames else 0} "
               f"frames, 256 colours, {overhead.TERM_COLS}x{overhead.TERM_ROWS}) of one frame, "

@@ -11,16 +11,17 @@ from gpumon.samples import GpuInfo, Tick
 from gpumon.selection import select_gpus
 
 
-def open_selected(keys: Optional[Sequence[str]] = None) -> NvmlSource:
+def open_selected(keys: Optional[Sequence[str]] = None, **reads) -> NvmlSource:
     """An open NvmlSource of the GPUs ``keys`` name (--gpus: indices, UUIDs or the start of
     one), checked by select_gpus against every GPU: a prefix of several UUIDs is an error,
-    never all of them. (NVML stays initialized from one source to the next.)"""
-    every = NvmlSource().open()
+    never all of them. (NVML stays initialized from one source to the next.) ``reads``:
+    NvmlSource's flags for what the command shows."""
+    every = NvmlSource(**reads).open()
     if not keys:
         return every
     try:
         chosen = select_gpus(every.gpu_infos(), keys)
-        return NvmlSource([str(i) for i in chosen]).open()
+        return NvmlSource([str(i) for i in chosen], **reads).open()
     finally:
         every.close()
 
@@ -40,14 +41,15 @@ def require_gpus(src: NvmlSource) -> NvmlSource:
 class NvmlNode:
     kind = "nvml"
 
-    def __init__(self, gpus: Optional[Sequence[str]] = None):
+    def __init__(self, gpus: Optional[Sequence[str]] = None, **reads):
         self.keys = gpus
-        self.nvml = NvmlSource()
+        self.reads = reads          # NvmlSource's flags: what the command shows
+        self.nvml = NvmlSource(**reads)
         self.host = HostSource()
         self._pids: dict[int, Optional[tuple[int, ...]]] = {}
 
     def open(self) -> "NvmlNode":
-        self.nvml = require_gpus(open_selected(self.keys))
+        self.nvml = require_gpus(open_selected(self.keys, **self.reads))
         return self
 
     def gpu_infos(self) -> list[GpuInfo]:

@@ -15,12 +15,19 @@
   report): ``_ClockMap`` finds the clock and maps them to wall-clock time; the raw value goes
   back as lastSeen. While a GPU idles the ring stops filling (NOT_FOUND): then the tick reads
   nvmlDeviceGetUtilizationRates, so idle time is logged as 0%, never as missing.
+- NVML calls cost driver time (a lock, an ioctl), so a tick makes few: the sample ring, the
+  process list and per-process utilization are asked once each through kept arrays
+  (gpumon.nvml_buffers), not twice as nvidia-ml-py's wrappers do; the ring no more than once a
+  driver period while the tick has nothing else to say; the process list every few seconds
+  unless the GPU's used memory moves (a process came or went); per-process utilization and the
+  metrics in ``skip`` only for the commands that show them (the constructor's flags).
 """
 from __future__ import annotations
 
 import time
 from typing import Callable, Optional, Sequence
 
+from gpumon import nvml_buffers
 from gpumon.errors import NoDriverError, NvmlStartError, UserError
 from gpumon.samples import GpuInfo, GpuSample
 
@@ -41,8 +48,19 @@ MAX_IDLE_FILL = 600
 # The driver's ring holds ~20 s of history: on the first read, keep only samples this recent
 # (seconds before NVML was opened), so a log starts when gpumon starts.
 HISTORY_BEFORE_OPEN_S = 1.0
-# The running-process list is slow (~4.5 ms) and takes the driver lock: read it at most this often.
-PROCESS_CACHE_S = 1.0
+# The running-process list is slow (~4.5 ms) and takes the driver lock, and changes rarely: read
+# it this often by default (s)...
+PROCESS_EVERY_S = 4.0
+# ...and sooner, but at most this often (s), when the GPU's used memory moved by more than
+# PROCESS_MEM_CHANGE_MIB since the last list: a CUDA context alone takes more than that, so a
+# process that comes or goes shows there first. (An allocator's churn within a job re-reads the
+# list at most once a PROCESS_MIN_S.)
+PROCESS_MIN_S = 1.0
+PROCESS_MEM_CHANGE_MIB = 64.0
+# A tick due at a cadence may come this much early (s): it still counts as due.
+CADENCE_SLACK_S = 0.05
+# Per-process utilization (only for the commands that show it) is read this often (s).
+PROCESS_UTIL_EVERY_S = 1.0
 # The power limit rarely changes; re-read it this often.
 POWER_LIMIT_REFRESH_S = 30.0
 # nvmlDeviceGetPcieThroughput blocks ~20 ms per call: only where the byte counters are missing,
@@ -127,8 +145,12 @@ class _Gpu:
         self.pcie_thr_at = 0.0
         self.pids: Optional[tuple[int, ...]] = None
         self.pids_at = -1e9
+        self.pids_mem: Optional[float] = None     # used MiB when the list was read
         self.proc_util: tuple[tuple[int, float], ...] = ()
         self.proc_util_seen = 0
+        self.proc_util_at = -1e9
+        self.samples_asked_at = -1e9              # monotonic time of the last GetSamples
+        self._lists: Optional[tuple] = None
         self.proc_mem: tuple[tuple[int, float], ...] = ()
         self.power_limit_w: Optional[float] = None
         self.power_limit_at = -1e9
@@ -137,6 +159,15 @@ class _Gpu:
         self.name = ""
         self.uuid = ""
         self.mig = False
+
+    @property
+    def lists(self) -> tuple:
+        """(samples, processes, process utilization) through kept arrays (made at first use,
+        after nvmlInit)."""
+        if self._lists is None:
+            self._lists = (nvml_buffers.Samples(), nvml_buffers.Processes(),
+                           nvml_buffers.ProcessUtilization())
+        return self._lists
 
     def query(self, metric: str, fn: Callable, *args):
         """Call fn; None when unsupported or failed this time; GpuLost when the GPU is gone."""
@@ -169,13 +200,13 @@ def _mib(nbytes) -> float:
 
 
 def _proc_mem(procs) -> tuple[tuple[int, float], ...]:
-    """(pid, MiB) of the running processes; a process whose memory NVML cannot tell (None:
-    NVML_VALUE_NOT_AVAILABLE, as under some containers or on Windows WDDM) is left out."""
+    """(pid, MiB) of the running processes ((pid, bytes) pairs); a process whose memory NVML
+    cannot tell (None: NVML_VALUE_NOT_AVAILABLE, as under some containers or on Windows WDDM)
+    is left out."""
     mem: dict[int, float] = {}
-    for p in procs:
-        used = getattr(p, "usedGpuMemory", None)
+    for pid, used in procs:
         if used is not None:
-            mem[p.pid] = mem.get(p.pid, 0.0) + _mib(used)
+            mem[pid] = mem.get(pid, 0.0) + _mib(used)
     return tuple(sorted(mem.items()))
 
 
@@ -193,10 +224,23 @@ def start_error(exc) -> UserError:
 
 
 class NvmlSource:
-    """GPU samples from NVML: ``read()`` returns every new sample of every selected GPU."""
+    """GPU samples from NVML: ``read()`` returns every new sample of every selected GPU.
+
+    What a command does not show is not read: ``process_util`` (per-process SM utilization,
+    for the process tables of `watch`, `run` and `status`), ``skip`` (metric names of METRICS
+    left out: None in every sample). ``process_every_s``: how often the process list is read
+    while the GPU's used memory stays put (PROCESS_EVERY_S; 1 s where CMD's processes are
+    looked for, as by `run`)."""
     kind = "nvml"
 
-    def __init__(self, gpus: Optional[Sequence[str]] = None):
+    def __init__(self, gpus: Optional[Sequence[str]] = None, *, process_util: bool = False,
+                 process_every_s: float = PROCESS_EVERY_S, skip: Sequence[str] = ()):
+        unknown = set(skip) - set(METRICS)
+        if unknown:
+            raise ValueError(f"NvmlSource: unknown metric(s) to skip: {sorted(unknown)}")
+        self.process_util = process_util
+        self.process_every_s = max(float(process_every_s), PROCESS_MIN_S)
+        self.skip = frozenset(skip)
         self.selection = list(gpus) if gpus else None
         self.errors: dict[str, int] = {}
         self._gpus: Optional[list[_Gpu]] = None
@@ -339,7 +383,13 @@ class NvmlSource:
             g.power_limit_at = mono
         return g.power_limit_w
 
-    def _driver_samples(self, g: _Gpu) -> list[tuple[float, float]]:
+    def _driver_samples(self, g: _Gpu, mono: float, quiet: bool) -> list[tuple[float, float]]:
+        """New samples from the driver's ring. While the tick has nothing else to say without
+        one (``quiet``), the ring is asked at most once a driver period: it cannot gain more.
+        A sample not asked for now stays in the ring (lastSeen) for the next tick."""
+        if quiet and mono - g.samples_asked_at < g.period_s:
+            return []
+        g.samples_asked_at = mono
         first = g.last_seen_us == 0
         out = self._new_driver_samples(g)
         if first:
@@ -352,23 +402,16 @@ class NvmlSource:
         if "samples" in g.unsupported:
             return []
         try:
-            got = g.query("samples", N.nvmlDeviceGetSamples, N.NVML_GPU_UTILIZATION_SAMPLES,
-                          g.last_seen_us)
+            got = g.query("samples", g.lists[0], N.NVML_GPU_UTILIZATION_SAMPLES, g.last_seen_us)
         except N.NVMLError:  # NOT_FOUND: nothing newer than last seen (an idle GPU)
             return []
-        if not got:
-            return []
-        vtype, samples = got
-        samples = [s for s in samples if s.timeStamp > g.last_seen_us]
+        samples = [s for s in got or () if s[0] > g.last_seen_us]
         if not samples:
             return []
-        newest = max(s.timeStamp for s in samples)
+        newest = max(s[0] for s in samples)
         offset = g.clock.offset(newest)
         g.last_seen_us = newest
-        field = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
-                 6: "usVal"}.get(vtype, "uiVal")
-        return sorted((s.timeStamp / 1e6 + offset, float(getattr(s.sampleValue, field)))
-                      for s in samples)
+        return sorted((ts / 1e6 + offset, value) for ts, value in samples)
 
     def _pcie(self, g: _Gpu, mono: float):
         """PCIe rx/tx MB/s from the cumulative byte counters (one field-values call)."""
@@ -396,49 +439,59 @@ class NvmlSource:
                         tx / 1000.0 if tx is not None else None)
         return g.pcie_rates
 
-    def _pids(self, g: _Gpu, mono: float) -> Optional[tuple[int, ...]]:
-        if mono - g.pids_at < PROCESS_CACHE_S:
-            return g.pids
-        g.pids_at = mono
-        procs = g.query("processes", N.nvmlDeviceGetComputeRunningProcesses)
-        g.pids = tuple(sorted({p.pid for p in procs})) if procs is not None else None
-        g.proc_mem = _proc_mem(procs or ())
-        if g.pids:
-            self._process_util(g)
-        else:
+    def _pids(self, g: _Gpu, mono: float, mem_used: Optional[float],
+              probe: bool = False) -> Optional[tuple[int, ...]]:
+        """The GPU's process list: every ``process_every_s``, or sooner when its used memory
+        moved (a process came or went); per-process utilization with it where asked for."""
+        age = mono - g.pids_at + CADENCE_SLACK_S
+        moved = (mem_used is not None and g.pids_mem is not None
+                 and abs(mem_used - g.pids_mem) > PROCESS_MEM_CHANGE_MIB)
+        if age >= self.process_every_s or (moved and age >= PROCESS_MIN_S):
+            g.pids_at, g.pids_mem = mono, mem_used
+            procs = g.query("processes", g.lists[1])
+            g.pids = tuple(sorted({pid for pid, _ in procs})) if procs is not None else None
+            g.proc_mem = _proc_mem(procs or ())
+        if not g.pids:
             g.proc_util = ()
+        elif ((self.process_util or probe)
+              and mono - g.proc_util_at + CADENCE_SLACK_S >= PROCESS_UTIL_EVERY_S):
+            g.proc_util_at = mono
+            self._process_util(g)
         return g.pids
 
     def _process_util(self, g: _Gpu) -> None:
         """Per-process SM utilization (the process table; several processes sharing a GPU)."""
         try:
-            got = g.query("process_util", N.nvmlDeviceGetProcessUtilization, g.proc_util_seen)
+            got = g.query("process_util", g.lists[2], g.proc_util_seen)
         except N.NVMLError:
             got = None
         if got:
-            g.proc_util_seen = max(s.timeStamp for s in got)
+            g.proc_util_seen = max(ts for _, ts, _ in got)
             latest: dict[int, float] = {}
-            for s in sorted(got, key=lambda s: s.timeStamp):
-                latest[s.pid] = float(s.smUtil)
+            for pid, _, sm in sorted(got, key=lambda s: s[1]):
+                latest[pid] = sm
             g.proc_util = tuple(sorted(latest.items()))
 
     def _read_gpu(self, g: _Gpu, now: float, mono: float, probe: bool = False) -> list[GpuSample]:
-        samples = self._driver_samples(g)
-        gap = IDLE_GAP_PERIODS * g.period_s
-        if not samples and not probe and now - g.last_sample_wall < gap:
+        quiet = not probe and now - g.last_sample_wall < IDLE_GAP_PERIODS * g.period_s
+        samples = self._driver_samples(g, mono, quiet)
+        if not samples and quiet:
             return []   # polled faster than the driver samples: nothing new to say yet
         q = g.query
+        skip = () if probe else self.skip
         rates = q("util", N.nvmlDeviceGetUtilizationRates)
         mem = q("memory", N.nvmlDeviceGetMemoryInfo)
         power = q("power", N.nvmlDeviceGetPowerUsage)
         clock = q("clock", N.nvmlDeviceGetClockInfo, N.NVML_CLOCK_SM)
-        temp = q("temp", N.nvmlDeviceGetTemperature, N.NVML_TEMPERATURE_GPU)
+        temp = q("temp", N.nvmlDeviceGetTemperature, N.NVML_TEMPERATURE_GPU) \
+            if "temp" not in skip else None
         events = q("clocks_event", N.nvmlDeviceGetCurrentClocksEventReasons)
-        energy = q("energy", N.nvmlDeviceGetTotalEnergyConsumption)
-        rx, tx = self._pcie(g, mono)
-        if probe:
-            g.pids_at = -1e9
-        pids = self._pids(g, mono)
+        energy = q("energy", N.nvmlDeviceGetTotalEnergyConsumption) \
+            if "energy" not in skip else None
+        rx, tx = self._pcie(g, mono) if "pcie" not in skip else (None, None)
+        if probe:                      # every list once, for the support matrix
+            g.pids_at = g.proc_util_at = -1e9
+        pids = self._pids(g, mono, _mib(mem.used) if mem is not None else None, probe)
         base = dict(
             gpu=g.index, source="nvml",
             util_mem_pct=float(rates.memory) if rates is not None else None,

@@ -69,7 +69,8 @@ class Monitor:
         from types import SimpleNamespace
         from gpumon.commands.common import open_source
         return open_source(SimpleNamespace(sim=self.sim, gpus=self.gpus, seed=self.seed,
-                                           interval=self.interval))
+                                           interval=self.interval),
+                           process_util=True)        # (history() has proc_util)
 
     def stop(self) -> None:
         """Stop sampling (what was gathered stays readable); re-raises a sampler error."""

@@ -35,6 +35,7 @@ VARIABLES = (
     "FAKE_NVML_MIG",
     "FAKE_NVML_CALL_US",
     "FAKE_NVML_PROC_SHARES",
+    "FAKE_NVML_CALL_LOG",
 )
 
 
@@ -75,6 +76,7 @@ def variables(
     trace_dir: str | os.PathLike | None = None,
     pids_file: str | os.PathLike | None = None,
     proc_shares: str | Mapping[int, int] | None = None,
+    call_log: str | os.PathLike | None = None,
 ) -> dict[str, str]:
     """The FAKE_NVML_* variables for these settings (only the ones given).
 
@@ -86,6 +88,7 @@ def variables(
     after nvmlInit).
     proc_shares: {123: 3, 456: 1} (PID: weight) or "123:3,456:1": how a GPU's used memory and
     utilization are split between its processes (default: evenly).
+    call_log: a file the library writes its per-function call counts to (see README.md).
     """
     out: dict[str, str] = {}
     if gpus is not None:
@@ -116,6 +119,8 @@ def variables(
         out["FAKE_NVML_MIG"] = "1" if mig else "0"
     if call_us is not None:
         out["FAKE_NVML_CALL_US"] = call_us if isinstance(call_us, str) else str(call_us)
+    if call_log is not None:
+        out["FAKE_NVML_CALL_LOG"] = os.fspath(call_log)
     return out
 
 

@@ -215,7 +215,8 @@ def test_per_process_utilization_where_processes_share_a_gpu(clean_env):
     b = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         code = ("import time\nfrom gpumon.nvml import NvmlSource\n"
-                "s = NvmlSource().open()\ntime.sleep(0.5)\nx = s.read()\ntime.sleep(1.1)\n"
+                "s = NvmlSource(process_util=True).open()\ntime.sleep(0.5)\nx = s.read()\n"
+                "time.sleep(1.1)\n"
                 "x = s.read()\nprint(sorted(dict(x[-1].proc_util)), x[-1].pids)\n")
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env=fake_env(clean_env, pids=f"0:{a.pid},{b.pid}"), timeout=30)

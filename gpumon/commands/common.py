@@ -133,8 +133,9 @@ def no_color(args) -> bool:
     return bool(getattr(args, "no_color", False) or os.environ.get("NO_COLOR"))
 
 
-def open_source(args):
-    """The source the options ask for: simulated GPUs with --sim, else NVML + host."""
+def open_source(args, **reads):
+    """The source the options ask for: simulated GPUs with --sim, else NVML + host.
+    ``reads``: what the command shows of NVML (gpumon.nvml.NvmlSource's flags)."""
     if getattr(args, "sim", None):
         with held_interrupts():
             from gpumon.sim import SimSource, parse_sim_spec
@@ -150,7 +151,7 @@ def open_source(args):
         return src
     with held_interrupts():
         from gpumon.node import NvmlNode
-    return NvmlNode(args.gpus).open()
+    return NvmlNode(args.gpus, **reads).open()
 
 
 class SelectGpus:

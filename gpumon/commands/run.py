@@ -52,6 +52,9 @@ LINE_MAX = 4096
 KILL_GROUP_AFTER_S = 5.0
 # prctl(2): the signal a process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
+# What run reads of NVML: the screen's process table (per-process SM use), and the process
+# list every second, so CMD's processes are seen on a GPU as soon as they arrive.
+RUN_READS = dict(process_util=True, process_every_s=1.0)
 
 
 def register(sub) -> None:
@@ -334,13 +337,13 @@ def run(args) -> int:
     if not cmd:
         raise UserError("run: no command given (usage: gpumon run [options] -- CMD ARGS...)", 2)
     # Fail on a missing driver or a bad --gpus before CMD starts, not after.
-    open_source(args).close()
+    open_source(args, **RUN_READS).close()
     plain = is_plain(args)
     # CMD's stdout stays CMD's: in plain mode gpumon's own lines and summary go to stderr.
     out = sys.stderr if plain else sys.stdout
     child = Child(cmd, capture=not plain, keep_group=args.keep_group)
     try:
-        source = open_source(args)
+        source = open_source(args, **RUN_READS)
     except BaseException:
         child.forward(signal.SIGTERM)
         child.wait()

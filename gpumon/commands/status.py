@@ -54,7 +54,7 @@ def _sample_s(text: str) -> float:
 
 def snapshot(args) -> tuple[Dashboard, dict[int, str], float]:
     """Sample ``args.sample`` seconds; the dashboard model, GPU UUIDs and the seconds seen."""
-    source = open_source(args)
+    source = open_source(args, process_util=True)     # (the process table)
     monitor = None
     try:
         infos = source.gpu_infos()

@@ -35,6 +35,9 @@ from gpumon.monitor import Monitor
 from gpumon.samples import GpuInfo, Tick
 
 PROTOCOL = 1
+# NVML readings the column neither prints nor judges by: never read (the detector uses
+# utilization, memory, power, clocks, clock events and the process list).
+STREAM_SKIPS = ("temp", "energy", "pcie")
 
 # One cell must stand for every job on the machine: a job with a problem outranks a healthy
 # one, and a verdict outranks "not enough data", so a starving job is never hidden by an idle one.
@@ -149,7 +152,7 @@ def run(args, out: Optional[IO[str]] = None) -> int:
     out = out or sys.stdout
     stop_on_sigterm()
     try:
-        source = open_source(args)
+        source = open_source(args, skip=STREAM_SKIPS)
     except UserError as exc:
         _emit(out, error_record(exc))
         return exc.code

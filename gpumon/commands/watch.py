@@ -172,7 +172,10 @@ def run(args) -> int:
         interval = max(REPLAY_MIN_POLL_S, args.interval / speed)
         until = lambda: source.done  # noqa: E731
     else:
-        source = open_source(args)
+        # The screen's process table shows per-process SM use, its list a little fresher; the
+        # energy counter only goes to a --log.
+        source = open_source(args, process_util=True, process_every_s=2.0,
+                             skip=() if getattr(args, "log", None) else ("energy",))
         interval, until = args.interval, None
     started = time.monotonic()
     dash = watch(args, source, label=label_of(args, source), interval=interval, until=until)

@@ -19,7 +19,7 @@ tmp="$lib.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
 gcc -std=gnu11 -O2 -fPIC -shared -fvisibility=hidden -Wall -Wextra -Wno-unused-parameter \
     -Wl,-soname,libnvidia-ml.so.1 -Wl,--no-undefined \
-    -o "$tmp" "$src/fakenvml.c" "$src/timeline.c" "$src/stubs.c" -lm -lpthread -ldl
+    -o "$tmp" "$src/fakenvml.c" "$src/timeline.c" "$src/calllog.c" "$src/stubs.c" -lm -lpthread -ldl
 mv -f "$tmp" "$lib"
 ln -sfn libnvidia-ml.so.1 "$out/libnvidia-ml.so"
 echo "fakenvml: built $lib"

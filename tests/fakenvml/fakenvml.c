@@ -197,17 +197,33 @@ static void spin_group(unsigned mask) {
     spin_ns(most - g_call_ns);
 }
 
-static nvmlReturn_t enter(void) {
+/* Call counting (calllog.c): each exported function counts itself under its own name once; a
+ * function that hands its call to another exported one marks it delegated, so the callee does not
+ * count it again. */
+static __thread int t_delegated;
+
+static void count_self(const char *fn) {
+    if (t_delegated)
+        t_delegated = 0;
+    else
+        fake_call_count(fn);
+}
+
+#define DELEGATE(call) (count_self(__func__), t_delegated = 1, (call))
+
+static nvmlReturn_t enter_as(const char *fn) {
+    count_self(fn);
     spin_ns(g_call_ns);
     return g_refcount > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
 }
+#define enter() enter_as(__func__)
 
 static int is_lost(const fake_gpu *g) {
     return g->lost_after_us >= 0 && clock_us(CLOCK_MONOTONIC) - g_init_mono_us >= g->lost_after_us;
 }
 
-static nvmlReturn_t enter_dev(nvmlDevice_t h, fake_gpu **gp) {
-    nvmlReturn_t r = enter();
+static nvmlReturn_t enter_dev(const char *fn, nvmlDevice_t h, fake_gpu **gp) {
+    nvmlReturn_t r = enter_as(fn);
     if (r)
         return r;
     uintptr_t p = (uintptr_t)h, base = (uintptr_t)g_dev;
@@ -221,13 +237,14 @@ static nvmlReturn_t enter_dev(nvmlDevice_t h, fake_gpu **gp) {
     return NVML_SUCCESS;
 }
 
-#define DEV(h)                                \
-    fake_gpu *g;                              \
-    do {                                      \
-        nvmlReturn_t r_ = enter_dev((h), &g); \
-        if (r_)                               \
-            return r_;                        \
+#define DEV_AS(fn, h)                             \
+    fake_gpu *g;                                  \
+    do {                                          \
+        nvmlReturn_t r_ = enter_dev((fn), (h), &g); \
+        if (r_)                                   \
+            return r_;                            \
     } while (0)
+#define DEV(h) DEV_AS(__func__, h)
 #define NONNULL(p)                               \
     do {                                         \
         if (!(p))                                \
@@ -622,6 +639,7 @@ static nvmlReturn_t configure(void) {
     g_call_ns = 0;
     g_costed_groups = 0;
     memset(g_group_ns, 0, sizeof g_group_ns);
+    fake_call_log_open(env("FAKE_NVML_CALL_LOG"));
     const char *v;
     if ((v = env("FAKE_NVML_INIT_ERROR"))) {
         const char *name = strncasecmp(v, "NVML_ERROR_", 11) == 0 ? v + 11 : v;
@@ -716,14 +734,16 @@ EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     if (r == NVML_SUCCESS)
         g_refcount++;
     pthread_mutex_unlock(&g_lock);
+    count_self(__func__); /* after configure(), which opens the call log */
     spin_ns(g_call_ns);
     return r;
 }
 
-EXPORT nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
-EXPORT nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+EXPORT nvmlReturn_t nvmlInit_v2(void) { return DELEGATE(nvmlInitWithFlags(0)); }
+EXPORT nvmlReturn_t nvmlInit(void) { return DELEGATE(nvmlInitWithFlags(0)); }
 
 EXPORT nvmlReturn_t nvmlShutdown(void) {
+    count_self(__func__);
     pthread_mutex_lock(&g_lock);
     nvmlReturn_t r = NVML_SUCCESS;
     if (g_refcount == 0)
@@ -731,6 +751,7 @@ EXPORT nvmlReturn_t nvmlShutdown(void) {
     else if (--g_refcount == 0)
         fake_timeline_free(&g_tl);
     pthread_mutex_unlock(&g_lock);
+    fake_call_log_write(); /* every shutdown: a caller can take the counts at any moment */
     return r;
 }
 
@@ -755,7 +776,7 @@ EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) {
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { return nvmlSystemGetCudaDriverVersion(v); }
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { return DELEGATE(nvmlSystemGetCudaDriverVersion(v)); }
 
 EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length) {
     nvmlReturn_t r = enter();
@@ -785,7 +806,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return nvmlDeviceGetCount_v2(count); }
+EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return DELEGATE(nvmlDeviceGetCount_v2(count)); }
 
 static nvmlReturn_t handle_of(unsigned index, nvmlDevice_t *device) {
     if (is_lost(&g_tl.gpus[index]))
@@ -937,7 +958,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t h, nvmlPciInfo_t *pci) 
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t h, nvmlPciInfo_t *pci) { return nvmlDeviceGetPciInfo_v2(h, pci); }
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t h, nvmlPciInfo_t *pci) { return DELEGATE(nvmlDeviceGetPciInfo_v2(h, pci)); }
 
 EXPORT nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t h, nvmlPciInfoExt_t *pci) {
     DEV(h);
@@ -1142,6 +1163,8 @@ static int64_t ring_newer(const fake_gpu *g, ring_t ring, unsigned long long las
 EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t h, int type, unsigned long long lastSeen, int *valueType,
                                         unsigned int *count, nvmlSample_t *samples) {
     DEV(h);
+    if (!samples)
+        fake_call_count_null(__func__);
     NONNULL(valueType);
     NONNULL(count);
     if (type != SAMPLES_GPU_UTIL && type != SAMPLES_MEM_UTIL)
@@ -1200,6 +1223,8 @@ static nvmlReturn_t proc_util(const fake_gpu *g, unsigned long long lastSeen, un
 EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessUtilizationSample_t *util,
                                                    unsigned int *count, unsigned long long lastSeen) {
     DEV(h);
+    if (!util)
+        fake_call_count_null(__func__);
     NONNULL(count);
     UNSUP(U_PROC_UTIL | U_UTIL);
     unsigned n;
@@ -1254,8 +1279,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t h, nvmlPr
     return NVML_SUCCESS;
 }
 
-static nvmlReturn_t codec_util(nvmlDevice_t h, unsigned int *util, unsigned int *period) {
-    DEV(h);
+static nvmlReturn_t codec_util(const char *fn, nvmlDevice_t h, unsigned int *util, unsigned int *period) {
+    DEV_AS(fn, h);
     NONNULL(util);
     NONNULL(period);
     UNSUP(U_ENCDEC);
@@ -1265,11 +1290,11 @@ static nvmlReturn_t codec_util(nvmlDevice_t h, unsigned int *util, unsigned int 
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t h, unsigned int *util, unsigned int *period) {
-    return codec_util(h, util, period);
+    return codec_util(__func__, h, util, period);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t h, unsigned int *util, unsigned int *period) {
-    return codec_util(h, util, period);
+    return codec_util(__func__, h, util, period);
 }
 
 /* ---- power, energy, temperature, fan, performance state ---- */
@@ -1397,7 +1422,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t h, int *pstate) {
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t h, int *pstate) { return nvmlDeviceGetPerformanceState(h, pstate); }
+EXPORT nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t h, int *pstate) { return DELEGATE(nvmlDeviceGetPerformanceState(h, pstate)); }
 
 /* ---- clocks ---- */
 
@@ -1554,8 +1579,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int valuesCount, nv
 
 /* ---- processes ---- */
 
-static nvmlReturn_t running(nvmlDevice_t h, unsigned int *count, void *infos, int layout, int compute) {
-    DEV(h);
+static nvmlReturn_t running(const char *fn, nvmlDevice_t h, unsigned int *count, void *infos, int layout, int compute) {
+    DEV_AS(fn, h);
+    if (!infos)
+        fake_call_count_null(fn);
     NONNULL(count);
     UNSUP(U_PROCESSES);
     const fake_row *r = now_row(g);
@@ -1591,14 +1618,14 @@ static nvmlReturn_t running(nvmlDevice_t h, unsigned int *count, void *infos, in
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *c, void *i) { return running(h, c, i, 2, 1); }
-EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *c, void *i) { return running(h, c, i, 2, 1); }
-EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned int *c, void *i) { return running(h, c, i, 1, 1); }
-EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned int *c, void *i) { return running(h, c, i, 2, 0); }
-EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t h, unsigned int *c, void *i) { return running(h, c, i, 2, 0); }
-EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t h, unsigned int *c, void *i) { return running(h, c, i, 1, 0); }
-EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *c, void *i) { return running(h, c, i, 2, 0); }
-EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *c, void *i) { return running(h, c, i, 2, 0); }
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *c, void *i) { return running(__func__, h, c, i, 2, 1); }
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *c, void *i) { return running(__func__, h, c, i, 2, 1); }
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned int *c, void *i) { return running(__func__, h, c, i, 1, 1); }
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned int *c, void *i) { return running(__func__, h, c, i, 2, 0); }
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t h, unsigned int *c, void *i) { return running(__func__, h, c, i, 2, 0); }
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t h, unsigned int *c, void *i) { return running(__func__, h, c, i, 1, 0); }
+EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *c, void *i) { return running(__func__, h, c, i, 2, 0); }
+EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *c, void *i) { return running(__func__, h, c, i, 2, 0); }
 
 EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t h, nvmlProcessDetailList_v1_t *list) {
     DEV(h);

@@ -112,4 +112,10 @@ fake_pos fake_locate(const fake_timeline *tl, const fake_gpu *g, int64_t wall_us
 uint64_t fake_counter(const fake_timeline *tl, const fake_gpu *g, int64_t wall_us, int which);
 enum { CTR_ENERGY_MJ = 0, CTR_RX_BYTES = 1, CTR_TX_BYTES = 2 };
 
+/* calllog.c: per-function call counts (FAKE_NVML_CALL_LOG) */
+void fake_call_log_open(const char *path);
+void fake_call_count(const char *name);
+void fake_call_count_null(const char *name);
+void fake_call_log_write(void);
+
 #endif
