@@ -314,17 +314,14 @@ class PauseTracker:
         self.hist.extend((n, u, False) for n, u in zip(ns[-self.ctx:], us[-self.ctx:]))
         # _steady over the run: the longest run of steady bins in it (the first one joined to
         # the run before) decides whether a cooldown was lifted; the last one carries on.
-        ok = np.asarray(us, float) / np.asarray(ns, float) >= self.th.duty_starved
-        breaks = np.flatnonzero(~ok)
-        if not len(breaks):
-            runs = [self.steady + k]
-            self.steady += k
-        else:
-            b = np.concatenate(([-1], breaks, [k]))
-            runs = (np.diff(b) - 1).tolist()
-            runs[0] += self.steady
-            self.steady = runs[-1]
-        if max(runs) >= self.ctx:
+        # (Plain Python: most quiet runs are a few bins long.)
+        bar, steady = self.th.duty_starved, self.steady
+        longest = steady
+        for n, u in zip(ns, us):
+            steady = steady + 1 if u / n >= bar else 0
+            longest = max(longest, steady)
+        self.steady = steady
+        if longest >= self.ctx:
             self.cooldown = min(self.cooldown, 0)
 
     def gone(self, ns: list, us: list, has: list) -> None:
