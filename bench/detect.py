@@ -43,7 +43,7 @@ SKIP_S = 5.0           # left out after the change of scenario
 TARGET_A = 0.95
 TARGET_B = 0.90
 NEGATIVE = ("busy", "idle", "held", "checkpoint", "rank0_checkpoint", "validation",
-            "epoch_end")
+            "epoch_end", "restarts")
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "detect.md")
 NVSMI_FIELDS = ("timestamp", "index", "utilization.gpu [%]", "utilization.memory [%]",
                 "memory.used [MiB]", "memory.total [MiB]", "power.draw [W]",
@@ -56,7 +56,9 @@ def run_length(name: str, p: dict) -> float:
     spec = SCENARIOS[name]
     every = {"checkpoint": p.get("ckpt_every_s", 60) + p.get("ckpt_s", 8),
              "validation": p.get("val_every_s", 60) + p.get("val_s", 15),
-             "epoch_end": p.get("epoch_s", 60) + p.get("worker_startup_s", 6)}.get(spec.events)
+             "epoch_end": p.get("epoch_s", 60) + p.get("worker_startup_s", 6),
+             "restarts": p.get("run_s", 45) + p.get("gap_s", 8) + p.get("startup_s", 6)
+             }.get(spec.events)
     if every is None:
         return RUN_S
     return float(min(660.0, max(RUN_S, 1.3 * every + 20)))

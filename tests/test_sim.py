@@ -20,7 +20,7 @@ from gpumon.sim.trace import main as trace_main, read_trace, write_trace
 
 CONTRACT = ("busy", "idle", "data_starvation", "io_fetch", "main_process", "sync_stall",
             "rank_data_stall", "hang", "held", "throttled", "dataparallel", "checkpoint",
-            "rank0_checkpoint", "validation", "epoch_end", "demo")
+            "rank0_checkpoint", "validation", "epoch_end", "restarts", "launch_bound", "demo")
 SECONDS = 120
 _cache: dict = {}
 
@@ -344,6 +344,130 @@ def test_epoch_end_restarts_workers():
     # A healthy job: busy, and paused while it stops (its truth says so, second by second).
     assert {(tk.truth.verdict, tk.truth.pause) for tk in ticks} == {(dx.BUSY, False),
                                                                     (dx.PAUSED, True)}
+
+
+RESTARTS = {"run_s": 30.0, "gap_s": 8.0, "startup_s": 5.0}
+
+
+def runs_of(ticks):
+    """[(first, last) tick index] of each run: consecutive ticks whose truth is not idle."""
+    out, start = [], None
+    for i, tk in enumerate(ticks + [None]):
+        live = tk is not None and tk.truth.verdict != dx.IDLE
+        if live and start is None:
+            start = i
+        elif not live and start is not None:
+            out.append((start, i - 1))
+            start = None
+    return out
+
+
+def test_restarts_truth_and_physics():
+    """Benchmark-style runs: each run starts up (paused, startup: memory held, GPUs idle, the
+    main process busy), trains (busy), exits (idle: memory freed, no process), again."""
+    ticks = run("restarts", gpus=2, seconds=240, params=RESTARTS)
+    labels = {(tk.truth.verdict, tk.truth.cause, tk.truth.straggler_gpu) for tk in ticks}
+    assert labels == {(dx.BUSY, None, None), (dx.PAUSED, "startup", None),
+                      (dx.IDLE, None, None)}
+    assert all(tk.truth.pause == (tk.truth.verdict == dx.PAUSED) for tk in ticks)
+    mem, util = per_gpu(ticks, "mem_used_mib"), per_gpu(ticks, "util_gpu_pct")
+    for i, tk in enumerate(ticks[1:-1], 1):
+        near = {ticks[i - 1].truth.verdict, ticks[i + 1].truth.verdict}
+        if tk.truth.verdict == dx.IDLE and near == {dx.IDLE}:     # inside a gap
+            assert (mem[:, 6 * i:6 * i + 6] <= 1).all() and (util[:, 6 * i:6 * i + 6] == 0).all()
+            assert tk.host.procs == () and all(s.pids == () for s in tk.gpus)
+        if tk.truth.verdict == dx.PAUSED and near == {dx.PAUSED}:  # inside a start-up
+            assert (mem[:, 6 * i:6 * i + 6] > 1000).all() and (util[:, 6 * i:6 * i + 6] == 0).all()
+            assert all(s.pids for s in tk.gpus)
+        if tk.truth.verdict == dx.BUSY and near == {dx.BUSY}:
+            assert util[:, 6 * i:6 * i + 6].mean() > 90
+    starting = [tk.host.job_on(0) for tk in ticks if tk.truth.verdict == dx.PAUSED]
+    assert max(j.main_cpu_pct for j in starting if j) > 85, "the main process loads the model"
+
+
+def test_restarts_new_pids_every_run_and_ranks_together():
+    ticks = run("restarts", gpus=2, seconds=240, params=RESTARTS)
+    spans = runs_of(ticks)
+    assert len(spans) >= 4, spans
+    pids = [{p for tk in ticks[a:b + 1] for s in tk.gpus for p in s.pids} for a, b in spans]
+    for k in range(len(pids) - 1):
+        assert len(pids[k]) == 2 and not pids[k] & pids[k + 1], "new PIDs, one per rank"
+    # DDP ranks start and stop together: in every sample both GPUs have a process or neither.
+    for tk in ticks:
+        for k in range(0, len(tk.gpus), 2):
+            assert bool(tk.gpus[k].pids) == bool(tk.gpus[k + 1].pids)
+    # Gaps and trainings about as long as their parameters (10% run-to-run variation).
+    gaps = [b - a - 1 for (_, a), (b, _) in zip(spans, spans[1:])]
+    assert all(5 <= g <= 11 for g in gaps), gaps
+    busy = [sum(tk.truth.verdict == dx.BUSY for tk in ticks[a:b + 1]) for a, b in spans[1:-1]]
+    assert all(21 <= x <= 39 for x in busy), busy
+
+
+def test_restarts_one_gpu_and_drawn_ranges():
+    ticks = run("restarts", gpus=1, seconds=200, seed=3)
+    assert len(runs_of(ticks)) >= 2
+    assert {tk.truth.verdict for tk in ticks} == {dx.BUSY, dx.PAUSED, dx.IDLE}
+    for seed in range(5):
+        p = draw_params("restarts", seed)
+        assert 2 <= p["startup_s"] <= 12 and 20 <= p["run_s"] <= 90 and 3 <= p["gap_s"] <= 20
+    # The restart and launch-bound knobs are drawn for their scenarios only: every other
+    # scenario's draws stay as they were.
+    for name in ("busy", "checkpoint", "main_process"):
+        p = draw_params(name, 7)
+        assert all(p[k] == PARAMS[k][0] for k in ("startup_s", "run_s", "gap_s", "launch_duty"))
+    with pytest.raises(UserError):
+        list(simulate("restarts", seconds=1, params={"gap_s": 0}))
+
+
+def test_restarts_same_seed_same_output_however_cut():
+    a = run("restarts", gpus=2, seconds=120, seed=4, params=RESTARTS)
+    b = run("restarts", gpus=2, seconds=120, seed=4, params=RESTARTS, interval=0.5)
+    assert [astuple(s) for t in a for s in t.gpus] == [astuple(s) for t in b for s in t.gpus]
+    c = list(simulate("restarts", gpus=2, seconds=120, seed=4, params=RESTARTS))
+    assert [t.truth for t in a] == [t.truth for t in c] and [t.host for t in a] == \
+        [t.host for t in c]
+
+
+def test_launch_bound_flat_low_utilization():
+    """Launch-bound: the GPU idles microseconds between small kernels, so every driver
+    sample reads about the same partial utilization (no bursts, no gaps at zero), power in
+    between idle and compute; the main process at a full core, no loader workers."""
+    ticks = run("launch_bound")
+    util = per_gpu(ticks, "util_gpu_pct")[0, 6:]
+    assert 30 <= util.mean() <= 65 and util.min() > 25 and util.max() < 70
+    assert util.std() < 4, "flat"
+    per_s = util[: len(util) // 6 * 6].reshape(-1, 6)
+    assert (per_s.max(axis=1) - per_s.min(axis=1) < 12).all(), "spread evenly in every second"
+    pf = power_frac(ticks)[0, 6:]
+    busy_pf = power_frac(run("busy"))[0, 6:]
+    assert 0.25 < pf.mean() < busy_pf.mean() - 0.2 and pf.std() < 0.03
+    jobs = [tk.host.job_on(0) for tk in ticks[2:]]
+    assert all(j.loader_workers == 0 for j in jobs)
+    assert not any(p.role == "worker" for tk in ticks for p in tk.host.procs)
+    assert np.mean([j.main_thread_max_pct for j in jobs]) > 90, "main thread at a core"
+    assert {(tk.truth.verdict, tk.truth.cause, tk.truth.straggler_gpu) for tk in ticks} == \
+        {(dx.DATA_STARVATION, "main_process", None)}
+    assert 0.3 < truth_states(ticks, 0, "computing") < 0.5 < truth_states(ticks, 0, "waiting_data")
+
+
+@pytest.mark.parametrize("duty", (0.3, 0.65))
+def test_launch_bound_utilization_follows_the_duty(duty):
+    util = per_gpu(run("launch_bound", seconds=30, params={"launch_duty": duty}),
+                   "util_gpu_pct")[0, 6:]
+    assert 100 * duty - 8 <= util.mean() <= 100 * duty + 1
+
+
+def test_launch_bound_ddp_every_rank():
+    ticks = run("launch_bound", gpus=4, seconds=60)
+    util = per_gpu(ticks, "util_gpu_pct")[:, 6:]
+    assert ((util.mean(axis=1) > 30) & (util.mean(axis=1) < 70)).all()
+    assert (util.std(axis=1) < 6).all() and util.min() > 20
+    jobs = [tk.host.job_on(g) for tk in ticks[2:] for g in range(4)]
+    assert len({j.main_pid for j in jobs}) == 4 and all(j.loader_workers == 0 for j in jobs)
+    assert np.mean([j.main_thread_max_pct for j in jobs]) > 85
+    assert {tk.truth.straggler_gpu for tk in ticks} == {None}
+    with pytest.raises(UserError):
+        list(simulate("launch_bound", seconds=1, params={"launch_duty": 1.5}))
 
 
 def test_demo_passes_through_phases():

@@ -51,7 +51,9 @@ def _list(args) -> int:
         verdict = s.verdict + (f" ({s.cause})" if s.cause else "")
         if s.names_straggler:
             verdict += ", straggler"
-        if s.pauses:
+        if s.events == "restarts":
+            verdict += "; start-ups paused, gaps idle"
+        elif s.pauses:
             verdict += "; pauses are not starvation"
         if s.phases:
             verdict = "per phase"

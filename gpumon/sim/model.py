@@ -5,7 +5,7 @@ fetching from storage and preprocessing with jitter, `prefetch` batches in fligh
 PyTorch's dispatch order), uploads it over PCIe, computes for its step time (scaled by its
 clock), and with several GPUs joins the all-reduce: it waits for the slowest rank (NCCL spins a
 kernel at low power; gloo waits idle), then communicates. DataParallel, checkpoints, validation
-passes and epoch boundaries are variations of that loop.
+passes, epoch boundaries, restarted runs and launch-bound steps are variations of that loop.
 
 The model writes *segments*: for each GPU, contiguous (start, end, kind, phase) spans of what
 the GPU is doing; for each host process, (start, end, cpu, io, read, write) spans. Times are
@@ -26,15 +26,19 @@ from gpumon.samples import CLOCK_EVENT_SW_POWER_CAP, CLOCK_EVENT_SW_THERMAL
 from gpumon.sim import params as P
 from gpumon.sim.scenarios import ScenarioSpec, check_gpus, scenario, scenario_params
 
-# What a GPU does in a segment.
-NOJOB, WAIT_DATA, UPLOAD, COMPUTE, SPIN, WAIT_IDLE, COMM, PAUSE, SAVECOPY = range(9)
-NKINDS = 9
-# Truth state of each kind: 0 computing, 1 waiting_data, 2 waiting_sync, 3 idle.
-KIND_STATE = np.array([3, 1, 1, 0, 2, 2, 0, 3, 3])
+# What a GPU does in a segment. LAUNCH: a launch-bound step, many small kernels with
+# microsecond gaps between them while the main thread launches the next (a share
+# `launch_duty` of it runs kernels; gpumon.sim.observe spreads that share evenly).
+NOJOB, WAIT_DATA, UPLOAD, COMPUTE, SPIN, WAIT_IDLE, COMM, PAUSE, SAVECOPY, LAUNCH = range(10)
+NKINDS = 10
+# Truth state of each kind: 0 computing, 1 waiting_data, 2 waiting_sync, 3 idle (LAUNCH:
+# computing; the observer splits it into computing and waiting for the host's main process).
+KIND_STATE = np.array([3, 1, 1, 0, 2, 2, 0, 3, 3, 0])
 # A kernel runs (NVML counts the period towards utilization).
 # Copying a checkpoint off the GPU (SAVECOPY) reads a few per cent: real 2-GPU and 8-GPU
 # logs show rank 0 at 4-10% while it saves, the other ranks at 0 (or spinning at 100%).
-KIND_KERNEL = np.array([0, 0, 0, 1, 1, 0, 1, 0, 0.07], dtype=float)
+# LAUNCH: 1 here, the phase's launch_duty in the observer.
+KIND_KERNEL = np.array([0, 0, 0, 1, 1, 0, 1, 0, 0.07, 1], dtype=float)
 
 # Main-process CPU (share of one core) outside computing: blocked on the loader queue or in
 # a synchronising CUDA call; small but not zero (Python bookkeeping, NCCL watchdog).
@@ -46,6 +50,10 @@ MAIN_EXTRA_CPU = 0.04
 WORKER_STARTUP_CPU = 0.6
 # Main process while serialising a checkpoint.
 CKPT_MAIN_CPU = 0.9
+# Main process while a run starts up (imports, CUDA context, building and loading the model).
+STARTUP_MAIN_CPU = 0.95
+# Run-to-run variation of a restarted job's start-up, training and gap lengths (CV).
+RESTART_CV = 0.1
 # A loader reconfigured between demo phases starts after this, s.
 PHASE_LOADER_STARTUP_S = 0.5
 # First PID handed out to simulated processes.
@@ -265,6 +273,7 @@ class Node:
         self.gsegs: list[list] = [[] for _ in range(n)]   # (t0, t1, kind, phase index)
         self.procs: list[Proc] = []
         self.pauses: list = []                            # (t0, t1)
+        self.gaps: list = []                              # (t0, t1): between runs, no job
         self.next_pid = FIRST_PID
         self.cur: Optional[Phase] = None
         self.cur_start = -math.inf
@@ -406,7 +415,8 @@ class Node:
         self.cur, self.cur_start = ph, start
         p = ph.p
         every = {"checkpoint": p["ckpt_every_s"], "rank0_checkpoint": p["ckpt_every_s"],
-                 "validation": p["val_every_s"], "epoch_end": p["epoch_s"]}.get(ph.spec.events)
+                 "validation": p["val_every_s"], "epoch_end": p["epoch_s"],
+                 "restarts": p["run_s"]}.get(ph.spec.events)
         if every:
             first = max(start, 0.0) + every * float(self.rng.uniform(0.4, 0.9))
             self.next_event = first
@@ -466,7 +476,7 @@ class Node:
             ce = u1 + ph.step_s[r] * self.jit(p["step_cv"])
             self._g(r, t, c0, WAIT_DATA, ph)
             self._g(r, c0, u1, UPLOAD, ph)
-            self._g(r, u1, ce, COMPUTE, ph)
+            self._g(r, u1, ce, LAUNCH if ph.mode == "launch" else COMPUTE, ph)
             main.seg(c0, ce, p["launch_cpu"])
             ld.consumed(c0)
             ends.append(ce)
@@ -515,58 +525,98 @@ class Node:
 
     # -- pauses that are not starvation ----------------------------------------------------
     def _event(self, ph: Phase) -> None:
-        kind, p, t = ph.spec.events, ph.p, self.t
+        kind = ph.spec.events
         if kind in ("checkpoint", "rank0_checkpoint"):
-            # Rank 0 saves (model and optimizer to disk). checkpoint: every rank stops
-            # meanwhile; rank0_checkpoint: the other ranks have gone on to the next
-            # all-reduce and wait there for it (NCCL: spinning).
-            ck = p["ckpt_s"]
-            # torch.save moves the tensors to host memory one by one while it pickles them:
-            # in the real logs, about the first half of the save.
-            copy = 0.5 * ck
-            self._g(0, t, t + copy, SAVECOPY, ph)
-            self._g(0, t + copy, t + ck, PAUSE, ph)
-            others = PAUSE if kind == "checkpoint" else (
-                SPIN if p["backend"] == "nccl" else WAIT_IDLE)
-            for g in range(1, self.n):
-                self._g(g, t, t + ck, others, ph)
-            seen = set()
-            for r, m in enumerate(self.mains):
-                if id(m) in seen:
-                    continue
-                seen.add(id(m))
-                if r == 0:
-                    m.seg(t, t + ck, CKPT_MAIN_CPU, 0.3, 0.0, p["ckpt_write_mbps"])
-                else:
-                    m.seg(t, t + ck, MAIN_SYNC_CPU)
-            self.pauses.append((t, t + ck))
-            self.t = t + ck
-            self.next_event = self.t + p["ckpt_every_s"]
+            self._checkpoint(ph, kind)
         elif kind == "validation":
-            vloaders = self._new_loaders(ph, t, p["val_startup_s"])
-            ends = []
-            for r in range(self.n):
-                tr = t
-                while tr < t + p["val_s"]:
-                    tr = self._rank_val_step(ph, r, vloaders[r], tr)
-                ends.append(tr)
-            b = max(ends)
-            wait = SPIN if (p["backend"] == "nccl" and self.n > 1) else WAIT_IDLE
-            for r, e in enumerate(ends):
-                self._g(r, e, b, wait, ph)
-                self.mains[r].seg(e, b, MAIN_SYNC_CPU)
-            self._kill_workers(vloaders, b)
-            self.pauses.append((t, b))
-            self.t = b
-            self.next_event = b + p["val_every_s"]
+            self._validation(ph)
         elif kind == "epoch_end":
-            self._kill_workers(self.loaders, t)
-            self.loaders = self._new_loaders(ph, t, p["worker_startup_s"])
-            first = max(ld.ready[0] for ld in self.loaders if ld.ready) \
-                if any(ld.k for ld in self.loaders) else t
-            self.pauses.append((t, first))
-            self.next_event = t + p["epoch_s"]
-            self._ddp_step(ph) if ph.mode != "dp" else self._dp_step(ph)
+            self._epoch_end(ph)
+        elif kind == "restarts":
+            self._restart(ph)
+
+    def _checkpoint(self, ph: Phase, kind: str) -> None:
+        """Rank 0 saves (model and optimizer to disk). checkpoint: every rank stops
+        meanwhile; rank0_checkpoint: the other ranks have gone on to the next all-reduce and
+        wait there for it (NCCL: spinning)."""
+        p, t = ph.p, self.t
+        ck = p["ckpt_s"]
+        # torch.save moves the tensors to host memory one by one while it pickles them:
+        # in the real logs, about the first half of the save.
+        copy = 0.5 * ck
+        self._g(0, t, t + copy, SAVECOPY, ph)
+        self._g(0, t + copy, t + ck, PAUSE, ph)
+        others = PAUSE if kind == "checkpoint" else (
+            SPIN if p["backend"] == "nccl" else WAIT_IDLE)
+        for g in range(1, self.n):
+            self._g(g, t, t + ck, others, ph)
+        seen = set()
+        for r, m in enumerate(self.mains):
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            if r == 0:
+                m.seg(t, t + ck, CKPT_MAIN_CPU, 0.3, 0.0, p["ckpt_write_mbps"])
+            else:
+                m.seg(t, t + ck, MAIN_SYNC_CPU)
+        self.pauses.append((t, t + ck))
+        self.t = t + ck
+        self.next_event = self.t + p["ckpt_every_s"]
+
+    def _validation(self, ph: Phase) -> None:
+        p, t = ph.p, self.t
+        vloaders = self._new_loaders(ph, t, p["val_startup_s"])
+        ends = []
+        for r in range(self.n):
+            tr = t
+            while tr < t + p["val_s"]:
+                tr = self._rank_val_step(ph, r, vloaders[r], tr)
+            ends.append(tr)
+        b = max(ends)
+        wait = SPIN if (p["backend"] == "nccl" and self.n > 1) else WAIT_IDLE
+        for r, e in enumerate(ends):
+            self._g(r, e, b, wait, ph)
+            self.mains[r].seg(e, b, MAIN_SYNC_CPU)
+        self._kill_workers(vloaders, b)
+        self.pauses.append((t, b))
+        self.t = b
+        self.next_event = b + p["val_every_s"]
+
+    def _epoch_end(self, ph: Phase) -> None:
+        p, t = ph.p, self.t
+        self._kill_workers(self.loaders, t)
+        self.loaders = self._new_loaders(ph, t, p["worker_startup_s"])
+        self.pauses.append((t, self._first_batch(t)))
+        self.next_event = t + p["epoch_s"]
+        self._ddp_step(ph) if ph.mode != "dp" else self._dp_step(ph)
+
+    def _first_batch(self, t: float) -> float:
+        """When the new loaders' first batch is ready on every rank (t without workers)."""
+        return max(ld.ready[0] for ld in self.loaders if ld.ready) \
+            if any(ld.k for ld in self.loaders) else t
+
+    def _restart(self, ph: Phase) -> None:
+        """A benchmark-style run ends and the same job starts again: its processes exit (their
+        GPU memory freed), nothing runs for about gap_s, then new processes (new PIDs, every
+        rank together) start up for about startup_s (CUDA context, model load: memory held,
+        GPUs idle, the main process busy on the CPU), start their loader workers and train
+        for about run_s from their first batch."""
+        p, t = ph.p, self.t
+        self._end_procs([pr for pr in self.procs if pr.death == math.inf], t)
+        begin = t + p["gap_s"] * self.jit(RESTART_CV)
+        booted = begin + p["startup_s"] * self.jit(RESTART_CV)
+        for g in range(self.n):
+            self._g(g, t, begin, NOJOB, ph)
+            self._g(g, begin, booted, PAUSE, ph)
+        self.gaps.append((t, begin))
+        self._start_job(ph, begin)
+        for m in {id(m): m for m in self.mains}.values():
+            m.seg(begin, booted, STARTUP_MAIN_CPU)
+        self.loaders = self._new_loaders(ph, booted, PHASE_LOADER_STARTUP_S)
+        first = self._first_batch(booted)
+        self.pauses.append((begin, first))
+        self.t = booted
+        self.next_event = first + p["run_s"] * self.jit(RESTART_CV)
 
     def _rank_val_step(self, ph: Phase, r: int, ld: Loader, t: float) -> float:
         p = ph.p
@@ -605,6 +655,7 @@ class Node:
             keep.append(pr)
         self.procs = keep
         self.pauses = [pz for pz in self.pauses if pz[1] >= before]
+        self.gaps = [gp for gp in self.gaps if gp[1] >= before]
 
 
 def event_bits(ph: Phase, g: int) -> int:

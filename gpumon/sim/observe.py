@@ -1,7 +1,9 @@
 """What NVML and the host would report about the simulated node, derived from its segments.
 
 For driver sample k (at model time k * period) and GPU g:
-- util_gpu = share of the period (k-1, k] with a kernel running; util_mem likewise for memory;
+- util_gpu = share of the period (k-1, k] with a kernel running (a launch-bound step: its
+  launch_duty, spread evenly: the gaps between its kernels are microseconds); util_mem
+  likewise for memory;
 - power = 1 s trailing average of instantaneous power (Ampere and newer drivers);
 - SM clock = load clock while a kernel ran in the last `clock_hold_s`, idle clock otherwise
   (then the GpuIdle clock-event bit is set); throttled GPUs raise thermal / power-cap bits;
@@ -57,6 +59,7 @@ class Chunk:
     states: np.ndarray     # (gpu, 4, m) shares of computing, waiting_data, waiting_sync, idle
     phase: np.ndarray      # phase index at each sample
     pause: np.ndarray      # share of each period inside a pause
+    gap: np.ndarray        # share of each period between two runs of a job (no job)
     procs: list            # ProcRows of processes alive in the chunk
     blocked: np.ndarray    # io-blocked processes (mean count)
     read: np.ndarray       # MB/s
@@ -84,6 +87,9 @@ class Observer:
         self.bits = np.zeros((n, nph), dtype=np.int64)
         self.resist = np.zeros((n, nph))       # C per W
         self.mem_job = np.zeros(nph)
+        # Per phase and kind: share of the time a kernel runs, and the truth states' shares.
+        self.kernel = np.tile(M.KIND_KERNEL, (nph, 1))
+        self.shares = np.tile(np.eye(4)[M.KIND_STATE], (nph, 1, 1))
         for ph in node.phases:
             p, j = ph.p, ph.index
             L = self.limit
@@ -92,7 +98,12 @@ class Observer:
                 [p["mem_util_compute"], 0.3, 0.01, 0.25, 0.3]
             self.rx[j, M.UPLOAD] = pcie
             self.tx[j, M.SAVECOPY] = 2.0 * p["ckpt_write_mbps"]     # (copied in half the save)
-            self.tx[j, M.COMPUTE] = COMPUTE_TX_MBPS
+            self.tx[j, M.COMPUTE] = self.tx[j, M.LAUNCH] = COMPUTE_TX_MBPS
+            duty = float(p["launch_duty"])
+            self.kernel[j, M.LAUNCH] = duty
+            self.memact[j, M.LAUNCH] = duty * p["mem_util_compute"]
+            # The GPU waits for the main process to launch the next kernel the rest of the time.
+            self.shares[j, M.LAUNCH] = [duty, 1.0 - duty, 0.0, 0.0]
             self.mem_job[j] = round(p["mem_used_frac"] * self.mem_total)
             comp_nominal = p["compute_power_frac"] * L
             for g in range(n):
@@ -111,7 +122,7 @@ class Observer:
                         r = (p["temp_slowdown_c"] - node.t_amb[g]) / comp
                 self.power[g, j] = [0.92 * idle, idle, idle + 0.04 * L, comp,
                                     p["spin_power_frac"] * L, idle, p["comm_power_frac"] * L,
-                                    idle, idle + 0.04 * L]
+                                    idle, idle + 0.04 * L, idle + duty * (comp - idle)]
                 self.clock_on[g, j] = _clock_bin(clock)
                 self.bits[g, j] = M.event_bits(ph, g)
                 self.resist[g, j] = r
@@ -162,10 +173,10 @@ class Observer:
         t0, t1 = s[:, 0], s[:, 1]
         kd, ph = s[:, 2].astype(np.int64), s[:, 3].astype(np.int64)
         d = t1 - t0
-        st = M.KIND_STATE[kd]
-        vals = np.stack([self.power[g, ph, kd], M.KIND_KERNEL[kd], self.memact[ph, kd],
-                         self.rx[ph, kd], self.tx[ph, kd],
-                         (st == 0) * 1.0, (st == 1) * 1.0, (st == 2) * 1.0, (st == 3) * 1.0])
+        sh = self.shares[ph, kd]                                   # (segments, 4)
+        vals = np.stack([self.power[g, ph, kd], self.kernel[ph, kd], self.memact[ph, kd],
+                         self.rx[ph, kd], self.tx[ph, kd], sh[:, 0], sh[:, 1], sh[:, 2],
+                         sh[:, 3]])
         cum = np.zeros((vals.shape[0], len(d) + 1))
         np.cumsum(vals * d, axis=1, out=cum[:, 1:])
         x = np.append(t0, t1[-1])
@@ -220,16 +231,13 @@ class Observer:
         for i in range(m):
             cur = eq[:, i] + (cur - eq[:, i]) * a
             temp[:, i] = cur
-        # Pauses.
-        pause = np.zeros(m)
-        for (p0, p1) in node.pauses:
-            pause += np.clip(np.minimum(B[1:], p1) - np.maximum(B[:-1], p0), 0, None) / per
+        pause, gap = _share_inside(node.pauses, B), _share_inside(node.gaps, B)
         # Host.
         procs, blocked, read, write = self._host(B)
         bg = np.maximum(0.0, node.hw["background_cores"] * (1 + 0.15 * bn))
         return Chunk(k0, m, util, mem_util, power, clock, np.rint(temp), events, mem_used, rx,
-                     tx, energy, temp, pids, states, phase, np.clip(pause, 0, 1), procs,
-                     blocked, read, write, bg)
+                     tx, energy, temp, pids, states, phase, pause, gap, procs, blocked, read,
+                     write, bg)
 
     def _pids(self, g, T, job) -> list:
         mains = [pr for pr in self.node.procs if pr.role == "main" and g in pr.gpus]
@@ -274,6 +282,14 @@ class Observer:
             read += rd
             write += wr
         return rows, blocked, read, write
+
+
+def _share_inside(spans, B: np.ndarray) -> np.ndarray:
+    """Share of each period (B[i], B[i+1]] inside the (t0, t1) spans."""
+    out = np.zeros(len(B) - 1)
+    for (t0, t1) in spans:
+        out += np.clip(np.minimum(B[1:], t1) - np.maximum(B[:-1], t0), 0, None)
+    return np.clip(out / (B[1] - B[0]), 0, 1)
 
 
 def _clock_bin(mhz: float) -> float:

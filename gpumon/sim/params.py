@@ -73,6 +73,18 @@ Workload:
   val_startup_s      s     0.5..5              validation loader start-up
   epoch_s            s     40..600 (log)       an epoch
   worker_startup_s   s     2..20               new loader workers' start-up at an epoch boundary
+  startup_s          s     2..12 (restarts)    a run's start-up before its loaders start: CUDA
+                                               context, NCCL init, model load (GPU memory held,
+                                               GPUs idle)
+  run_s              s     20..90 (restarts)   a benchmark-style run's training, start to exit
+  gap_s              s     3..20 (restarts)    nothing on the GPUs between one run's exit and
+                                               the next run's start
+  launch_duty        1     0.30..0.65          share of a launch-bound step the GPU runs kernels
+                           (launch_bound)      (small kernels; it idles microseconds between
+                                               them while the main thread launches the next)
+
+The last four are drawn only for the scenarios that use them (their ranges are the scenario's),
+so adding them changed no other scenario's draws.
 """
 from __future__ import annotations
 
@@ -149,6 +161,12 @@ PARAMS: dict[str, tuple[Any, Any]] = {
     "val_startup_s": (2.0, (0.5, 5.0)),
     "epoch_s": (50.0, (40.0, 600.0, "log")),
     "worker_startup_s": (6.0, (2.0, 20.0)),
+    # Drawn only where a scenario gives a range (after every other parameter, so that the
+    # other scenarios' draws stay what they were).
+    "startup_s": (6.0, None),
+    "run_s": (45.0, None),
+    "gap_s": (8.0, None),
+    "launch_duty": (0.45, None),
 }
 
 # Parameters of the node's hardware: the same in every phase of a run (`demo` switches the
@@ -213,6 +231,11 @@ def finish(p: dict) -> dict:
         raise UserError(f"power_limit_w {p['power_limit_w']} is outside 50..1500 W")
     if not 0.01 <= float(p["step_s"]) <= 60:
         raise UserError(f"step_s {p['step_s']} is outside 0.01..60 s")
+    if not 0.05 <= float(p["launch_duty"]) <= 1:
+        raise UserError(f"launch_duty {p['launch_duty']} is outside 0.05..1")
+    for name in ("startup_s", "run_s", "gap_s"):
+        if not 0 < float(p[name]) <= 86400:
+            raise UserError(f"{name} {p[name]} is outside 0..86400 s (above 0)")
     p["spin_power_frac"] = max(p["spin_power_frac"], p["idle_power_frac"] + MIN_SPIN_ABOVE_IDLE)
     p["comm_power_frac"] = max(p["comm_power_frac"], p["spin_power_frac"])
     p["compute_power_frac"] = max(p["compute_power_frac"], p["comm_power_frac"] + 0.05)

@@ -37,8 +37,10 @@ class ScenarioSpec:
     # Which GPU the verdict names: "" none, "straggler" the `straggler` parameter's GPU,
     # "gpu0" GPU 0 (DataParallel), "throttle" the throttled GPU when one holds the rest back.
     names_straggler: str = ""
-    mode: str = "ddp"                      # ddp | dp (DataParallel) | nojob | hang | held
-    events: str = ""           # "" | checkpoint | rank0_checkpoint | validation | epoch_end
+    # ddp | dp (DataParallel) | nojob | hang | held | launch (DDP, launch-bound steps)
+    mode: str = "ddp"
+    # "" | checkpoint | rank0_checkpoint | validation | epoch_end | restarts
+    events: str = ""
     params: dict = field(default_factory=dict)   # default overrides
     ranges: dict = field(default_factory=dict)   # draw-range overrides
     phases: tuple = ()                     # demo: ((scenario, seconds), ...), looped
@@ -103,6 +105,22 @@ SCENARIOS: dict[str, ScenarioSpec] = {s.name: s for s in (
     ScenarioSpec("epoch_end", "healthy run whose loader workers restart at each epoch "
                  "boundary: a gap while new workers start (not starvation)", dx.BUSY,
                  default_gpus=2, events="epoch_end"),
+    ScenarioSpec("restarts", "benchmark-style runs: the same training job started again and "
+                 "again; each run starts up (CUDA context, model load: GPU memory held, GPUs "
+                 "idle), trains for run_s, exits (memory freed, processes gone), and nothing "
+                 "runs for gap_s before the next run (new PIDs); DDP ranks start and stop "
+                 "together", dx.BUSY, default_gpus=2, events="restarts",
+                 ranges={"startup_s": (2.0, 12.0), "run_s": (20.0, 90.0),
+                         "gap_s": (3.0, 20.0)}),
+    ScenarioSpec("launch_bound", "launch-bound training: no loader workers, the main process "
+                 "at a full core launching many small kernels; the GPU idles microseconds "
+                 "between them: utilization flat and low, moderate power (with DDP, every "
+                 "rank so)", dx.DATA_STARVATION, "main_process", default_gpus=1, mode="launch",
+                 params={"workers": 0, "launch_cpu": 0.97, "main_prep_load": 0.05,
+                         "step_s": 0.1},
+                 ranges={"workers": None, "launch_cpu": (0.9, 1.0),
+                         "main_prep_load": (0.02, 0.08), "step_s": (0.03, 0.5, "log"),
+                         "launch_duty": (0.30, 0.65)}),
     ScenarioSpec("demo", "a run that passes through busy, data_starvation, sync_stall, "
                  "throttled, io_fetch and idle phases (truth per phase)", dx.BUSY,
                  default_gpus=4, min_gpus=1,

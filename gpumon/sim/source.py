@@ -7,7 +7,7 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from gpumon.diagnosis import BUSY, PAUSED
+from gpumon.diagnosis import BUSY, IDLE, PAUSED
 from gpumon.errors import UserError
 from gpumon.samples import GpuInfo, GpuSample, HostSample, JobProcs, ProcSample, Tick
 from gpumon.sim import model as M
@@ -22,8 +22,9 @@ CHUNK_SAMPLES = 360
 LOADER_BUSY_PCT = 90.0
 # The cause of a healthy job's pause, by the scenario's events.
 PAUSE_CAUSE = {"checkpoint": "checkpoint", "rank0_checkpoint": "checkpoint",
-               "validation": "validation", "epoch_end": "epoch_boundary"}
-# A tick is a pause interval when at least this share of it lies inside a pause.
+               "validation": "validation", "epoch_end": "epoch_boundary", "restarts": "startup"}
+# A tick is a pause interval when at least this share of it lies inside a pause (and,
+# with restarts, idle when that share of it lies between two runs).
 PAUSE_SHARE = 0.5
 DEFAULT_START_TIME = 1_700_000_000.0
 # PCI bus numbers of the GPUs of an 8-GPU HGX board.
@@ -167,6 +168,8 @@ class Stream:
             verdict, cause = PAUSED, PAUSE_CAUSE.get(spec.events, "unknown")
             if spec.events == "rank0_checkpoint":
                 straggler = 0              # the rank the others wait for
+        elif c.gap[i0:i1].mean() >= PAUSE_SHARE:    # between two runs: no job at all
+            verdict, cause, straggler = IDLE, None, None
         return Truth(scenario=spec.name, verdict=verdict, cause=cause,
                      straggler_gpu=straggler, gpus=tuple(range(self.n)), states=states,
                      pause=pause)
