@@ -858,3 +858,21 @@ def test_a_pause_shows_the_samples_and_signals_the_driver_delivered():
     for d in paused:
         assert d.evidence["samples_per_s"] == pytest.approx(6.0, abs=0.5)
         assert not {"power", "clocks", "clock_events", "memory"} & set(d.missing), d.missing
+
+
+def test_a_job_starting_up_is_paused_until_its_first_gpu_work():
+    """Benchmark-style runs (sim `restarts`): each run's start-up holds GPU memory with the
+    GPUs idle and the main process at a core, no loader workers yet. Before its first GPU work
+    the job has nothing to starve for: its start-up is `paused` (startup), never starvation
+    (the main process at a core read as num_workers=0 preprocessing before the fix)."""
+    from gpumon.sim import simulate
+    det = StreamingDetector()
+    startup, called = 0, []
+    for tk in simulate("restarts", gpus=2, seconds=400, seed=3, start_time=1.7e9):
+        ds = det.update(tk)
+        if tk.truth.verdict == "paused" and ds:
+            startup += 1
+            called.append(ds[0].verdict)
+    assert startup >= 10
+    assert "data_starvation" not in called and "sync_stall" not in called, called
+    assert called.count("paused") >= 0.8 * len(called), called

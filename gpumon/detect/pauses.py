@@ -143,6 +143,7 @@ class PauseTracker:
         self.on_bins = 0          # bins with every GPU at work since the pause began
         self.extra = False        # more loader workers than steady work had, last bin
         self.starting = False     # the current pause is the job's start (see begin())
+        self.worked = True        # the job has run GPU work since it started
         self.reason = "unknown"   # why the current pause (a cause of diagnosis.CAUSES)
         self.bar = th.duty_starved   # duty at which work is back (see _return_bar)
 
@@ -252,6 +253,7 @@ class PauseTracker:
             self.after.append(duty)     # counted from when every rank is back
         if all_on:
             self.on_bins += 1
+        self.worked = self.worked or duty >= self.th.trickle_duty
 
     def _back_to_work(self, hv: _Host) -> bool:
         """Steady work for resume_s at the job's level, every GPU at work (one rank still
@@ -266,9 +268,10 @@ class PauseTracker:
         at a job's start, host or not: a start has no validation rhythm to excuse), or every
         GPU stopped again after every rank was back for back_s (the next starvation gap; a
         choppy restart, ranks and loaders coming back one by one, is not), or saturated old
-        loaders behind the stop; with nothing on the host or GPUs to explain it."""
-        if alone or self._explained(hv):
-            return False
+        loaders behind the stop; with nothing on the host or GPUs to explain it. Never
+        before the job's first GPU work since it started."""
+        if alone or not self.worked or self._explained(hv):
+            return False    # (before its first GPU work a job starts up: nothing to starve)
         if idle and (self.on_bins >= self.back or hv.starved_now):
             return True
         if idle and hv.starving and self.length > self.startup:
@@ -371,6 +374,7 @@ class PauseTracker:
         self.after.clear()
         self.recent.clear()
         self.on_bins = 0
+        self.worked = False
 
     def _return_bar(self) -> float:
         """Duty at which work is back after a pause: duty_starved, or the job's own level
