@@ -30,8 +30,8 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from bench import (analysis, callcost, exporter_load, fuzz_logs, memory, overhead, profile,
-                   report)
+from bench import (analysis, callcost, detector_cost, exporter_load, fuzz_logs, memory,
+                   overhead, profile, report)
 from bench.overhead import Measurement, Subject
 from bench.proctree import ProcTree
 
@@ -443,6 +443,9 @@ def main(argv=None) -> int:
                                  "traceback, hang or > 1 GiB", ", ".join(
                                      f"{k} {fuzz.outcomes.get(k, 0)}" for k in fuzz_logs.OUTCOMES),
                                  fuzz.ok))
+    print("  live detector per tick (1, 8, 16, 64 GPUs)", flush=True)
+    det_rows = detector_cost.run(log=lambda m: print(m, flush=True))
+    tgs.append(detector_cost.target(det_rows))
     detect_md = None
     dpath = os.path.join(RESULTS, "detect.md")
     if os.path.exists(dpath):
@@ -514,6 +517,8 @@ def main(argv=None) -> int:
     lines += ["```", load_text, "```"] if load_text else ["Not run (--no-exporter-load)."]
     lines += ["", "## Log fuzzing (`python -m bench.fuzz_logs`)", ""]
     lines += fuzz_logs.report_lines(fuzz) if fuzz else ["Not run (--fuzz-count 0)."]
+    lines += ["", "## Live detector per tick (`python -m bench.detector_cost`)", ""]
+    lines += detector_cost.format_result(det_rows)
     lines += ["", "## Detector", ""]
     lines += [detect_md] if detect_md else ["bench/results/detect.md is absent: run "
                                             "`make bench-detect`."]

@@ -54,6 +54,8 @@ _DENSE_ROWS = {"ctx": np.array(_CTX_FIELDS), "num": _NUM, "den": _DEN,
 SEEN = {"power": "pn", "power_limit": "pln", "clocks": "cn", "clock_events": "en",
         "processes": "pidn", "memory": "memn", "job_processes": "mcn"}
 
+_SEEN_ROWS = [GI[c] for c in SEEN.values()] + [GI["ldn"]]
+
 
 def view_bins(th: Thresholds = DEFAULT) -> int:
     """Bins a view must hold before (and including) a window's last bin for its features to
@@ -68,10 +70,7 @@ def _bins(s: float, th: Thresholds) -> int:
     return int(round(s / th.bin_s))
 
 
-def _div(a, b):
-    """a / b where b > 0, else NaN (callers run under np.errstate(all="ignore"))."""
-    pos = b > 0
-    return np.where(pos, a / np.where(pos, b, 1.0), np.nan)
+_div = N.div
 
 
 def wsum(a: np.ndarray, w: int, ends: np.ndarray) -> np.ndarray:
@@ -252,7 +251,8 @@ def _sync_features(bduty: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.
     """How the GPUs' per-second duty (``bduty``, (G, T)) compares across GPUs over each
     window, in the seconds where every GPU has data (``have``): gap synchrony, job idleness,
     seconds below steady work, duty spread, and the stall before the window's end."""
-    bidle = np.where(have, 1.0 - N.nan_to_num(bduty), 0.0)
+    # (Where every GPU has data, ``bduty`` is a number: no NaN to replace.)
+    bidle = np.where(have, 1.0 - bduty, 0.0)
     mean_idle = bidle.mean(axis=0)
     min_idle = bidle.min(axis=0)
     # Seconds in which some GPU fell below steady work (see Thresholds.steady_bin_duty).
@@ -303,19 +303,21 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     bpw = _div(g[GI["pw"]], g[GI["pn"]])            # mean power per bin (W), NaN if none
     blim = _div(g[GI["pl"]], g[GI["pln"]])
     busy_bin = (bduty >= th.busy_bin_duty) & ~np.isnan(bpw) & keep
-    pfb = wsum(np.stack([np.where(busy_bin, _div(bpw, blim), 0.0), busy_bin.astype(float)]),
-               W, ends)
-    f = {"power_frac_busy": _div(pfb[0], pfb[1])}
+    pf = _div(bpw, blim)                            # power / limit per bin
     all_busy = busy_bin.all(axis=0) if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
     settled = _settled(all_busy, th)
-    if True:   # (under the caller's errstate)
-        top = N.nanmax(np.where(busy_bin, bpw, np.nan), axis=0) if bpw.shape[0] else bpw[0]
+    top = N.nanmax(np.where(busy_bin, bpw, np.nan), axis=0) if bpw.shape[0] else bpw[0]
     rel = np.where(settled, _div(bpw, top), 0.0)
-    rs = wsum(np.stack([rel, np.broadcast_to(settled.astype(float), rel.shape)]), W, ends)
+    # The four window sums in one pass (rows: power fraction while busy, busy seconds,
+    # power relative to the hottest GPU, settled seconds).
+    sums = wsum(np.stack([np.where(busy_bin, pf, 0.0), busy_bin.astype(float), rel,
+                          np.broadcast_to(settled.astype(float), rel.shape)]), W, ends)
+    pfb, rs = sums[:2], sums[2:]
+    f = {"power_frac_busy": _div(pfb[0], pfb[1])}
     f["rel_power"] = _div(rs[0], rs[1])            # (G, E): power over the hottest's, all busy
     # Seconds in a row, up to each window's end, with every GPU busy and drawing at most
     # hang_power_frac of its limit (Thresholds.hang_s), read within hang_s + 1 bins.
-    cold = all_busy & (N.nanmax(_div(bpw, blim), axis=0) <= th.hang_power_frac) \
+    cold = all_busy & (N.nanmax(pf, axis=0) <= th.hang_power_frac) \
         if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
     last_warm = np.maximum.accumulate(np.where(cold, -1, ix_t))
     f["cold_run"] = np.minimum(ends - last_warm[ends],
@@ -373,8 +375,9 @@ def _seen(g: np.ndarray, h: np.ndarray) -> dict:
     """Which signals the job's GPUs reported at all in this view, pauses included."""
     # A signal is missing only when absent from the input, not when a window left its
     # seconds out.
-    f = {"seen_" + k: bool(g[GI[c]].any()) for k, c in SEEN.items()}
-    f["seen_job_processes"] |= bool(g[GI["ldn"]].any())
+    any_g = g[_SEEN_ROWS].any(axis=tuple(range(1, g.ndim))).tolist()    # one reduction
+    f = {"seen_" + k: v for k, v in zip(SEEN, any_g)}
+    f["seen_job_processes"] |= any_g[-1]
     f["seen_host"] = bool(h[HI["ion"]].any()) if h.size else False
     return f
 

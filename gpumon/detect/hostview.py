@@ -32,6 +32,9 @@ class Host:
 
     def __init__(self, f: dict, th: Thresholds):
         self.th = th
+        self._whole: Optional[dict] = None
+        self._storage: Optional[np.ndarray] = None       # (see storage_window)
+        self._storage_any: Optional[np.ndarray] = None   # (see storage)
         self.workers, self.loader = f["workers"], f["loader_cpu"]
         self.lbusy, self.main, self.thread = f["loader_busy"], f["main_cpu"], f["main_thread"]
         self.io, self.rd = f["iowait"], f["disk_read"]
@@ -41,24 +44,40 @@ class Host:
         if "workers_recent" in f:
             self.views.append(tuple(f[k + "_recent"] for k in (
                 "workers", "loader_cpu", "loader_busy", "main_cpu", "main_thread")))
-        G = self.workers.shape[0]
-        with CALM:
-            self.whole = {k: (np.fmax.reduce(getattr(self, k), axis=0) if G else
-                              np.full(self.io.shape, np.nan))
-                          for k in ("workers", "loader", "lbusy", "main", "thread")}
+
+    @property
+    def whole(self) -> dict:
+        """The busiest reading of any of the job's GPUs, per window (read by cause() only:
+        computed on its first call)."""
+        if self._whole is None:
+            G = self.workers.shape[0]
+            with CALM:
+                self._whole = {k: (np.fmax.reduce(getattr(self, k), axis=0) if G else
+                                   np.full(self.io.shape, np.nan))
+                               for k in ("workers", "loader", "lbusy", "main", "thread")}
+        return self._whole
 
     def storage(self) -> np.ndarray:
         """(E,): storage feeds the job, over the window or over its last seconds."""
-        out = storage_bound(self.io, self.rd, self.th)
-        if self.io_r is not None:
-            out = out | storage_bound(self.io_r, self.rd_r, self.th)
-        return out
+        if self._storage_any is None:
+            out = self.storage_window()
+            if self.io_r is not None:
+                out = out | storage_bound(self.io_r, self.rd_r, self.th)
+            self._storage_any = out
+        return self._storage_any.copy()
+
+    def storage_window(self) -> np.ndarray:
+        """(E,): storage feeds the job over the window (computed once: the caller copies it
+        before changing it)."""
+        if self._storage is None:
+            self._storage = storage_bound(self.io, self.rd, self.th)
+        return self._storage
 
     def starving_any(self, recent: bool = True) -> np.ndarray:
         """(E,): any rank's host shows starvation (loaders saturated, main at a core, storage),
         over the window or (``recent``) over its last seconds."""
         th = self.th
-        out = self.storage() if recent else storage_bound(self.io, self.rd, th)
+        out = self.storage() if recent else self.storage_window().copy()
         for wk, ld, lb, mc, mt in (self.views if recent else self.views[:1]):
             with CALM:
                 per = np.maximum(wk, 1)
@@ -94,9 +113,19 @@ class Host:
             main_bound = (np.fmax(main, thread) >= th.core_busy_pct) & no_workers
             thread_bound = thread >= th.core_busy_pct
             storage = self.storage()
-        return np.select([main_bound, storage & ~cpu, cpu, thread_bound, storage],
-                         [C["main_process"], C["io_fetch"], C["cpu_preprocessing"],
-                          C["main_process"], C["io_fetch"]], C["input_pipeline"])
+        # The first that holds, in this order (np.select's answer, in fewer calls).
+        return _first([(main_bound, C["main_process"]), (storage & ~cpu, C["io_fetch"]),
+                       (cpu, C["cpu_preprocessing"]), (thread_bound, C["main_process"]),
+                       (storage, C["io_fetch"])], C["input_pipeline"])
+
+
+def _first(cases: list, default: int) -> np.ndarray:
+    """np.select([c for c, _ in cases], [v for _, v in cases], default) for integer codes:
+    per window, the code of the first condition that holds."""
+    out = None
+    for cond, code in reversed(cases):
+        out = np.where(cond, code, default if out is None else out)
+    return out
 
 
 def host_starved(f: dict, th: Thresholds, suffix: str = "") -> np.ndarray:

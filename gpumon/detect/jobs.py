@@ -34,6 +34,12 @@ def group(gpus: list[int], pids: Mapping[int, Optional[tuple]], mem: Mapping[int
     when one process uses every GPU of the job (the DataParallel picture)."""
     act = [g for g in gpus if active(pids.get(g), mem.get(g, math.nan), duty.get(g, math.nan),
                                      th)]
+    return group_active(act, pids, ppid)
+
+
+def group_active(act: list[int], pids: Mapping[int, Optional[tuple]],
+                 ppid: Optional[Mapping[int, int]] = None) -> list[tuple[tuple[int, ...], bool]]:
+    """``group`` of the GPUs ``act`` already found active."""
     if not act:
         return []
     parent = {g: g for g in act}      # union-find over the active GPUs
@@ -101,3 +107,22 @@ def _jobs(parent: dict, act: list[int], pids: Mapping[int, Optional[tuple]]
         shared = len(members) > 1 and bool(set.intersection(*sets)) if sets else False
         out.append((tuple(sorted(members)), shared))
     return sorted(out)
+
+
+class GroupMemo:
+    """group_active's last answer, kept while its inputs (the active GPUs, their PIDs, the
+    parents) are the same: the live detector asks once a second, and jobs rarely change."""
+
+    def __init__(self):
+        self.key: Optional[tuple] = None
+        self.ppid: Optional[dict] = None
+        self.jobs: list = []
+
+    def __call__(self, act: list[int], pids: Mapping[int, Optional[tuple]],
+                 ppid: Optional[Mapping[int, int]] = None) -> list[tuple[tuple[int, ...], bool]]:
+        key = (tuple(act), tuple(pids.get(g) for g in act))
+        ppid = dict(ppid or {})
+        if key != self.key or ppid != self.ppid:
+            self.key, self.ppid = key, ppid
+            self.jobs = group_active(act, pids, ppid)
+        return [(gpus, shared) for gpus, shared in self.jobs]

@@ -32,3 +32,12 @@ def nanmax(a: np.ndarray, axis: int = 0) -> np.ndarray:
 
 def nanmin(a: np.ndarray, axis: int = 0) -> np.ndarray:
     return np.fmin.reduce(a, axis=axis)
+
+
+def div(a: np.ndarray, b) -> np.ndarray:
+    """a / b where b > 0, else NaN (call under np.errstate(all="ignore")): the quotient, then
+    NaN where b is not > 0; the numbers of np.where(b > 0, a / np.where(b > 0, b, 1), NaN) in
+    two ufunc calls fewer. ``a`` or ``b`` must be an array (the result is written into)."""
+    q = np.true_divide(a, b)
+    np.copyto(q, np.nan, where=~(b > 0))
+    return q

@@ -22,7 +22,7 @@ from gpumon.samples import Tick
 from gpumon.detect.advice import advice
 from gpumon.detect.bins import GI, HostCols, JobCols, SampleCols, Store
 from gpumon.detect.features import window_features
-from gpumon.detect.jobs import group
+from gpumon.detect.jobs import GroupMemo, active, group_active
 from gpumon.detect.cold import cold_seconds
 from gpumon.detect.pauses import host_bins, pause_flags
 from gpumon.detect.explain import because
@@ -93,7 +93,7 @@ def _num(x) -> Optional[float]:
     if x is None:
         return None
     x = float(x)
-    return None if math.isnan(x) or math.isinf(x) else round(x, 4)
+    return round(x, 4) if x - x == 0.0 else None      # (NaN and +-inf: None)
 
 
 def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
@@ -106,12 +106,12 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
         a = a[~np.isnan(a)]
         return float(a.sum()) / len(a) if len(a) else None   # a.mean() without its checks
 
-    def hostval(name):
-        a = col(name)
+    def hostval(name):       # (max in plain Python: the same number, on a few values)
+        a = f[name][:, e].tolist()
         if strag_row >= 0 and not math.isnan(a[strag_row]):
-            return float(a[strag_row])
-        a = a[~np.isnan(a)]
-        return float(a.max()) if len(a) else None
+            return a[strag_row]
+        a = [x for x in a if x == x]
+        return max(a) if a else None
 
     duty = col("duty")
     d = duty[~np.isnan(duty)]
@@ -120,10 +120,11 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
     thr = np.fmax(np.fmax(N.nan_to_num(col("therm_share")), N.nan_to_num(col("pcap_share"))),
                   N.nan_to_num(col("hws_share")))
     dmean = float(d.sum()) / len(d) if len(d) else None
+    dl = d.tolist()
     ev = {
         "duty_cycle": dmean,
-        "duty_min": float(d.min()) if len(d) else None,
-        "duty_max": float(d.max()) if len(d) else None,
+        "duty_min": min(dl) if dl else None,
+        "duty_max": max(dl) if dl else None,
         "util_pct": 100.0 * dmean if len(d) else None,
         "burst_s": mean("burst_s"),
         "gap_s": mean("gap_s"),
@@ -163,7 +164,8 @@ def missing_signals(f: dict, e: int) -> tuple[str, ...]:
     if len(n) and float(n.mean()) / bins < 2.0 and f["bins"][e] > 0:
         out.append("subsecond_util")
     def seen(k):     # (an array when analyze joined the features of several chunks)
-        return bool(np.any(f["seen_" + k]))
+        v = f["seen_" + k]
+        return v if v.__class__ is bool else bool(np.any(v))
 
     if not seen("power"):
         out.append("power")
@@ -199,17 +201,20 @@ def make_diagnosis(f: dict, r: dict, e: int, gpus: Sequence[int], start: Optiona
 
 
 def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
-               th: Thresholds = DEFAULT):
-    """Jobs from the last ``w`` bins before ``stop`` (memory, activity) and the PIDs seen."""
+               th: Thresholds = DEFAULT, memo: Optional[GroupMemo] = None):
+    """Jobs from the last ``w`` bins before ``stop`` (memory, activity) and the PIDs seen
+    (``memo``: a GroupMemo that keeps the grouping while its inputs stay the same)."""
     lo = max(0, stop - w)
-    g = store.g[:, :, lo:stop]
-    n = g[GI["n"]].sum(axis=1)
-    u = g[GI["u"]].sum(axis=1)
-    memn = g[GI["memn"]].sum(axis=1)
-    mem = g[GI["mem"]].sum(axis=1)
-    duty = {gpu: (u[i] / n[i] if n[i] > 0 else NAN) for i, gpu in enumerate(store.gpus)}
-    memd = {gpu: (mem[i] / memn[i] if memn[i] > 0 else NAN) for i, gpu in enumerate(store.gpus)}
-    return group(list(store.gpus), pids, memd, duty, ppid, th)
+    s = store.g[_JOB_ROWS, :, lo:stop].sum(axis=2)
+    # (Python floats where the store is float64: the same quotients, computed faster.)
+    n, u, memn, mem = s.tolist() if s.dtype == np.float64 else s
+    act = [gpu for i, gpu in enumerate(store.gpus)
+           if active(pids.get(gpu), mem[i] / memn[i] if memn[i] > 0 else NAN,
+                     u[i] / n[i] if n[i] > 0 else NAN, th)]
+    return (memo or group_active)(act, pids, ppid)
+
+
+_JOB_ROWS = [GI["n"], GI["u"], GI["memn"], GI["mem"]]
 
 
 def bin_duty(g: np.ndarray):
@@ -217,7 +222,7 @@ def bin_duty(g: np.ndarray):
     n = g[GI["n"]]
     u = g[GI["u"]]
     with np.errstate(invalid="ignore", divide="ignore"):
-        duty = np.where(n > 0, u / np.where(n > 0, n, 1.0), np.nan)
+        duty = N.div(u, n)
     return duty, n.sum(axis=0), u.sum(axis=0)
 
 

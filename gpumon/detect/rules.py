@@ -69,12 +69,12 @@ def no_kernels(w: Windows) -> None:
     (held when the job still holds its GPUs' memory)."""
     f, th = w.f, w.th
     quiet = w.dmax < th.idle_duty
-    with CALM:
-        held = (f["mem_last"] >= th.mem_active_mib).any(axis=0) if w.G else \
-            np.zeros(w.E, bool)
+
+    def held():
+        return (f["mem_last"] >= th.mem_active_mib).any(axis=0) if w.G else np.zeros(w.E, bool)
     w.decide("no_kernels", quiet & ~(f["ctx_duty"] >= th.idle_duty) & ~w.feeding, IDLE,
-             c=np.where(held, C["held"], -1),
-             cf=np.clip(0.7 + 0.3 * (th.idle_duty - w.dmax) / th.idle_duty, 0.5, 0.99))
+             c=lambda: np.where(held(), C["held"], -1),
+             cf=lambda: np.clip(0.7 + 0.3 * (th.idle_duty - w.dmax) / th.idle_duty, 0.5, 0.99))
 
 
 def quiet_after_work(w: Windows) -> None:
@@ -87,36 +87,39 @@ def throttle(w: Windows) -> None:
     """Clock-event reasons with the clock really held down; not while every GPU waits for
     input its host cannot supply (a slow clock is not what holds the job back then)."""
     f, th, G, E = w.f, w.th, w.G, w.E
-    ar = np.arange(E)
     share = np.fmax(np.fmax(N.nan_to_num(f["therm_share"]), N.nan_to_num(f["pcap_share"])),
                     N.nan_to_num(f["hws_share"]))
     clock_low = np.where(np.isnan(f["clock_frac"]), True,
                          f["clock_frac"] < th.throttle_clock_frac)
     thr = (share >= th.throttle_share) & clock_low                       # (G, E)
+    if not thr.any():          # (no GPU throttled in any window: nothing to decide)
+        return
     nthr = thr.sum(axis=0)
     tgpu = np.argmax(np.where(thr, share, -1.0), axis=0)
-    tcause = np.select(
-        [f["therm_share"][tgpu, ar] >= th.throttle_share if G else np.zeros(E, bool),
-         f["pcap_share"][tgpu, ar] >= th.throttle_share if G else np.zeros(E, bool)],
-        [C["thermal"], C["power_cap"]], C["hw_slowdown"]) if G else np.full(E, -1)
+
+    def tcause():
+        ar = np.arange(E)
+        return np.select([f["therm_share"][tgpu, ar] >= th.throttle_share,
+                          f["pcap_share"][tgpu, ar] >= th.throttle_share],
+                         [C["thermal"], C["power_cap"]], C["hw_slowdown"])
     waiting = w.feeding & (w.jduty < th.duty_starved)
     w.decide("throttle", (nthr > 0) & ~waiting, THROTTLED, c=tcause,
-             s=np.where((G > 1) & (nthr < G), tgpu, -1),
-             cf=np.clip(0.6 + 0.4 * share.max(axis=0) if G else 0.6, 0, 0.95))
+             s=lambda: np.where((G > 1) & (nthr < G), tgpu, -1),
+             cf=lambda: np.clip(0.6 + 0.4 * share.max(axis=0), 0, 0.95))
 
 
 def rank_computes(w: Windows) -> None:
     """One rank computes longer (its power rises with its work) while the others wait."""
     if w.G > 1:
         w.decide("rank_computes", w.asym & w.computes, SYNC_STALL,
-                 c=C["dataparallel"] if w.shared else C["imbalance"], s=w.amax,
-                 cf=w.asym_conf)
+                 c=C["dataparallel"] if w.shared else C["imbalance"], s=lambda: w.amax,
+                 cf=lambda: w.asym_conf)
 
 
 def rank_host_starved(w: Windows) -> None:
     """The busier GPUs spin while one rank idles, and that rank's own host starves
     (loaders saturated, main process at a core, storage): starvation on it."""
-    if w.G > 1:
+    if w.G > 1 and w.asym.any():
         w.decide("rank_host_starved", w.asym & (w.hs >= 0), DATA_STARVATION,
                  c=lambda: w.host.cause(w.hs), s=w.hs, cf=w.asym_conf)
 
@@ -125,9 +128,9 @@ def rank_host(w: Windows) -> None:
     """The busier GPUs spin while one rank idles, and its host shows no starved input (or
     there are no host counters): the cause is on that rank's host but cannot be told (its
     input, a checkpoint or logging on it)."""
-    if w.G > 1:
+    if w.G > 1 and w.asym.any():
         w.decide("rank_host", w.asym & (w.lone_idler >= 0) & ~w.feeding, SYNC_STALL,
-                 c=C["rank_host"], s=w.lone_idler, cf=np.minimum(w.asym_conf, 0.7))
+                 c=C["rank_host"], s=w.lone_idler, cf=lambda: np.minimum(w.asym_conf, 0.7))
 
 
 def duty_low(w: Windows) -> None:
@@ -139,14 +142,14 @@ def duty_low(w: Windows) -> None:
     f, th = w.f, w.th
     if w.G > 1:
         w.decide("duty_low", w.asym, DATA_STARVATION,
-                 c=lambda: w.host.cause(np.full(w.E, -1)), cf=w.asym_conf)
+                 c=lambda: w.host.cause(np.full(w.E, -1)), cf=lambda: w.asym_conf)
     known = w.known
     limit = np.where(known & ~w.feeding, th.duty_starved_calm_host, th.duty_starved)
     steady = ~known & (f["bins"] >= th.min_samples) & (
         (f["low_bins"] == 0) | ((f["floor_bins"] == 0) & (f["duty_sd"] <= th.steady_duty_sd)))
     starved = (w.jduty < limit) & ~steady & ~w.over
-    w.decide("duty_low", starved, DATA_STARVATION, c=lambda: w.host.cause(w.hs), s=w.hs,
-             cf=np.clip(0.6 + (th.duty_starved - w.jduty), 0.6, 0.95))
+    w.decide("duty_low", starved, DATA_STARVATION, c=lambda: w.host.cause(w.hs),
+             s=lambda: w.hs, cf=lambda: np.clip(0.6 + (th.duty_starved - w.jduty), 0.6, 0.95))
 
 
 def hang(w: Windows) -> None:
@@ -162,8 +165,13 @@ def busy_but_cold(w: Windows) -> None:
     if w.G < 2:
         return
     f, th = w.f, w.th
-    ar = np.arange(w.E)
     pfb, rel = f["power_frac_busy"], f["rel_power"]
+    with CALM:
+        rel_min = np.where(np.isnan(rel), np.inf, rel).min(axis=0)
+    maybe = (rel_min <= th.cold_power_ratio) & (f["all_busy_bins"] >= th.power_min_s / th.bin_s)
+    if not maybe.any():        # (no GPU cold in a window long enough to compare)
+        return
+    ar = np.arange(w.E)
     with CALM:
         # The hottest GPU; without a power limit, by its power relative to the others.
         hot = np.where(np.isnan(pfb).all(axis=0), np.argmax(low_nan(rel), axis=0),
@@ -174,20 +182,18 @@ def busy_but_cold(w: Windows) -> None:
         med = (np.where(has, pfb, 0.0).sum(axis=0) - N.nan_to_num(top)) / np.maximum(
             has.sum(axis=0) - 1, 1)
         med = np.where(has.sum(axis=0) > 1, med, np.nan)
-        rel_min = np.where(np.isnan(rel), np.inf, rel).min(axis=0)
     gap = top - med
-    cold = ((rel_min <= th.cold_power_ratio) & ((gap >= th.power_spread) | np.isnan(gap))
-            & ~w.over_power       # (the cold GPU spun during the stall that is over)
-            & (f["all_busy_bins"] >= th.power_min_s / th.bin_s))
+    cold = (maybe & ((gap >= th.power_spread) | np.isnan(gap))
+            & ~w.over_power)      # (the cold GPU spun during the stall that is over)
     w.decide("busy_but_cold", cold, SYNC_STALL,
              c=C["dataparallel"] if w.shared else C["imbalance"],
-             s=hot, cf=np.clip(0.55 + N.nan_to_num(gap, nan=0.05), 0.55, 0.95))
+             s=hot, cf=lambda: np.clip(0.55 + N.nan_to_num(gap, nan=0.05), 0.55, 0.95))
 
 
 def busy(w: Windows) -> None:
     """None of the above."""
     w.decide("busy", np.ones(w.E, bool), BUSY,
-             cf=np.clip(0.6 + 2.0 * (w.jduty - w.th.duty_starved), 0.5, 0.95))
+             cf=lambda: np.clip(0.6 + 2.0 * (w.jduty - w.th.duty_starved), 0.5, 0.95))
 
 
 # The rules in the order they are tried.

@@ -22,6 +22,7 @@ from gpumon.detect.bins import Store
 from gpumon.detect.pipeline import (active_since, bin_duty, idle_diagnosis, judge_job,
                                   make_diagnosis, store_jobs, tick_columns)
 from gpumon.detect.features import view_bins
+from gpumon.detect.jobs import GroupMemo
 from gpumon.detect.cold import cold_seconds
 from gpumon.detect.pauses import PauseTracker, Seconds, host_bins
 from gpumon.detect.rules import CAUSE_NAMES
@@ -192,6 +193,7 @@ class StreamingDetector:
         self._pids: dict[int, Optional[tuple]] = {}
         self._ppid: dict[int, int] = {}
         self._jobs: dict[tuple, _Job] = {}
+        self._groups = GroupMemo()           # the last grouping of GPUs into jobs
 
     def reset(self) -> None:
         self.__init__(self.th)
@@ -207,7 +209,7 @@ class StreamingDetector:
         self._done = last
         stop = last - st.b0 + 1
         t_end = st.bin_time(stop)
-        found = store_jobs(st, stop, 1, self._pids, self._ppid, self.th)
+        found = store_jobs(st, stop, 1, self._pids, self._ppid, self.th, self._groups)
         if not found:
             self.current = [idle_diagnosis(sorted(st.gpus), t_end - self.th.window_s, t_end)]
             self._jobs.clear()

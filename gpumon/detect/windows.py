@@ -6,8 +6,6 @@ run the same code. A quantity is computed the first time a rule asks for it.
 """
 from __future__ import annotations
 
-from functools import cached_property
-
 import numpy as np
 
 from gpumon.detect import nanops as N
@@ -17,6 +15,22 @@ from gpumon.diagnosis import BUSY, CAUSES, VERDICTS
 
 V = {v: i for i, v in enumerate(VERDICTS)}
 C = {c: i for i, c in enumerate(CAUSES)}
+
+
+class cached_property:
+    """functools.cached_property without its per-instance lock (Python 3.11 takes an RLock
+    on every first read; a Windows object is never shared between threads): the value is
+    computed on the first read and then found in the instance's dict."""
+
+    def __init__(self, fn):
+        self.fn, self.name = fn, fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
 
 
 def low_nan(a):
@@ -72,8 +86,8 @@ class Windows:
         f = self.f
         if not self.G:
             return np.full(self.E, np.nan)
-        with CALM:
-            return N.nanmean(np.where(f["n"] > 0, f["duty"], np.nan), axis=0)
+        with CALM:     # (duty is NaN wherever n is 0: features._div)
+            return N.nanmean(f["duty"], axis=0)
 
     @cached_property
     def dmax(self) -> np.ndarray:
@@ -85,19 +99,19 @@ class Windows:
         with CALM:
             return N.nanmin(np.where(np.isnan(self.f["duty"]), np.inf, self.f["duty"]), axis=0)
 
-    @property
+    @cached_property
     def amax(self) -> np.ndarray:
         return np.argmax(low_nan(self.f["duty"]), axis=0)
 
-    @property
+    @cached_property
     def amin(self) -> np.ndarray:
         return np.argmin(np.where(np.isnan(self.f["duty"]), np.inf, self.f["duty"]), axis=0)
 
-    @property
+    @cached_property
     def spread(self) -> np.ndarray:
         return self.dmax - self.dmin
 
-    @property
+    @cached_property
     def nmin(self) -> np.ndarray:
         return self.f["n"].min(axis=0) if self.G else np.zeros(self.E)
 
@@ -176,7 +190,8 @@ class Windows:
             d_lo = N.nanmean(np.where(~hi, duty, np.nan), axis=0)
             self.slope = (p_hi - p_lo) / np.maximum(d_hi - d_lo, 1e-6)
             # Without power: a single busier GPU against several idler ones computes.
-            lone_hi = hi.sum(axis=0) == 1
+            nhi = hi.sum(axis=0)
+            lone_hi = nhi == 1
         if self.shared:                       # one process drives every GPU (DataParallel)
             return d_hi >= th.spin_duty
         out = np.where(np.isnan(self.slope), lone_hi & (G > 2),
@@ -184,7 +199,6 @@ class Windows:
         # A straggler is one GPU the others wait for: when more GPUs run flat out than idle,
         # the idle minority is the odd one out (its input), whatever the power says while
         # the 1 s power averages catch up; a busy minority against idle ones is the straggler.
-        nhi = hi.sum(axis=0)
         out = np.where(nhi > G - nhi, False, np.where(nhi < G - nhi, True, out))
         out &= d_hi >= th.spin_duty
         # Unless the idler ranks' own hosts starve (loaders saturated, main process at a
