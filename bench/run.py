@@ -43,6 +43,7 @@ RESULTS = os.path.join(ROOT, "bench", "results")
 # The issue's targets (issue 9), each with its unit.
 LOG_DEFAULT_MAX_PCT = 0.3       # % of one core, `gpumon log` at the default interval, 8 GPUs
 LOG_FAST_MAX_PCT = 1.5          # % of one core, `gpumon log --interval 0.1`, 8 GPUs
+STREAM_MAX_PCT = 0.3            # % of one core, the dool column's `gpumon stream` at 1 s, 8 GPUs
 RSS_MAX_MIB = 80.0              # peak RSS of `log` and `watch`, for any duration
 RSS_GROWTH_MAX_MIB = 5.0        # ... and no more growth than this once settled (flat)
 FRAME_MAX_MS = 10.0             # one dashboard frame, 8 GPUs
@@ -87,8 +88,16 @@ def subjects(py: str, gpus_list: Sequence[int], peers_gpus: Sequence[int]) -> li
                     tmux=True),
         ]
 
+    def stream(g):
+        # What the dstat/dool plugin starts for `dool --gpumon 1` (plugins/gpumon_plugin.py),
+        # without --stop-on-eof: here nothing holds its stdin open.
+        return Subject("gpumon stream", "1 s (the dool column's child)", g,
+                       (py, "-m", "gpumon.commands.stream", "--interval", "1"), ours=True)
+
     out = []
     for g in sorted(set(gpus_list) | set(peers_gpus), reverse=True):
+        if g == 8 and g in gpus_list:
+            out.append(stream(g))
         for fast in (False, True):
             if g in peers_gpus:
                 out += peers(g, fast)
@@ -236,6 +245,11 @@ def targets(ms, frames, ours_an, pandas_an) -> list[report.Target]:
                                None if m is None else m.mean <= limit))
     cpu_target("log", "default (1 s)", LOG_DEFAULT_MAX_PCT)
     cpu_target("log", "--interval 0.1", LOG_FAST_MAX_PCT)
+    st = find(ms, "gpumon stream", "1 s (the dool column's child)", 8)
+    t.append(report.Target("the dool column's child (`gpumon stream`) at 1 s, 8 GPUs",
+                           f"<= {STREAM_MAX_PCT:g}% of one core",
+                           f"{report.cpu_cell(st)}%" if st else "n/a",
+                           None if st is None else st.mean <= STREAM_MAX_PCT))
     w = find(ms, "gpumon watch", "default (1 s)", 8)
     nv = find(ms, "nvitop screen", "default (2 s)", 8)
     t.append(report.Target("`gpumon watch` default, 8 GPUs", "below nvitop's screen at its "
