@@ -17,6 +17,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 import psutil
 
 from gpumon import procfs
+from gpumon.cadence import due
 from gpumon.samples import HostSample, JobProcs, ProcSample
 
 # Finding a process's children means scanning every process on the machine (~2 ms for 200
@@ -30,9 +31,6 @@ PROC_CPU_EVERY_S = 1.0
 # common) and the detector judges them over its windows of several seconds, while the main
 # process, one per rank, is read every PROC_CPU_EVERY_S.
 WORKER_CPU_EVERY_S = 2.0
-# A reading due at most this early is taken now (s): polls at exactly the period would
-# otherwise skip a reading whenever a wait ends a hair before the period is up.
-READ_EARLY_S = 0.05
 # Disk counters are read at most this often, s (from /proc/diskstats, 0.04 ms; psutil's
 # 0.2-0.3 ms looked up every disk in /sys on each call); between readings the last rates
 # stand.
@@ -100,7 +98,7 @@ class _Proc:
         """% of one core since the previous reading (read at most every ``every`` s).
         psutil.NoSuchProcess where it has gone; None (no rate) where /proc hides it."""
         prev = self.prev
-        if prev is not None and mono - prev[0] < every - READ_EARLY_S:
+        if prev is not None and not due(mono, prev[0], every):
             return self.last
         try:
             cpu, self.rss_mib = self._times()
@@ -138,7 +136,7 @@ class _Proc:
     def max_thread_pct(self, mono: float) -> Optional[float]:
         """The busiest thread's % of one core since the previous reading (as cpu_pct)."""
         prev = self.threads_prev
-        if prev is not None and mono - prev[0] < PROC_CPU_EVERY_S - READ_EARLY_S:
+        if prev is not None and not due(mono, prev[0], PROC_CPU_EVERY_S):
             return self.threads_last
         now = self._thread_times()
         self.threads_prev = (mono, now)
@@ -304,7 +302,7 @@ class HostSource:
 
     def _disk(self, mono: float):
         prev = self._disk_prev
-        if prev is not None and mono - prev[0] < DISK_EVERY_S:
+        if prev is not None and not due(mono, prev[0], DISK_EVERY_S):
             return self._disk_last
         d = self._disk_bytes()
         if d is None:
@@ -377,7 +375,7 @@ class HostSource:
                            for g, p in pids_by_gpu.items()))
         cached = self._job_cache
         if (cached is not None and cached[0] == key and not self._children_gone
-                and mono - cached[1] < PROC_CPU_EVERY_S - READ_EARLY_S):
+                and not due(mono, cached[1], PROC_CPU_EVERY_S)):
             jobs, procs, unmapped = cached[2]
         else:
             jobs, procs, unmapped = self._jobs(pids_by_gpu, mono)

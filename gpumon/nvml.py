@@ -28,6 +28,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from gpumon import nvml_buffers
+from gpumon.cadence import due
 from gpumon.errors import NoDriverError, NvmlStartError, UserError
 from gpumon.samples import GpuInfo, GpuSample
 
@@ -57,8 +58,6 @@ PROCESS_EVERY_S = 4.0
 # list at most once a PROCESS_MIN_S.)
 PROCESS_MIN_S = 1.0
 PROCESS_MEM_CHANGE_MIB = 64.0
-# A tick due at a cadence may come this much early (s): it still counts as due.
-CADENCE_SLACK_S = 0.05
 # Per-process utilization (only for the commands that show it) is read this often (s).
 PROCESS_UTIL_EVERY_S = 1.0
 # The power limit rarely changes; re-read it this often.
@@ -443,10 +442,10 @@ class NvmlSource:
               probe: bool = False) -> Optional[tuple[int, ...]]:
         """The GPU's process list: every ``process_every_s``, or sooner when its used memory
         moved (a process came or went); per-process utilization with it where asked for."""
-        age = mono - g.pids_at + CADENCE_SLACK_S
         moved = (mem_used is not None and g.pids_mem is not None
                  and abs(mem_used - g.pids_mem) > PROCESS_MEM_CHANGE_MIB)
-        if age >= self.process_every_s or (moved and age >= PROCESS_MIN_S):
+        if (due(mono, g.pids_at, self.process_every_s)
+                or (moved and due(mono, g.pids_at, PROCESS_MIN_S))):
             g.pids_at, g.pids_mem = mono, mem_used
             procs = g.query("processes", g.lists[1])
             g.pids = tuple(sorted({pid for pid, _ in procs})) if procs is not None else None
@@ -454,7 +453,7 @@ class NvmlSource:
         if not g.pids:
             g.proc_util = ()
         elif ((self.process_util or probe)
-              and mono - g.proc_util_at + CADENCE_SLACK_S >= PROCESS_UTIL_EVERY_S):
+              and due(mono, g.proc_util_at, PROCESS_UTIL_EVERY_S)):
             g.proc_util_at = mono
             self._process_util(g)
         return g.pids

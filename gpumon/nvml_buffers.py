@@ -94,6 +94,24 @@ class _Query:
                 return got
         return self._wrapped(handle, *args)
 
+    def _filled(self, call: Callable) -> list:
+        """The entries a count-and-array query fills: ``call(count)`` calls the driver with a
+        reference to the count (in: the array's length; out: the entries) and ``self.array``;
+        the array grows when the driver says it is short."""
+        if self.array is None:
+            self._grow(self.START)
+        count = ctypes.c_uint()
+        for _ in range(MAX_GROW_TRIES + 1):
+            count.value = self.size
+            ret = call(ctypes.byref(count))
+            if ret == N.NVML_ERROR_INSUFFICIENT_SIZE:
+                self._grow(count.value + PROCESSES_START // 2)
+                continue
+            if ret != N.NVML_SUCCESS:
+                self._check(ret)
+            return self.array[:min(count.value, self.size)]
+        raise _Unexpected(N.NVML_ERROR_INSUFFICIENT_SIZE)
+
     def _direct(self, handle, *args):
         raise NotImplementedError
 
@@ -157,21 +175,9 @@ class Processes(_Query):
     START = PROCESSES_START
 
     def _direct(self, handle) -> list[tuple[int, Optional[int]]]:
-        if self.array is None:
-            self._grow(self.START)
-        count = ctypes.c_uint()
-        for _ in range(MAX_GROW_TRIES + 1):
-            count.value = self.size
-            ret = self.fn(handle, ctypes.byref(count), self.array)
-            if ret == N.NVML_ERROR_INSUFFICIENT_SIZE:
-                self._grow(count.value + PROCESSES_START // 2)
-                continue
-            if ret != N.NVML_SUCCESS:
-                self._check(ret)
-            na = N.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
-            return [(p.pid, None if p.usedGpuMemory == na else p.usedGpuMemory)
-                    for p in self.array[:min(count.value, self.size)]]
-        raise _Unexpected(N.NVML_ERROR_INSUFFICIENT_SIZE)
+        na = N.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+        return [(p.pid, None if p.usedGpuMemory == na else p.usedGpuMemory)
+                for p in self._filled(lambda count: self.fn(handle, count, self.array))]
 
     def _wrapped(self, handle) -> list[tuple[int, Optional[int]]]:
         return [(p.pid, p.usedGpuMemory) for p in N.nvmlDeviceGetComputeRunningProcesses(handle)]
@@ -184,20 +190,9 @@ class ProcessUtilization(_Query):
     START = PROCESSES_START
 
     def _direct(self, handle, last_seen: int) -> list[tuple[int, int, float]]:
-        if self.array is None:
-            self._grow(self.START)
-        count = ctypes.c_uint()
-        for _ in range(MAX_GROW_TRIES + 1):
-            count.value = self.size
-            ret = self.fn(handle, self.array, ctypes.byref(count), ctypes.c_ulonglong(last_seen))
-            if ret == N.NVML_ERROR_INSUFFICIENT_SIZE:
-                self._grow(count.value + PROCESSES_START // 2)
-                continue
-            if ret != N.NVML_SUCCESS:
-                self._check(ret)
-            return [(s.pid, s.timeStamp, float(s.smUtil))
-                    for s in self.array[:min(count.value, self.size)]]
-        raise _Unexpected(N.NVML_ERROR_INSUFFICIENT_SIZE)
+        seen = ctypes.c_ulonglong(last_seen)
+        return [(s.pid, s.timeStamp, float(s.smUtil))
+                for s in self._filled(lambda count: self.fn(handle, self.array, count, seen))]
 
     def _wrapped(self, handle, last_seen: int) -> list[tuple[int, int, float]]:
         return [(s.pid, s.timeStamp, float(s.smUtil))

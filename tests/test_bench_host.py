@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from gpumon import cadence
 from gpumon import host as H
 from bench.proctree import ProcTree
 
@@ -118,7 +119,7 @@ def test_disk_is_read_at_most_every_period(monkeypatch, procfs):
 def test_a_worker_that_ends_makes_the_next_read_rescan(monkeypatch):
     monkeypatch.setattr(H, "PROC_CPU_EVERY_S", 0.1)
     monkeypatch.setattr(H, "WORKER_CPU_EVERY_S", 0.1)
-    monkeypatch.setattr(H, "READ_EARLY_S", 0.0)
+    monkeypatch.setattr(cadence, "EARLY_S", 0.0)
     with ProcTree(mains=1, workers=3) as tree:
         main = tree.mains[0]
         hs = H.HostSource()

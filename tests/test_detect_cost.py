@@ -30,6 +30,9 @@ def test_div_gives_the_numbers_of_the_where_formula():
         got_b = N.div(a, b[0])
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got_b, want_b)
+    with np.errstate(all="ignore"):          # a plain number as the denominator
+        np.testing.assert_array_equal(N.div(a[0], 2.0), a[0] / 2.0)
+        assert np.isnan(N.div(a[0], 0.0)).all() and np.isnan(N.div(a[0], -1)).all()
     assert np.isnan(got[b <= 0]).all() and np.isnan(got[1, 2])
 
 
@@ -101,6 +104,9 @@ def _calls_per_update(ticks, warm: int) -> float:
 CALLS_MAX = 1850
 
 
+@pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.0.0",
+                    reason="numpy before 2 wraps more of its functions in Python calls: "
+                    "the count is calibrated on numpy 2")
 @pytest.mark.parametrize("scenario", ["data_starvation", "busy"])
 def test_live_tick_work_stays_bounded(scenario):
     """A deterministic stand-in for CPU time: how many Python-level calls one update makes

@@ -70,9 +70,6 @@ def _bins(s: float, th: Thresholds) -> int:
     return int(round(s / th.bin_s))
 
 
-_div = N.div
-
-
 def wsum(a: np.ndarray, w: int, ends: np.ndarray) -> np.ndarray:
     """Sums of the last axis over windows of ``w`` entries (an int, or one per end) ending at
     each of ``ends``."""
@@ -140,17 +137,17 @@ def _live_sums(g: np.ndarray, keep: np.ndarray):
 
 
 def _ratios(S: np.ndarray, num: np.ndarray, den: np.ndarray, L: int) -> np.ndarray:
-    """_div(S[num], S[den]), row by row; rows whose denominator is S's zero row ``L`` (no
+    """N.div(S[num], S[den]), row by row; rows whose denominator is S's zero row ``L`` (no
     data) are NaN without dividing."""
     if L == len(S):                  # every field has a row of its own (no zero row)
-        return _div(S[num], S[den])
+        return N.div(S[num], S[den])
     ok = den < L
     if ok.all():
-        return _div(S[num], S[den])
+        return N.div(S[num], S[den])
     R = np.full((len(num),) + S.shape[1:], np.nan)
     if ok.any():
         b = S[den[ok]]
-        # _div's numbers (a / b where b > 0, else NaN) in one pass over the rows with data.
+        # N.div's numbers (a / b where b > 0, else NaN) in one pass over the rows with data.
         R[ok] = np.divide(S[num[ok]], b, out=np.full(b.shape, np.nan), where=b > 0)
     return R
 
@@ -175,7 +172,7 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     f = _gpu_ratios(g, C, pos, L, ix, W, ends, th)
     # Per-bin quantities compared across GPUs, then summed over the window.
     bn = g[GI["n"]]
-    bduty = _div(g[GI["u"]], bn)                    # (G, T)
+    bduty = N.div(g[GI["u"]], bn)                    # (G, T)
     have = (bn > 0).all(axis=0) & keep              # bins where every GPU has data
     ix_t = np.arange(have.shape[-1])                # bin indices
     f.update(_sync_features(bduty, have, W, ends, th, ix_t))
@@ -183,7 +180,7 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     f.update(_host_features(h, keep, W, ends, th))
     f.update(_pause_features(pause, why, ends, th, ix_t))
     # Memory held in the last bin of each window (NaN where unknown).
-    f["mem_last"] = _div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])
+    f["mem_last"] = N.div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])
     f["ctx_duty"] = ctx_duty
     f["window"] = W
     f.update(_seen(g, h))
@@ -196,10 +193,10 @@ def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: i
     ctx = max(1, int(round(th.context_s / th.bin_s)))
     Sc = wsum_c(C, ctx, ends, ix["ctx"])            # (6, G, E)
     tot = Sc.sum(axis=1)                            # (6, E)
-    ctx_duty = _div(tot[1], tot[0])
+    ctx_duty = N.div(tot[1], tot[0])
     if w:
         return np.full(len(ends), int(w)), ctx_duty
-    cycle = _div(tot[3] + tot[5], tot[2])           # s per (burst + gap)
+    cycle = N.div(tot[3] + tot[5], tot[2])           # s per (burst + gap)
     w0 = max(1, int(round(th.window_s / th.bin_s)))
     wmax = max(w0, int(round(th.window_max_s / th.bin_s)))
     # Stretch only for a job whose context already looked starved before the last
@@ -210,10 +207,10 @@ def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: i
     # for all of it shows no slow rhythm to stretch over (it recovered, or a new regime).
     last = wsum_c(C, w0, ends, ix["ctx"]).sum(axis=1)
     t0 = tot - last
-    old_duty = _div(t0[1], t0[0])
+    old_duty = N.div(t0[1], t0[0])
     before = np.where(np.isnan(old_duty), ctx_duty, old_duty)
     slow = ((N.nan_to_num(before, nan=1.0) < th.duty_starved)
-            & (N.nan_to_num(_div(last[1], last[0]), nan=0.0) < th.duty_starved))
+            & (N.nan_to_num(N.div(last[1], last[0]), nan=0.0) < th.duty_starved))
     want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
     return np.clip(want, w0, wmax).astype(int), ctx_duty
 
@@ -236,13 +233,13 @@ def _gpu_ratios(g: np.ndarray, C: np.ndarray, pos: np.ndarray, L: int, ix: dict,
     rr = ix["recent"]
     if L == len(S) or (rr[k:] < L).any():
         Sr = wsum_c(C, min(_bins(th.recent_s, th), int(W.min())), ends, rr)
-        Rr = _div(Sr[:k], Sr[k:])
+        Rr = N.div(Sr[:k], Sr[k:])
     else:                                           # no host readings: all NaN, as divided
         Rr = np.full((k,) + S.shape[1:], np.nan)
     for i, name in enumerate(_RECENT):
         f[name + "_recent"] = Rr[i]
-    f["power_frac"] = _div(f["power_w"], f["power_limit"])
-    f["clock_frac"] = _div(f["clock"], f["clock_max"])
+    f["power_frac"] = N.div(f["power_w"], f["power_limit"])
+    f["clock_frac"] = N.div(f["clock"], f["clock_max"])
     return f
 
 
@@ -261,7 +258,7 @@ def _sync_features(bduty: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.
     floor = have & (least < th.steady_floor_duty)
     sm = wsum(np.stack([min_idle, mean_idle, have.astype(float), low.astype(float),
                         floor.astype(float)]), W, ends)
-    f = {"gap_sync": _div(sm[0], sm[1]), "job_idle": _div(sm[1], sm[2]), "bins": sm[2],
+    f = {"gap_sync": N.div(sm[0], sm[1]), "job_idle": N.div(sm[1], sm[2]), "bins": sm[2],
          "low_bins": sm[3], "floor_bins": sm[4],
          "duty_sd": _duty_sd(bidle, have, W, ends, sm[2])}
     f.update(_stall_features(have & (least >= th.busy_bin_duty), ends, th, ix_t))
@@ -274,8 +271,8 @@ def _duty_sd(bidle: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.ndarra
     of any GPU over the window's ``nbins`` seconds with data)."""
     bd = np.where(have, 1.0 - bidle, 0.0)           # (G, T)
     sq = wsum(np.stack([bd, bd * bd]), W, ends)     # (2, G, E)
-    mu = _div(sq[0], nbins)
-    var = np.maximum(_div(sq[1], nbins) - mu * mu, 0.0)
+    mu = N.div(sq[0], nbins)
+    var = np.maximum(N.div(sq[1], nbins) - mu * mu, 0.0)
     return np.sqrt(N.nanmax(var, axis=0)) if var.shape[0] else np.full(len(ends), np.nan)
 
 
@@ -300,21 +297,21 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
                     ends: np.ndarray, th: Thresholds, ix_t: np.ndarray) -> dict:
     """Power in busy seconds: its fraction of the limit, relative to the hottest GPU once all
     are settled at work (busy-but-cold), and the run of seconds all busy yet cold (a hang)."""
-    bpw = _div(g[GI["pw"]], g[GI["pn"]])            # mean power per bin (W), NaN if none
-    blim = _div(g[GI["pl"]], g[GI["pln"]])
+    bpw = N.div(g[GI["pw"]], g[GI["pn"]])            # mean power per bin (W), NaN if none
+    blim = N.div(g[GI["pl"]], g[GI["pln"]])
     busy_bin = (bduty >= th.busy_bin_duty) & ~np.isnan(bpw) & keep
-    pf = _div(bpw, blim)                            # power / limit per bin
+    pf = N.div(bpw, blim)                            # power / limit per bin
     all_busy = busy_bin.all(axis=0) if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
     settled = _settled(all_busy, th)
     top = N.nanmax(np.where(busy_bin, bpw, np.nan), axis=0) if bpw.shape[0] else bpw[0]
-    rel = np.where(settled, _div(bpw, top), 0.0)
+    rel = np.where(settled, N.div(bpw, top), 0.0)
     # The four window sums in one pass (rows: power fraction while busy, busy seconds,
     # power relative to the hottest GPU, settled seconds).
     sums = wsum(np.stack([np.where(busy_bin, pf, 0.0), busy_bin.astype(float), rel,
                           np.broadcast_to(settled.astype(float), rel.shape)]), W, ends)
     pfb, rs = sums[:2], sums[2:]
-    f = {"power_frac_busy": _div(pfb[0], pfb[1])}
-    f["rel_power"] = _div(rs[0], rs[1])            # (G, E): power over the hottest's, all busy
+    f = {"power_frac_busy": N.div(pfb[0], pfb[1])}
+    f["rel_power"] = N.div(rs[0], rs[1])            # (G, E): power over the hottest's, all busy
     # Seconds in a row, up to each window's end, with every GPU busy and drawing at most
     # hang_power_frac of its limit (Thresholds.hang_s), read within hang_s + 1 bins.
     cold = all_busy & (N.nanmax(pf, axis=0) <= th.hang_power_frac) \
@@ -345,10 +342,10 @@ def _host_features(h: np.ndarray, keep: np.ndarray, W: np.ndarray, ends: np.ndar
     hk = h * keep
     H = wsum(hk, W, ends)
     f = {}
-    f["iowait"], f["disk_read"], f["disk_write"], f["host_cpu"] = _div(H[_HNUM], H[_HDEN])
+    f["iowait"], f["disk_read"], f["disk_write"], f["host_cpu"] = N.div(H[_HNUM], H[_HDEN])
     # Storage over the last seconds too (as the loaders' _recent readings, _gpu_ratios).
     Hr = wsum(hk[_HIO_NUM + _HIO_DEN], min(_bins(th.recent_s, th), int(W.min())), ends)
-    f["iowait_recent"], f["disk_read_recent"] = _div(Hr[:2], Hr[2:])
+    f["iowait_recent"], f["disk_read_recent"] = N.div(Hr[:2], Hr[2:])
     return f
 
 

@@ -110,19 +110,20 @@ def _jobs(parent: dict, act: list[int], pids: Mapping[int, Optional[tuple]]
 
 
 class GroupMemo:
-    """group_active's last answer, kept while its inputs (the active GPUs, their PIDs, the
-    parents) are the same: the live detector asks once a second, and jobs rarely change."""
+    """group_active's last answer, kept while what it reads (the active GPUs, their PIDs and
+    those PIDs' parents) is the same: the live detector asks once a second, and jobs rarely
+    change."""
 
     def __init__(self):
         self.key: Optional[tuple] = None
-        self.ppid: Optional[dict] = None
         self.jobs: list = []
 
     def __call__(self, act: list[int], pids: Mapping[int, Optional[tuple]],
                  ppid: Optional[Mapping[int, int]] = None) -> list[tuple[tuple[int, ...], bool]]:
-        key = (tuple(act), tuple(pids.get(g) for g in act))
-        ppid = dict(ppid or {})
-        if key != self.key or ppid != self.ppid:
-            self.key, self.ppid = key, ppid
+        ppid = ppid or {}
+        gpu_pids = tuple(pids.get(g) for g in act)
+        key = (tuple(act), gpu_pids, [ppid.get(p) for ps in gpu_pids for p in ps or ()])
+        if key != self.key:
+            self.key = key
             self.jobs = group_active(act, pids, ppid)
-        return [(gpus, shared) for gpus, shared in self.jobs]
+        return list(self.jobs)

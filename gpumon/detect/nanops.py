@@ -37,7 +37,8 @@ def nanmin(a: np.ndarray, axis: int = 0) -> np.ndarray:
 def div(a: np.ndarray, b) -> np.ndarray:
     """a / b where b > 0, else NaN (call under np.errstate(all="ignore")): the quotient, then
     NaN where b is not > 0; the numbers of np.where(b > 0, a / np.where(b > 0, b, 1), NaN) in
-    two ufunc calls fewer. ``a`` or ``b`` must be an array (the result is written into)."""
+    two ufunc calls fewer. ``a`` or ``b`` must be an array (the result is written into); ``b``
+    may be a plain number."""
     q = np.true_divide(a, b)
-    np.copyto(q, np.nan, where=~(b > 0))
+    np.copyto(q, np.nan, where=b <= 0)     # (b NaN: the quotient is NaN already)
     return q

@@ -166,9 +166,9 @@ class PauseTracker:
         if self.in_pause:
             if self._inside(duty, idle, alone, all_on, hv):
                 self.hist.append((0.0, 0.0, True))
-                # Two seconds in a row of every GPU at full work are work, whatever the
-                # tracker still waits to see (resume_s) before it ends the pause; not while
-                # a validation pass's extra DataLoader is there (its forward bursts).
+                # A second of every GPU at full, warm work (Seconds.full) is work, whatever
+                # the tracker still waits to see (resume_s) before it ends the pause; not
+                # while a validation pass's extra DataLoader is there (its forward bursts).
                 return not (full and not hv.changed)
         elif self._starts(stop, alone, hv):
             self._start(hv, alone)
@@ -439,13 +439,11 @@ def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
     unknown), and whether a rank's main process that has loader workers is itself at a full
     core (saving a checkpoint, evaluating: work that is not feeding). NaN workers when the
     host is unknown."""
-    def r(a, b):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
     # Every ratio in one division (element-wise, the same numbers as one by one).
-    wk, ld, lb, mc, mt, mem, pid, age = r(g[_HB_NUM], g[_HB_DEN])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        wk, ld, lb, mc, mt, mem, pid, age = N.div(g[_HB_NUM], g[_HB_DEN])
+        io, rd, wr = N.div(h[_HB_HNUM], h[_HB_HDEN])
     main = np.fmax(mc, mt)
-    io, rd, wr = r(h[_HB_HNUM], h[_HB_HDEN])
     with np.errstate(invalid="ignore"):
         per = np.maximum(wk, 1)
         starving_g = (((wk >= 0.5) & ((ld / (100 * per) >= th.loader_busy_share)

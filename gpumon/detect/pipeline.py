@@ -110,7 +110,7 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
         a = f[name][:, e].tolist()
         if strag_row >= 0 and not math.isnan(a[strag_row]):
             return a[strag_row]
-        a = [x for x in a if x == x]
+        a = [x for x in a if x == x]          # (NaN != NaN)
         return max(a) if a else None
 
     duty = col("duty")
@@ -229,19 +229,16 @@ def bin_duty(g: np.ndarray):
 def active_since(g: np.ndarray, th: Thresholds = DEFAULT) -> int:
     """First bin of the last unbroken stretch in which every GPU of the job was in use
     (processes, memory, or without either, activity)."""
-    pid = _ratio(g[GI["pid"]], g[GI["pidn"]])
-    mem = _ratio(g[GI["mem"]], g[GI["memn"]])
-    duty = _ratio(g[GI["u"]], g[GI["n"]])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pid = N.div(g[GI["pid"]], g[GI["pidn"]])
+        mem = N.div(g[GI["mem"]], g[GI["memn"]])
+        duty = N.div(g[GI["u"]], g[GI["n"]])
     act = np.where(~np.isnan(pid), pid > 0, False) | np.where(
         ~np.isnan(mem), mem >= th.mem_active_mib, np.isnan(pid) & (N.nan_to_num(duty) > 0))
     allact = act.all(axis=0)
     off = np.flatnonzero(~allact)
     return int(off[-1] + 1) if len(off) else 0
 
-
-def _ratio(a, b):
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
 
 
 def judge_job(g: np.ndarray, h: np.ndarray, pause: np.ndarray, ends: np.ndarray, shared: bool,

@@ -86,7 +86,7 @@ class Windows:
         f = self.f
         if not self.G:
             return np.full(self.E, np.nan)
-        with CALM:     # (duty is NaN wherever n is 0: features._div)
+        with CALM:     # (duty is NaN wherever n is 0: nanops.div)
             return N.nanmean(f["duty"], axis=0)
 
     @cached_property
