@@ -367,3 +367,20 @@ def test_a_rank_alone_at_a_trickle_is_a_checkpoint_not_starvation(tmp_path):
     assert len(paused) >= 5 and {d.cause for d in paused} == {"checkpoint"}
     _, tl = analyze_file(_smi(tmp_path, _save_every_13s(0), "zero.csv"))
     assert "data_starvation" in _verdicts(tl, 5, 100)
+
+
+def test_a_dip_whose_gpus_keep_their_busy_power_is_not_a_pause():
+    """A 1 s sample at 0% on one GPU while every GPU holds its busy power caught the gap
+    between two steps (an 8-GPU gloo job of the detector benchmark read as a pause): the
+    dip is a stop only if a GPU's power fell with its utilization (stop_power_frac)."""
+    util = np.array(_validation_run(ret=True), dtype=float).T / 100.0     # (G, T)
+    n = np.full(util.shape[1], 2.0)
+    u = util.sum(axis=0)
+    busy_power = np.full(util.shape, 220.0)
+    assert not two_sided(util, n, u, DEFAULT, power=busy_power).any()
+    stopping = np.where(util < DEFAULT.dip_deep_duty, 70.0, 220.0)    # idle draws ~1/3
+    m = two_sided(util, n, u, DEFAULT, power=stopping)
+    assert m[60:90].all() and not m[:60].any(), np.flatnonzero(m)
+    # Unknown power (a log without power.draw) reads as before: the utilization alone.
+    m_nan = two_sided(util, n, u, DEFAULT, power=np.full(util.shape, np.nan))
+    assert (m_nan == two_sided(util, n, u, DEFAULT)).all() and m_nan[60:90].all()

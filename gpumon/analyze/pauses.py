@@ -59,9 +59,10 @@ def _runs(good: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = DEFAULT,
-              host: Optional[list] = None) -> np.ndarray:
+              host: Optional[list] = None, power: Optional[np.ndarray] = None) -> np.ndarray:
     """Bins (T,) of a job that are pauses judged with what followed them, from per-GPU duty
-    (G, T), the job's sample count and busy sum per bin, and host_bins' tuples (or None)."""
+    (G, T), the job's sample count and busy sum per bin, host_bins' tuples (or None) and
+    per-GPU mean power per bin (G, T; NaN or None where unknown)."""
     T = len(n)
     out = np.zeros(T, dtype=bool)
     need = max(2, int(round(th.context_s / th.bin_s)))   # steady bins before and after a dip
@@ -75,6 +76,8 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
         if dip is None:
             continue
         a, e = dip
+        if not _stopped(duty[:, a:e], power, a, e, need, th):
+            continue
         if starving is not None and int((starving[s:e] & sc.drop[s:e]).sum()) > startup:
             continue
         out[a:e] = True
@@ -175,6 +178,23 @@ def _isolated(sc: _Scan, a: int, e: int, at_end: bool, lead_in: int) -> bool:
     return bool(sc.deep[a:e].any() and sc.run_after[e] >= min(dip, T - e)
                 and sc.run_before[a] >= dip and 2 * lone <= dip
                 and not (at_end and lone > lead_in))
+
+
+def _stopped(duty: np.ndarray, power: Optional[np.ndarray], a: int, e: int, need: int,
+             th: Thresholds) -> bool:
+    """Whether some GPU stopped in the dip [a, e): a second below dip_deep_duty at
+    stop_power_frac of its power over the need bins before the dip or less (an idle GPU's
+    power falls; a 1 s sample at 0% beside busy power caught the gap between two steps).
+    A GPU whose power is unknown there counts as stopped in its low seconds."""
+    low = duty < th.dip_deep_duty
+    if power is None:
+        return bool(low.any())
+    with np.errstate(invalid="ignore"):
+        before = power[:, max(0, a - need):a]
+        known = (~np.isnan(before)).any(axis=1)
+        ctx = np.nanmean(np.where(known[:, None], before, 0.0), axis=1)
+        drop = power[:, a:e] <= th.stop_power_frac * ctx[:, None]
+    return bool((low & (drop | np.isnan(power[:, a:e]) | ~known[:, None])).any())
 
 
 def _tail_return(good: np.ndarray, jd: np.ndarray, s: int, bar: float, tail: int,

@@ -357,7 +357,9 @@ def job_flags(st: Store, rows: list[int], th: Thresholds
     starts = present & ~np.concatenate(([False], present[:-1]))
     pause, excl, why = pause_flags(duty, n, u, th, hostb, starts, cold_seconds(g, th))
     # A log also holds what followed each stop (analyze/pauses.py).
-    both = two_sided(duty, n, u, th, hostb)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        power = g[GI["pw"]] / g[GI["pn"]]
+    both = two_sided(duty, n, u, th, hostb, power)
     why = np.where(both & (why < 0), CAUSES.index("unknown"), why)
     pause, excl = pause | both, excl | both
     # Seconds in which the job did not hold its GPUs (before it started, after it ended)

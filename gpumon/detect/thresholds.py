@@ -176,6 +176,12 @@ class Thresholds:
     dip_deep_duty: float = th(0.3, "share", "A dip goes this low on some GPU in some second (the "
                               "rest is noise around steady work, such as a DataParallel job's "
                               "second GPU hovering at 70%).")
+    stop_power_frac: float = th(0.7, "share", "A GPU below dip_deep_duty has stopped only if its "
+                                "power is at most this share of its own over the context_s of "
+                                "steady work before (an idle GPU draws a fraction of its busy "
+                                "power: 0.1-0.3 on recent GPUs, ~0.4-0.5 on a Titan X holding "
+                                "memory); a 1 s sample at 0% beside busy power caught the gap "
+                                "between two steps. Unknown power counts as stopped.")
     dip_lead_in_s: float = th(3.0, "s", "Ranks stop one after another: steady work may end this "
                               "long before every GPU has stopped.")
     blips_max: float = th(2.0, "seconds", "Lone seconds below steady work allowed in context_s of "
