@@ -384,3 +384,16 @@ def test_a_dip_whose_gpus_keep_their_busy_power_is_not_a_pause():
     # Unknown power (a log without power.draw) reads as before: the utilization alone.
     m_nan = two_sided(util, n, u, DEFAULT, power=np.full(util.shape, np.nan))
     assert (m_nan == two_sided(util, n, u, DEFAULT)).all() and m_nan[60:90].all()
+
+
+def test_a_pause_ends_where_steady_work_came_back(tmp_path):
+    """The first seconds after a pause have too few samples to judge at 1 s (its seconds
+    are left out of the windows): the log dates the return from the first second of work,
+    not from the third, where the windows first had min_samples again."""
+    util = [[98, 98]] * 60 + [[0, 0]] * 10 + [[98, 98]] * 60
+    _, tl = analyze_file(_smi(tmp_path, util))
+    paused = [d for d in tl.segments if d.verdict == "paused"]
+    assert len(paused) == 1, [(d.verdict, d.start - tl.start) for d in tl.segments]
+    assert paused[0].end - tl.start <= 71, paused[0].end - tl.start
+    after = [d.verdict for d in tl.segments if d.start >= paused[0].end]
+    assert after and set(after) == {"busy"}, after

@@ -41,6 +41,8 @@ _STARVED = VERDICTS.index("data_starvation")
 _BUSY = VERDICTS.index("busy")
 _STALL = VERDICTS.index("sync_stall")
 _RANK_HOST = CAUSES.index("rank_host")
+_UNKNOWN = VERDICTS.index(INSUFFICIENT_DATA)
+_PAUSED = VERDICTS.index(PAUSED)
 
 
 @dataclass
@@ -295,7 +297,10 @@ def _first_seen(held: np.ndarray, keys: list, v: np.ndarray, c: np.ndarray,
                 s: np.ndarray) -> list:
     """The bins at which the held verdict changes, each moved back to where the new one
     first appeared in the raw ones: the run of raw verdicts that won the hold (of the new
-    verdict; where only its cause or straggler changed, of the new key)."""
+    verdict; where only its cause or straggler changed, of the new key). Bins with too few
+    samples to judge just before that run, after a pause (the first seconds after it, whose
+    windows leave the pause out), belong to the new verdict too: the hold kept the pause
+    through them only for want of data."""
     out = []
     prev = 0
     for i in (np.flatnonzero(held[1:] != held[:-1]) + 1).tolist():
@@ -303,6 +308,8 @@ def _first_seen(held: np.ndarray, keys: list, v: np.ndarray, c: np.ndarray,
         j = i
         if new[0] != old[0]:
             while j - 1 > prev and v[j - 1] == new[0]:
+                j -= 1
+            while old[0] == _PAUSED and j - 1 > prev and v[j - 1] == _UNKNOWN:
                 j -= 1
         else:
             while j - 1 > prev and (v[j - 1], c[j - 1], s[j - 1]) == new:
