@@ -397,3 +397,29 @@ def test_a_pause_ends_where_steady_work_came_back(tmp_path):
     assert paused[0].end - tl.start <= 71, paused[0].end - tl.start
     after = [d.verdict for d in tl.segments if d.start >= paused[0].end]
     assert after and set(after) == {"busy"}, after
+
+
+def test_a_stop_later_found_to_be_starvation_is_no_pause(tmp_path):
+    """A simulated 1-GPU job (a tuning seed of the detector benchmark) whose CPU-bound loader
+    keeps it waiting 29 s for its first batches after steady work, then works 9 s and waits
+    again. Live, the first stop is a pause until the stop comes again; a log knows that from
+    the start: none of its seconds is paused."""
+    from bench.detect import render_nvsmi, simulate_run
+    ticks, change, _ = simulate_run("data_starvation", 1, 7002021)
+    path = tmp_path / "starved.csv"
+    path.write_text(render_nvsmi(ticks, "mean"))
+    _, tl = analyze_file(str(path))
+    paused = [(d.start - change, d.end - change) for d in tl.segments
+              if d.verdict == "paused" and d.end > change + 5]
+    assert not paused, paused
+    assert "data_starvation" in _verdicts(tl, change - tl.start + 5, change - tl.start + 40)
+
+
+def test_a_starved_rhythm_after_steady_work_has_no_paused_second(tmp_path):
+    """Steady work, then 8 s gaps between 3 s bursts on both GPUs: live, the first gap is a
+    pause until the rhythm shows; the log calls every gap starvation."""
+    util = [[98, 98]] * 60 + ([[0, 0]] * 8 + [[98, 98]] * 3) * 8 + [[0, 0]] * 8
+    _, tl = analyze_file(_smi(tmp_path, util))
+    assert "paused" not in _verdicts(tl, 55, len(util)), [
+        (d.verdict, d.start - tl.start) for d in tl.segments]
+    assert "data_starvation" in _verdicts(tl, 62, 80)

@@ -84,6 +84,26 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
     return out
 
 
+def not_one_off(pause: np.ndarray, unknown: np.ndarray, duty: np.ndarray, n: np.ndarray,
+                u: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
+    """Bins (T,) of the live tracker's pauses (``pause``) that a log shows were no one-off
+    stop: ``unknown`` (nothing on the host explains them) and followed by steady work
+    (lone seconds allowed) shorter than the pause itself before the next stop, the log not
+    ending first. Such a stop is the next gap of a starving job; a checkpoint, validation
+    pass or epoch boundary is followed by more work than it took (two_sided's isolation)."""
+    T = len(n)
+    out = np.zeros(T, dtype=bool)
+    need = max(2, int(round(th.context_s / th.bin_s)))
+    if not pause.any() or T < 2 * need + 1:
+        return out
+    run_after = _scan(duty, n, u, th, need).run_after
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], pause.astype(np.int8), [0]))))
+    for a, e in zip(edges[::2].tolist(), edges[1::2].tolist()):
+        if e < T and unknown[a:e].all() and run_after[e] < min(e - a, T - e):
+            out[a:e] = True
+    return out
+
+
 class _Scan:
     """Per bin of a job, what two_sided reads (see _scan)."""
 

@@ -27,7 +27,7 @@ from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.logs.log import Log, runs
 from gpumon.logs.memory import small_pages
-from gpumon.analyze.pauses import recovered, two_sided
+from gpumon.analyze.pauses import not_one_off, recovered, two_sided
 from gpumon.logs.threads import map_threads
 
 CHUNK_BINS = 4096
@@ -363,6 +363,14 @@ def job_flags(st: Store, rows: list[int], th: Thresholds
     present = np.array([x[3] for x in hostb], dtype=bool)
     starts = present & ~np.concatenate(([False], present[:-1]))
     pause, excl, why = pause_flags(duty, n, u, th, hostb, starts, cold_seconds(g, th))
+    # Live, a stop is a pause until the tracker finds it was starvation (the stop came
+    # again, or work came back at a starved rhythm), and then only its bins go back into
+    # the windows; a log knows that from the start: those bins are no pause.
+    pause &= excl
+    # A stop followed by less work than it took, before the next, is the next gap of a
+    # starving job (analyze/pauses.not_one_off).
+    gap = not_one_off(pause, why == CAUSES.index("unknown"), duty, n, u, th)
+    pause, excl = pause & ~gap, excl & ~gap
     # A log also holds what followed each stop (analyze/pauses.py).
     with np.errstate(invalid="ignore", divide="ignore"):
         power = g[GI["pw"]] / g[GI["pn"]]

@@ -362,9 +362,9 @@ def _pause_features(pause: np.ndarray, why: Optional[np.ndarray], ends: np.ndarr
     last_on = np.maximum.accumulate(np.where(pause, -1, ix_t))
     f["pause_len"] = np.where(f["pause"], np.minimum(ends - last_on[ends], wm + 1), 0)
     # Seconds since the last pause bin, read within window_max_s as full_run is (wm + 1:
-    # none in the last window_max_s).
-    last_pause = np.maximum.accumulate(np.where(pause, ix_t, -1))
-    f["since_pause"] = np.minimum(ends - last_pause[ends], wm + 1)
+    # none in the last window_max_s, or none at all).
+    last_pause = np.maximum.accumulate(np.where(pause, ix_t, -1))[ends]
+    f["since_pause"] = np.where(last_pause < 0, wm + 1, np.minimum(ends - last_pause, wm + 1))
     return f
 
 
