@@ -601,6 +601,18 @@ def test_a_plateau_job_comes_back_from_a_checkpoint_to_its_own_level(monkeypatch
     assert "data_starvation" in set(v2.values())
 
 
+def test_a_job_below_full_duty_is_back_at_its_first_second_at_its_own_level():
+    """A simulated 8-GPU gloo job (a tuning seed of the detector benchmark) runs at 86-90%
+    (its all-reduce leaves the GPUs idle) and restarts its loader workers at an epoch
+    boundary 38-43 s into the scenario; 45 s in, every GPU is back at 86-90%. That second is
+    work at the job's own level (the pause's return bar), not a second of the pause: judged
+    against busy_bin_duty (90%) the pause lasted until the tracker's resume_s ran out."""
+    from bench.detect import simulate_run
+    ticks, change, _ = simulate_run("epoch_end", 8, 7002148)
+    v = _live_verdicts(ticks, change)
+    assert v[41] == "paused" and v[45] == "busy" and v[46] == "busy", [v[t] for t in range(38, 49)]
+
+
 def _one_slow_batch(stall_s: float, loader_cpu: float = 100.0) -> list:
     """2 ranks (NCCL) at full speed for 30 s, then rank 1 waits stall_s for one slow batch
     while rank 0 spins in the all-reduce (100%, cold), then both run on for 30 s. Each rank

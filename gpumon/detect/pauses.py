@@ -40,8 +40,9 @@ class Seconds:
               input holds every other in the next collective
     lone_idle one GPU below trickle_duty while every other works (all_on_duty or more)
     all_on    every GPU at all_on_duty or more
-    full      every GPU at busy_bin_duty or more and none of them busy but cold (``cold``:
-              cold.cold_seconds; a rank spinning in a collective for a peer is no work)
+    full      the least busy GPU's duty where none of them is busy but cold (``cold``:
+              cold.cold_seconds; a rank spinning in a collective for a peer is no work), 0
+              where one is or no GPU sent data
     """
 
     def __init__(self, duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds,
@@ -61,9 +62,9 @@ class Seconds:
             self.alone = (nk > 1) & (nlow == nk - 1) & (trickle.sum(axis=0) == 1)
             self.lone_idle = (nk > 1) & (stopped.sum(axis=0) == 1) & (on.sum(axis=0) == nk - 1)
             self.all_on = (on | ~known).all(axis=0)
-            self.full = ((d >= th.busy_bin_duty) | ~known).all(axis=0) & (nk > 0)
+            self.full = np.where(nk > 0, np.where(known, d, 1.0).min(axis=0), 0.0)
             if cold is not None:
-                self.full &= ~cold
+                self.full[cold] = 0.0
             self.duty = np.where(n > 0, u / np.where(n > 0, n, 1.0), 0.0)
         self.n, self.u = n, u
 
@@ -71,7 +72,7 @@ class Seconds:
         """(has, idle, alone, lone_idle, all_on, full, n, u) of second ``i``, as Python
         values."""
         return (bool(self.has[i]), bool(self.idle[i]), bool(self.alone[i]),
-                bool(self.lone_idle[i]), bool(self.all_on[i]), bool(self.full[i]),
+                bool(self.lone_idle[i]), bool(self.all_on[i]), float(self.full[i]),
                 float(self.n[i]), float(self.u[i]))
 
 
@@ -166,10 +167,11 @@ class PauseTracker:
         if self.in_pause:
             if self._inside(duty, idle, alone, all_on, hv):
                 self.hist.append((0.0, 0.0, True))
-                # A second of every GPU at full, warm work (Seconds.full) is work, whatever
-                # the tracker still waits to see (resume_s) before it ends the pause; not
-                # while a validation pass's extra DataLoader is there (its forward bursts).
-                return not (full and not hv.changed)
+                # A second of every GPU at warm work at the job's level before the pause
+                # (Seconds.full, the return bar) is work, whatever the tracker still waits
+                # to see (resume_s) before it ends the pause; not while a validation pass's
+                # extra DataLoader is there (its forward bursts).
+                return not (full >= self.bar and not hv.changed)
         elif self._starts(stop, alone, hv):
             self._start(hv, alone)
             return True
