@@ -613,6 +613,25 @@ def test_a_job_below_full_duty_is_back_at_its_first_second_at_its_own_level():
     assert v[41] == "paused" and v[45] == "busy" and v[46] == "busy", [v[t] for t in range(38, 49)]
 
 
+def test_the_rank_whose_loaders_are_saturated_is_named_as_the_job_sees_starvation():
+    """A simulated 2-GPU NCCL job (a tuning seed of the detector benchmark) whose rank 1 has
+    slow input: its 11 loader workers all busy, at 53-82% of their CPU over the window as
+    they ramp up. The job reads as starving (a rank's workers all busy, the measure
+    ``feeding`` uses); the rank that starves is named by the same measure, over the window
+    or its last seconds: with loader CPU alone over the window, no rank was, and the
+    starvation named no GPU."""
+    from bench.detect import simulate_run
+    ticks, change, _ = simulate_run("rank_data_stall", 2, 7002062)
+    det = StreamingDetector()
+    named = {}
+    for tk in ticks:
+        d = det.update(tk)[0]
+        t = round(tk.time - change)
+        if 2 <= t <= 6 or 16 <= t <= 21:
+            named[t] = (d.verdict, d.straggler_gpu)
+    assert set(named.values()) == {("data_starvation", 1)}, named
+
+
 def _one_slow_batch(stall_s: float, loader_cpu: float = 100.0) -> list:
     """2 ranks (NCCL) at full speed for 30 s, then rank 1 waits stall_s for one slow batch
     while rank 0 spins in the all-reduce (100%, cold), then both run on for 30 s. Each rank

@@ -133,8 +133,11 @@ def host_starved(f: dict, th: Thresholds, suffix: str = "") -> np.ndarray:
     over the window, or with suffix "_recent" over its last seconds."""
     w, main, thread = f["workers" + suffix], f["main_cpu" + suffix], f["main_thread" + suffix]
     with CALM:
-        per_worker = f["loader_cpu" + suffix] / (100.0 * np.maximum(w, 1))
-        starving = (((w >= 0.5) & (per_worker >= th.loader_busy_share))
+        per = np.maximum(w, 1)
+        # (Loaders saturated as starving_any reads them: their CPU, or how many are busy.)
+        saturated = ((f["loader_cpu" + suffix] / (100.0 * per) >= th.loader_busy_share)
+                     | (f["loader_busy" + suffix] / per >= th.loader_busy_share))
+        starving = (((w >= 0.5) & saturated)
                     | ((w < 0.5) & (np.fmax(main, thread) >= th.core_busy_pct))
                     | (thread >= th.core_busy_pct))
     return np.where(np.isnan(w) & np.isnan(main), np.nan, starving.astype(float))

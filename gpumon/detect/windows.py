@@ -135,9 +135,18 @@ class Windows:
         return host_starved(self.f, self.th)
 
     @cached_property
+    def starved_any(self) -> np.ndarray:
+        """(G, E): each rank's host starving over the window or over its last seconds (as
+        ``feeding`` reads the job's)."""
+        if "workers_recent" not in self.f:
+            return self.starved_w
+        return np.fmax(self.starved_w, host_starved(self.f, self.th, "_recent"))
+
+    @cached_property
     def hs(self) -> np.ndarray:
-        """The row of the only GPU whose rank's host starves, or -1."""
-        return host_straggler(self.f, self.th, self.starved_w)
+        """The row of the only GPU whose rank's host starves (over the window or its last
+        seconds), or -1."""
+        return host_straggler(self.f, self.th, self.starved_any)
 
     # -- a lone stall that is over ----------------------------------------------------------
     @cached_property
@@ -204,9 +213,7 @@ class Windows:
         # Unless the idler ranks' own hosts starve (loaders saturated, main process at a
         # core): then they wait for input, and the busy one spins in the collective waiting
         # for them (a data-starved NCCL job's ranks drift apart).
-        starved_g = self.starved_w
-        if "workers_recent" in f:
-            starved_g = np.fmax(starved_g, host_starved(f, th, "_recent"))
+        starved_g = self.starved_any
         with CALM:
             lo_starve = N.nanmax(np.where(~hi, starved_g, np.nan), axis=0)
         return out & ~(lo_starve >= 1.0)
