@@ -290,6 +290,10 @@ class Score:
         # (b): seconds a gloo job's idle all-reduce dominated: without host counters no
         # different from a wait for data (issue 18's decision): counted, not scored.
         self.ambiguous: Counter = Counter()
+        # (b): seconds of a pause in which every GPU computed (a validation pass's forward
+        # passes at full utilization): busy on the GPUs, which is all a log without host
+        # counters shows; scored as busy, counted here.
+        self.computed_pause = 0
 
     def add(self, res: dict, key: str) -> None:
         pred = res[key]
@@ -321,6 +325,12 @@ class Score:
                 # A log labels one rank's stalls second by second: a second in which every
                 # GPU computed is busy (physics, as the real traces are labelled).
                 tv, tstrag = "busy", None
+            if key == "b" and tv == "paused" and computed:
+                # The same physics for a pause: a validation pass that keeps every GPU
+                # computing is, on the GPUs, work; only host counters (its new DataLoader)
+                # tell it from training.
+                tv = "busy"
+                self.computed_pause += int(t >= change + SKIP_S + 1e-9)
             if first_ok is None and pv == tv:
                 first_ok = t - change
             if t < change + SKIP_S + 1e-9:
@@ -382,6 +392,10 @@ def table(score: Score, title: str, target: float) -> list[str]:
               f"{score.neg_after_wait} s within {WAIT_LOOKBACK_S:.0f} s after a second in "
               f"which the simulated healthy job's GPU waited for data {ONSET_WAIT_SHARE:.0%} "
               f"of it or more, outside a pause"]
+    if score.computed_pause:
+        lines.append(f"- pause seconds in which every GPU computed 90% of the second or more "
+                     f"(a validation pass at full utilization: work on the GPUs; without host "
+                     f"counters scored as busy): {score.computed_pause} s")
     if score.ambiguous:
         lines.append(f"- ambiguous without host counters (a gloo job's idle all-reduce "
                      f"dominated the second; not scored): {sum(score.ambiguous.values())} s "
