@@ -423,3 +423,20 @@ def test_a_starved_rhythm_after_steady_work_has_no_paused_second(tmp_path):
     assert "paused" not in _verdicts(tl, 55, len(util)), [
         (d.verdict, d.start - tl.start) for d in tl.segments]
     assert "data_starvation" in _verdicts(tl, 62, 80)
+
+
+def test_a_pause_returns_where_work_resumed_whatever_lone_seconds_follow(tmp_path):
+    """A simulated 2-GPU gloo job (a tuning seed of the detector benchmark) checkpoints
+    113-130 s into the scenario; from 131 s it works again, its 1 s samples catching the gap
+    between two steps now and then (63%, 73%, 78%, 52%). The return is the first second of
+    that work, as before a dip such lone seconds are steady work: not 142 s, after the last
+    of them, where 20 s without any begin."""
+    from bench.detect import render_nvsmi, simulate_run
+    ticks, change, _ = simulate_run("checkpoint", 2, 7002112)
+    path = tmp_path / "ckpt.csv"
+    path.write_text(render_nvsmi(ticks, "last"))
+    _, tl = analyze_file(str(path))
+    late = [(d.start - change, d.end - change) for d in tl.segments if d.verdict == "paused"
+            and d.end - change > 133 and d.start - change < 142]
+    assert not late, late
+    assert "paused" in _verdicts(tl, change - tl.start + 115, change - tl.start + 128)

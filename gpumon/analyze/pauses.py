@@ -115,7 +115,6 @@ def _scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds, need: 
     sc.good = good
     with np.errstate(invalid="ignore", divide="ignore"):
         sc.jd = jd = np.where(has, u / np.where(n > 0, n, 1.0), 0.0)
-    sc.bad_steady = _window_sums(~good, need)   # bins without steady data in [i, i + need)
     # Before a dip, a lone second below steady work with blip_side_s seconds of work at full
     # speed on each side (a 1 s sample that caught the gap between two steps) is steady work
     # too, up to blips_max of them per context. (Not the first second of a validation pass,
@@ -171,10 +170,9 @@ def _dip(sc: _Scan, s: int, th: Thresholds, need: int) -> Optional[tuple[int, in
     pmax = int(round(th.pause_max_s / th.bin_s))
     hi = min(s + pmax, T - need)
     level_ok = sc.jd_w[s + 1:hi + 1] >= bar * need - 1e-9
-    hit = np.flatnonzero((sc.bad_steady[s + 1:hi + 1] == 0) & level_ok) if hi > s else ()
-    if not len(hit) and hi > s:
-        # No return to steady work throughout: one with lone seconds as before a dip.
-        hit = np.flatnonzero((sc.bad_lone[s + 1:hi + 1] == 0) & level_ok)
+    # The return: the first bin from which context_s of work at that level follows, lone
+    # seconds allowed as before a dip (a 1 s sample that caught the gap between two steps).
+    hit = np.flatnonzero((sc.bad_lone[s + 1:hi + 1] == 0) & level_ok) if hi > s else ()
     at_end = not len(hit)
     if not at_end:
         e = s + 1 + int(hit[0])
