@@ -333,7 +333,7 @@ class Store:
         n = len(t)
         cols = (s.util, s.power, s.power_limit, s.clock, s.clock_max, s.mem, s.has_pid, s.events)
         nan = np.full(n, np.nan) if any(a is None for a in cols) else None
-        vals = np.stack([nan if a is None else np.asarray(a, dtype=float) for a in cols])
+        vals = np.array([nan if a is None else np.asarray(a, dtype=float) for a in cols])
         if order is not None:
             vals = vals[:, order]
         ok = ~np.isnan(vals)
@@ -381,8 +381,10 @@ class Store:
                 d_kind.append(k)
                 d_len.append(length)
             s0 = e0
-        for row, tend, k, length in carried:
-            self._emit(np.array([row]), np.array([tend]), np.array([k]), np.array([length]))
+        if carried:       # (at most one per GPU: one slot each, added as one by one)
+            row, tend, k, length = zip(*carried)
+            self._emit(np.array(row, dtype=np.int64), np.array(tend, dtype=float),
+                       np.array(k, dtype=bool), np.array(length, dtype=float))
         if d_row:
             self._emit(np.array(d_row, dtype=np.int64), np.array(d_t, dtype=float),
                        np.array(d_kind, dtype=bool), np.array(d_len, dtype=float))
@@ -471,7 +473,7 @@ class Store:
               length: np.ndarray) -> None:
         slots = self._bins(tend - self.mid_s) - self.b0
         kind = kind.astype(bool)
-        m = np.stack([kind, np.where(kind, length, 0.0), ~kind, np.where(kind, 0.0, length)])
+        m = np.array([kind, np.where(kind, length, 0.0), ~kind, np.where(kind, 0.0, length)])
         self._scatter(self.g, _F_RUNS, rows, slots, m.astype(float))
 
     def flush_runs(self) -> None:
@@ -492,7 +494,7 @@ class Store:
         b = self._bins(np.asarray(j.time, dtype=float))
         self._make_room(int(b.min()), int(b.max()))
         age = j.loader_age if j.loader_age is not None else np.full(len(j.time), np.nan)
-        vals = np.stack([np.asarray(a, dtype=float) for a in
+        vals = np.array([np.asarray(a, dtype=float) for a in
                          (j.loader_cpu, j.main_cpu, j.main_thread, j.workers, j.loader_busy,
                           age)])
         ok = ~np.isnan(vals)
@@ -504,7 +506,7 @@ class Store:
             return
         b = self._bins(np.asarray(hc.time, dtype=float))
         self._make_room(int(b.min()), int(b.max()))
-        vals = np.stack([np.asarray(a, dtype=float) for a in
+        vals = np.array([np.asarray(a, dtype=float) for a in
                          (hc.iowait, hc.disk_read, hc.disk_write, hc.cpu)])
         ok = ~np.isnan(vals)
         self._scatter(self.h, _F_HOST, None, b - self.b0,

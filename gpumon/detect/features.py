@@ -79,7 +79,7 @@ def wsum(a: np.ndarray, w: int, ends: np.ndarray) -> np.ndarray:
 def csum(a: np.ndarray) -> np.ndarray:
     """Running sums of the last axis with a leading 0 (for wsum_c: one pass, many windows)."""
     c = np.zeros(a.shape[:-1] + (a.shape[-1] + 1,))
-    np.cumsum(a, axis=-1, out=c[..., 1:])
+    np.add.accumulate(a, axis=-1, out=c[..., 1:])      # (np.cumsum, without its wrapper)
     return c
 
 
@@ -130,7 +130,7 @@ def _live_sums(g: np.ndarray, keep: np.ndarray):
     C = np.zeros((L + 1,) + g.shape[1:-1] + (g.shape[-1] + 1,))
     body = C[:L, ..., 1:]
     np.multiply(g[live], keep, out=body)
-    np.cumsum(body, axis=-1, out=body)
+    np.add.accumulate(body, axis=-1, out=body)
     pos = np.full(F, L)
     pos[live] = np.arange(L)
     return C, pos, L
@@ -250,13 +250,13 @@ def _sync_features(bduty: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.
     seconds below steady work, duty spread, and the stall before the window's end."""
     # (Where every GPU has data, ``bduty`` is a number: no NaN to replace.)
     bidle = np.where(have, 1.0 - bduty, 0.0)
-    mean_idle = bidle.mean(axis=0)
+    mean_idle = np.add.reduce(bidle, axis=0) / bidle.shape[0]   # (bidle.mean(axis=0))
     min_idle = bidle.min(axis=0)
     # Seconds in which some GPU fell below steady work (see Thresholds.steady_bin_duty).
     least = 1.0 - bidle.max(axis=0)                 # the least busy GPU's duty per second
     low = have & (least < th.steady_bin_duty)
     floor = have & (least < th.steady_floor_duty)
-    sm = wsum(np.stack([min_idle, mean_idle, have.astype(float), low.astype(float),
+    sm = wsum(np.array([min_idle, mean_idle, have.astype(float), low.astype(float),
                         floor.astype(float)]), W, ends)
     f = {"gap_sync": N.div(sm[0], sm[1]), "job_idle": N.div(sm[1], sm[2]), "bins": sm[2],
          "low_bins": sm[3], "floor_bins": sm[4],
@@ -270,7 +270,7 @@ def _duty_sd(bidle: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.ndarra
     """How much each GPU's duty moves from second to second (the largest standard deviation
     of any GPU over the window's ``nbins`` seconds with data)."""
     bd = np.where(have, 1.0 - bidle, 0.0)           # (G, T)
-    sq = wsum(np.stack([bd, bd * bd]), W, ends)     # (2, G, E)
+    sq = wsum(np.array([bd, bd * bd]), W, ends)     # (2, G, E)
     mu = N.div(sq[0], nbins)
     var = np.maximum(N.div(sq[1], nbins) - mu * mu, 0.0)
     return np.sqrt(N.nanmax(var, axis=0)) if var.shape[0] else np.full(len(ends), np.nan)
@@ -307,7 +307,7 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     rel = np.where(settled, N.div(bpw, top), 0.0)
     # The four window sums in one pass (rows: power fraction while busy, busy seconds,
     # power relative to the hottest GPU, settled seconds).
-    sums = wsum(np.stack([np.where(busy_bin, pf, 0.0), busy_bin.astype(float), rel,
+    sums = wsum(np.array([np.where(busy_bin, pf, 0.0), busy_bin.astype(float), rel,
                           np.broadcast_to(settled.astype(float), rel.shape)]), W, ends)
     pfb, rs = sums[:2], sums[2:]
     f = {"power_frac_busy": N.div(pfb[0], pfb[1])}
@@ -339,12 +339,12 @@ def _host_features(h: np.ndarray, keep: np.ndarray, W: np.ndarray, ends: np.ndar
                    th: Thresholds) -> dict:
     """The host's iowait, disk rates and CPU over each window, storage also over its last
     recent_s."""
-    hk = h * keep
-    H = wsum(hk, W, ends)
+    Ch = csum(h * keep)                             # (one pass for both spans)
+    H = wsum_c(Ch, W, ends)
     f = {}
     f["iowait"], f["disk_read"], f["disk_write"], f["host_cpu"] = N.div(H[_HNUM], H[_HDEN])
     # Storage over the last seconds too (as the loaders' _recent readings, _gpu_ratios).
-    Hr = wsum(hk[_HIO_NUM + _HIO_DEN], min(_bins(th.recent_s, th), int(W.min())), ends)
+    Hr = wsum_c(Ch, min(_bins(th.recent_s, th), int(W.min())), ends, _HIO_NUM + _HIO_DEN)
     f["iowait_recent"], f["disk_read_recent"] = N.div(Hr[:2], Hr[2:])
     return f
 

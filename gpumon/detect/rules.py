@@ -110,7 +110,7 @@ def throttle(w: Windows) -> None:
 
 def rank_computes(w: Windows) -> None:
     """One rank computes longer (its power rises with its work) while the others wait."""
-    if w.G > 1:
+    if w.G > 1 and w.asym.any():      # (computes only where some window is asymmetric)
         w.decide("rank_computes", w.asym & w.computes, SYNC_STALL,
                  c=C["dataparallel"] if w.shared else C["imbalance"], s=lambda: w.amax,
                  cf=lambda: w.asym_conf)
@@ -212,6 +212,6 @@ def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> di
         w = Windows(f, shared_process, th, RULES)
         for rule in ORDER:
             rule(w)
-            if w.decided.all():
+            if w.all_decided:
                 break
         return w.result()

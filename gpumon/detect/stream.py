@@ -24,6 +24,7 @@ from gpumon.detect.pipeline import (active_since, bin_duty, idle_diagnosis, judg
 from gpumon.detect.features import view_bins
 from gpumon.detect.jobs import GroupMemo
 from gpumon.detect.cold import cold_seconds
+from gpumon.detect.onesec import cold_second, host_second, second_at
 from gpumon.detect.pauses import PauseTracker, Seconds, host_bins
 from gpumon.detect.rules import CAUSE_NAMES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
@@ -138,13 +139,11 @@ class _Job:
         b_first = max(self.next, base)
         if b_first <= last:
             i0 = b_first - base
-            hb = host_bins(g[:, :, i0:], h[:, i0:], self.th)
-            secs = Seconds(duty[:, i0:], n[i0:], u[i0:], self.th,
-                           cold_seconds(g[:, :, i0:], self.th))
+            at, hb = _seconds(g[:, :, i0:], h[:, i0:], duty[:, i0:], n[i0:], u[i0:], self.th)
         tr = self.pauses
         for b in range(b_first, last + 1):
             k = b - base - i0
-            self.flags[b] = self.excl[b] = tr.step(secs.at(k), hb[k])
+            self.flags[b] = self.excl[b] = tr.step(at(k), hb[k])
             if self.flags[b]:
                 self.why[b] = CAUSES.index(tr.reason)
             for j in tr.unmark:       # that "pause" was starvation after all
@@ -173,6 +172,19 @@ class _Job:
         self.hyst.step(t, raw, bool(r["sticky"][e]), bool(r["quick"][e]))
         if raw == self.hyst.current:
             self.conf = float(r["confidence"][e])
+
+
+def _seconds(g, h, duty, n, u, th: Thresholds):
+    """(at, host): the pause tracker's inputs for the bins of ``g``, ``h`` (Seconds.at, and
+    host_bins' list); one second (a tick at 1 s) in plain Python (onesec.py), the same
+    values at a fraction of numpy's cost."""
+    if duty.shape[-1] == 1 and duty.shape[0]:
+        col, hcol = g[:, :, 0].tolist(), h[:, 0].tolist()
+        sec = second_at(duty[:, 0].tolist(), float(n[0]), float(u[0]), th,
+                        cold_second(col, th))
+        return (lambda k: sec), [host_second(col, hcol, th)]
+    hb = host_bins(g, h, th)
+    return Seconds(duty, n, u, th, cold_seconds(g, th)).at, hb
 
 
 class StreamingDetector:

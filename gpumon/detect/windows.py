@@ -49,6 +49,7 @@ class Windows:
         self.conf = np.full(E, 0.8)
         self.rule = np.full(E, rules.index("busy"))
         self.decided = np.zeros(E, dtype=bool)
+        self.all_decided = E == 0          # every window decided (updated by decide)
         self.slope = np.full(E, np.nan)
 
     def decide(self, name, mask, v, c=None, s=None, cf=None) -> None:
@@ -65,6 +66,7 @@ class Windows:
             if x is not None:
                 out[m] = x[m] if isinstance(x, np.ndarray) else x
         self.decided[m] = True
+        self.all_decided = bool(self.decided.all())
 
     def result(self) -> dict:
         f, th, feeding = self.f, self.th, self.feeding

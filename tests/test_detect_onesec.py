@@ -1,0 +1,85 @@
+"""The live detector's one-second pause-tracker inputs (detect/onesec.py) are the numbers of
+the numpy functions they stand in for (pauses.Seconds, pauses.host_bins, cold.cold_seconds),
+on random bins whose ratios fall on both sides of every threshold, NaN where a count is 0."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpumon.detect.bins import GI, GPU_FIELDS, HI, HOST_FIELDS
+from gpumon.detect.cold import cold_seconds
+from gpumon.detect.onesec import cold_second, host_second, second_at
+from gpumon.detect.pauses import Seconds, host_bins
+from gpumon.detect.pipeline import bin_duty
+from gpumon.detect.thresholds import DEFAULT
+
+# (sum field, count field, the per-count values drawn: around and on the thresholds that
+# read them, as a tie decides either way)
+_PAIRS = [("u", "n", (0.0, 0.02, 0.05, 0.1, 0.15, 0.3, 0.5, 0.8, 0.9, 1.0)),
+          ("pw", "pn", (0.0, 40.0, 100.0, 200.0, 270.0, 300.0, 350.0)),
+          ("pl", "pln", (0.0, 300.0, 400.0)), ("wk", "wkn", (0.0, 0.4, 1.0, 2.0, 4.0)),
+          ("ld", "ldn", (0.0, 50.0, 88.0, 150.0, 176.0, 380.0)),
+          ("lb", "lbn", (0.0, 0.88, 1.0, 2.0, 4.0)),
+          ("mc", "mcn", (10.0, 85.0, 90.0, 100.0)), ("mt", "mtn", (10.0, 85.0, 95.0, 100.0)),
+          ("mem", "memn", (0.0, 100.0, 256.0, 5000.0)), ("pid", "pidn", (0.0, 1.0)),
+          ("age", "agen", (0.5, 3.0, 60.0))]
+_HPAIRS = [("io", "ion", (0.0, 3.0, 5.0, 30.0)), ("rd", "rdn", (0.0, 1.0, 20.0, 200.0, 900.0)),
+           ("wr", "wrn", (0.0, 50.0, 500.0))]
+
+
+def _bins(rng, G: int, T: int):
+    g = np.zeros((len(GPU_FIELDS), G, T))
+    h = np.zeros((len(HOST_FIELDS), T))
+    for s, c, vals in _PAIRS:
+        cnt = rng.integers(0, 3, (G, T)).astype(float) * (rng.random((G, T)) < 0.85)
+        g[GI[c]] = cnt
+        g[GI[s]] = cnt * rng.choice(vals, (G, T))
+    for s, c, vals in _HPAIRS:
+        cnt = (rng.random(T) < 0.8).astype(float)
+        h[HI[c]] = cnt
+        h[HI[s]] = cnt * rng.choice(vals, T)
+    # Some seconds with every GPU alike (a stop, full work) so that every branch is taken.
+    for t in range(0, T, 5):
+        g[GI["n"], :, t] = 6.0
+        g[GI["u"], :, t] = 6.0 * rng.choice((0.0, 0.02, 0.97))
+    return g, h
+
+
+def _same(a, b) -> bool:
+    return all((x == y and type(x) is type(y)) or (isinstance(x, float) and math.isnan(x)
+                                                   and isinstance(y, float) and math.isnan(y))
+               for x, y in zip(a, b)) and len(a) == len(b)
+
+
+def test_one_second_inputs_equal_the_numpy_functions():
+    rng = np.random.default_rng(11)
+    th = DEFAULT
+    for G in (1, 2, 3, 8):
+        g, h = _bins(rng, G, 400)
+        duty, n, u = bin_duty(g)
+        cold = cold_seconds(g, th)
+        secs = Seconds(duty, n, u, th, cold)
+        hb = host_bins(g, h, th)
+        for t in range(g.shape[-1]):
+            col, hcol = g[:, :, t].tolist(), h[:, t].tolist()
+            assert cold_second(col, th) == bool(cold[t]), (G, t)
+            got = second_at(duty[:, t].tolist(), float(n[t]), float(u[t]), th, bool(cold[t]))
+            assert _same(got, secs.at(t)), (G, t, got, secs.at(t))
+            assert _same(host_second(col, hcol, th), hb[t]), (G, t)
+
+
+def test_the_random_bins_reach_every_outcome():
+    """(The test above would pass vacuously if every second read the same.)"""
+    rng = np.random.default_rng(11)
+    g, h = _bins(rng, 3, 400)
+    duty, n, u = bin_duty(g)
+    secs = Seconds(duty, n, u, DEFAULT, cold_seconds(g, DEFAULT))
+    for field in ("has", "idle", "alone", "lone_idle", "all_on", "full"):
+        v = getattr(secs, field)
+        assert v.any() and not v.all(), field
+    hb = np.array(host_bins(g, h, DEFAULT), dtype=float)
+    for k in (1, 2, 3, 5):                       # starving, writing, present, main_busy
+        assert hb[:, k].any() and not hb[:, k].all(), k
+    assert np.isnan(hb[:, 0]).any() and np.isnan(hb[:, 4]).any()
+    assert cold_seconds(g, DEFAULT).any()
