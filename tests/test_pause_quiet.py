@@ -74,13 +74,62 @@ def test_feeding_quiet_runs_at_once_gives_the_same_flags(seed, with_host):
     assert np.array_equal(got[1], want[1])
 
 
+def _starving(seed, T=1200, G=4):
+    """A job that stops every few seconds (starved input), at times one GPU behind the
+    others, with steady stretches long enough for pauses to start again between."""
+    rng = np.random.default_rng(100 + seed)
+    duty = np.clip(rng.normal(0.93, 0.04, (G, T)), 0, 1)
+    t = 0
+    while t < T:
+        if rng.random() < 0.15:
+            t += int(rng.integers(20, 80))           # steady work: the next stop may pause
+        t += int(rng.integers(1, 6))
+        duty[:, t:t + int(rng.integers(1, 5))] = rng.uniform(0, 0.04)
+        if rng.random() < 0.3 and t + 5 < T:
+            duty[int(rng.integers(G)), t + 5] = 0.3   # a GPU not at work
+    duty[:, rng.integers(T, size=8)] = np.nan
+    n = np.full(T, 6.0 * G)
+    n[rng.integers(T, size=4)] = 0
+    u = np.nan_to_num(duty).sum(axis=0) * 6
+    starts = np.zeros(T, bool)
+    starts[rng.integers(T, size=2)] = True
+    return duty, n, u, None, starts
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_feeding_runs_of_recurring_stops_at_once_gives_the_same_flags(seed):
+    duty, n, u, host, starts = _starving(seed)
+    want = _bin_by_bin(duty, n, u, host, starts)
+    got = P.pause_flags(duty, n, u, DEFAULT, host, starts)
+    assert want[0].any() and not want[0].all()
+    assert want[1].sum() < want[0].sum()      # some "pauses" were found to be starvation
+    assert np.array_equal(got[0], want[0])
+    assert np.array_equal(got[1], want[1])
+
+
 def test_quiet_runs_end_at_every_bin_that_can_change_the_tracker():
-    has = [True] * 8
-    idle = [False, False, True, False, False, False, False, False]
-    host = [(math.nan, False, False, True, math.nan, False)] * 8
+    """A quiet run ends where a rank works alone, loader workers are known or the job is
+    seen starting; the stop at bin 2 may start a pause (steady work before it), the stops
+    at 3 (one before it) and 8 (a GPU not at work at 7) cannot, nor can 10 (a stop at 8)."""
+    duty = np.array([[0.9, 0.9, 0.0, 0.0, 0.9, 0.9, 0.9, 0.9, 0.0, 0.9, 0.0, 0.9],
+                     [0.9, 0.9, 0.0, 0.0, 0.9, 0.9, 0.9, 0.2, 0.0, 0.9, 0.0, 0.9]])
+    T = duty.shape[1]
+    n = np.full(T, 12.0)
+    sec = P.Seconds(duty, n, duty.sum(axis=0) * 6, DEFAULT)
+    host = [(math.nan, False, False, True, math.nan, False)] * T
     host[5] = (2.0, False, False, True, 3.0, False)          # loader workers known
-    end = P._quiet_runs(has, idle, host, {7}, 8)
-    assert end == [2, 2, 2, 5, 5, 5, 7, 7]
+    end, risky = P._quiet_runs(sec, P._host_cols(host), {6}, 20, T)
+    assert end == [5, 5, 5, 5, 5, 5, 6, 12, 12, 12, 12, 12]
+    assert risky == [2, 2, 2] + [T] * 10
+
+
+def test_a_stop_in_the_history_lets_the_stops_after_it_run_at_once():
+    tr = P.PauseTracker(DEFAULT)
+    assert P._stop_seen(tr.hist) == 0
+    tr.hist.extend([(6.0, 5.0, False)] * 5 + [(6.0, 0.0, True)] + [(6.0, 5.0, False)] * 3)
+    assert P._stop_seen(tr.hist) == tr.ctx - 3
+    tr.hist.extend([(6.0, 5.0, False)] * tr.ctx)
+    assert P._stop_seen(tr.hist) == 0
 
 
 def test_steady_work_for_a_context_lifts_the_cooldown_of_a_starving_pause(monkeypatch):
@@ -99,6 +148,26 @@ def test_steady_work_for_a_context_lifts_the_cooldown_of_a_starving_pause(monkey
     assert not pause[33:37].all()            # the choppy restart: starvation
     assert pause[61:69].all()                # the next stop: a pause
     monkeypatch.setattr(P.PauseTracker, "_steady", lambda self, ok: None)
-    monkeypatch.setattr(P, "_quiet_runs", lambda has, idle, host, begin, T: list(range(T)))
+    monkeypatch.setattr(P, "_quiet_runs",
+                        lambda sec, host, begin, ctx, T: (list(range(T)), list(range(T + 1))))
     pause2, _, _ = P.pause_flags(duty, n, u, DEFAULT)
     assert not pause2[61:69].any()
+
+
+def test_steady_stretches_of_long_runs_match_counting_them():
+    rng = np.random.default_rng(3)
+    T = 400
+    n = np.where(rng.random(T) < 0.03, 0.0, 6.0).astype(np.float32)
+    u = (n * np.where(rng.random(T) < 0.15, 0.5, 0.95)).astype(np.float32)
+    idle = rng.random(T) < 0.03
+    st = P._Steady(n, u, idle, DEFAULT)
+    ok = [bool(a > 0 and not b and float(c) / float(a) >= DEFAULT.duty_starved)
+          for a, b, c in zip(n, idle, u)]
+    checked = 0
+    for i in range(0, T - 40, 7):
+        for j in range(i + P._Steady.SHORT + 1, T, 13):
+            assert st.runs(i, j) == P._steady_runs(ok[i:j]), (i, j)
+            checked += 1
+    assert checked > 300
+    assert st.runs(0, P._Steady.SHORT) is None
+    assert P._steady_runs([True, True, False, True, True, True, False, True]) == (2, 3, 1)

@@ -78,8 +78,9 @@ def build_store(log: Log, th: Thresholds) -> Store:
         # All the bins at once (b0 from the first chunk, as adding it would set it): no
         # copies of a growing store (a 72-hour log's is ~300 MB).
         st.reserve(float(np.nanmin(s.time[order[:STORE_CHUNK]])), float(np.nanmax(s.time)))
+    scratch: dict = {}
     for a in range(0, len(order), STORE_CHUNK):
-        st.add_samples(_take(s, order[a:a + STORE_CHUNK]))
+        st.add_samples(_take(s, order[a:a + STORE_CHUNK], scratch))
     if log.jobs is not None:
         st.add_jobs(log.jobs)
     if log.host is not None:
@@ -100,11 +101,26 @@ def _gpu_time_order(gpu: np.ndarray, t: np.ndarray) -> np.ndarray:
     return order
 
 
-def _take(s, idx):
+_SAMPLE_COLS = ("time", "gpu", "util", "power", "power_limit", "clock", "clock_max", "events",
+                "mem", "has_pid")
+
+
+def _take(s, idx, scratch: dict):
+    """The samples at ``idx``, gathered into arrays kept in ``scratch`` from one chunk to
+    the next (add_samples keeps none of them): fresh ones for every chunk would each be
+    faulted in anew."""
     from gpumon.detect.bins import SampleCols
-    return SampleCols(*[None if getattr(s, n) is None else getattr(s, n)[idx] for n in (
-        "time", "gpu", "util", "power", "power_limit", "clock", "clock_max", "events", "mem",
-        "has_pid")])
+    out = []
+    for name in _SAMPLE_COLS:
+        a = getattr(s, name)
+        if a is None:
+            out.append(None)
+            continue
+        buf = scratch.get(name)
+        if buf is None or buf.dtype != a.dtype or len(buf) < len(idx):
+            buf = scratch[name] = np.empty(len(idx), a.dtype)
+        out.append(np.take(a, idx, out=buf[:len(idx)]))
+    return SampleCols(*out)
 
 
 def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, th: Thresholds,
@@ -330,12 +346,19 @@ def _at_full_work(st: Store, rows: list[int], th: Thresholds) -> np.ndarray:
         pw = np.where(g[GI["pn"]] > 0, g[GI["pw"]] / g[GI["pn"]], np.nan)
         top = np.nanmax(np.where(np.isnan(pw), -np.inf, pw), axis=0)
         full &= ~((pw / top) <= th.cold_power_ratio).any(axis=0)
+    return _long_runs(full, th.recover_s / th.bin_s)
+
+
+def _long_runs(full: np.ndarray, need: float) -> np.ndarray:
+    """``full`` where its run of True is ``need`` long or longer (marked at each such run's
+    start and end, then summed: a starving job has tens of thousands of short runs)."""
     edges = np.flatnonzero(np.diff(np.concatenate(([0], full.astype(np.int8), [0]))))
-    out = np.zeros(len(full), bool)
-    for a, b in zip(edges[::2], edges[1::2]):
-        if b - a >= th.recover_s / th.bin_s:
-            out[a:b] = True
-    return out
+    a, b = edges[::2], edges[1::2]
+    long = b - a >= need
+    mark = np.zeros(len(full) + 1, np.int8)
+    mark[a[long]] = 1
+    mark[b[long]] = -1          # (a run ends on a bin that starts none)
+    return np.cumsum(mark[:-1]) > 0
 
 
 def _too_short(log: Log, rate: float, start: float, end: float) -> Timeline:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from operator import itemgetter
 from typing import Optional
 
 import numpy as np
@@ -306,26 +307,34 @@ class PauseTracker:
         self.alone = False
         return True
 
-    def quiet(self, ns: list, us: list) -> None:
-        """step() over bins that, outside a pause, can neither start one nor change what
-        the tracker knows of steady work: bins with data, every GPU at work and no stop,
-        host unknown (no loader workers known) and the job present. The same state as
-        stepping each."""
+    def quiet(self, ns: list, us: list, on: Optional[list] = None,
+              stops: Optional[list] = None, runs: Optional[tuple] = None) -> None:
+        """step() over bins that, outside a pause, cannot start one: bins with data, no rank
+        alone at a trickle, host unknown (no loader workers known), no checkpoint writes and
+        the job present, whose stops (``stops``: every GPU idle; none when None) each have a
+        stop or a second with a GPU not at work (``on`` False; every GPU at work when None)
+        in the context_s before them (see pause_flags). The same state as stepping each.
+        ``runs``: (steady bins at the run's start, longest steady stretch after those, steady
+        bins at its end), counted beforehand; else counted here."""
         k = len(ns)
         if not self._skip(k):
             return
+        on = [True] * k if on is None else on
+        stops = [False] * k if stops is None else stops
         self.last = (self.i, us[-1] / ns[-1])
-        self.recent.extend(u / n for n, u in zip(ns[-self.resume:], us[-self.resume:]))
-        self.hist.extend((n, u, False) for n, u in zip(ns[-self.ctx:], us[-self.ctx:]))
+        r = self.resume
+        self.recent.extend(u / n if a else 0.0 for n, u, a in zip(ns[-r:], us[-r:], on[-r:]))
+        c = self.ctx
+        self.hist.extend((n, u, s or not a)
+                         for n, u, a, s in zip(ns[-c:], us[-c:], on[-c:], stops[-c:]))
         # _steady over the run: the longest run of steady bins in it (the first one joined to
         # the run before) decides whether a cooldown was lifted; the last one carries on.
-        # (Plain Python: most quiet runs are a few bins long.)
-        bar, steady = self.th.duty_starved, self.steady
-        longest = steady
-        for n, u in zip(ns, us):
-            steady = steady + 1 if u / n >= bar else 0
-            longest = max(longest, steady)
-        self.steady = steady
+        if runs is None:
+            runs = _steady_runs([not s and u / n >= self.th.duty_starved
+                                 for n, u, s in zip(ns, us, stops)])
+        lead, inner, tail = runs
+        longest = max(self.steady + lead, inner)
+        self.steady = self.steady + k if lead == k else tail
         if longest >= self.ctx:
             self.cooldown = min(self.cooldown, 0)
 
@@ -420,6 +429,19 @@ class PauseTracker:
         return sn > 0 and su / sn >= self.th.pause_context_duty
 
 
+def _steady_runs(ok: list) -> tuple[int, int, int]:
+    """(bins at the start that are ``ok``, the longest stretch of them after the first that
+    is not, bins at the end that are)."""
+    lead = 0
+    while lead < len(ok) and ok[lead]:
+        lead += 1
+    inner = run = 0
+    for x in ok[lead:]:
+        run = run + 1 if x else 0
+        inner = max(inner, run)
+    return lead, inner, run
+
+
 def storage_bound(io, rd, th: Thresholds = DEFAULT):
     """Storage feeds the job: iowait with disk reads, or heavy reads however little iowait."""
     with np.errstate(invalid="ignore"):
@@ -431,6 +453,8 @@ _HB_NUM = [GI[k] for k in ("wk", "ld", "lb", "mc", "mt", "mem", "pid", "age")]
 _HB_DEN = [GI[k] for k in ("wkn", "ldn", "lbn", "mcn", "mtn", "memn", "pidn", "agen")]
 _HB_HNUM = [HI[k] for k in ("io", "rd", "wr")]
 _HB_HDEN = [HI[k] for k in ("ion", "rdn", "wrn")]
+_HB_JOB_DEN = [GI[k] for k in ("wkn", "ldn", "lbn", "mcn", "mtn", "agen")]
+_HB_HELD = ([GI["mem"], GI["pid"]], [GI["memn"], GI["pidn"]])
 
 
 def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
@@ -441,6 +465,8 @@ def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
     unknown), and whether a rank's main process that has loader workers is itself at a full
     core (saving a checkpoint, evaluating: work that is not feeding). NaN workers when the
     host is unknown."""
+    if not g[_HB_JOB_DEN].any() and not h[_HB_HDEN].any():
+        return _held_only(g, th)
     # Every ratio in one division (element-wise, the same numbers as one by one).
     with np.errstate(invalid="ignore", divide="ignore"):
         wk, ld, lb, mc, mt, mem, pid, age = N.div(g[_HB_NUM], g[_HB_DEN])
@@ -466,6 +492,19 @@ def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
                     youngest.tolist(), main_busy.tolist()))
 
 
+def _held_only(g: np.ndarray, th: Thresholds) -> list:
+    """host_bins of bins in which no rank's loader workers or main process and no host
+    counter was seen (an nvidia-smi log): no workers, no starving or writing host, only
+    whether the job holds its GPUs. The same tuples, without the other ratios."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mem, pid = N.div(g[_HB_HELD[0]], g[_HB_HELD[1]])
+        gone = np.where(~np.isnan(pid), pid <= 0, False) | np.where(
+            ~np.isnan(mem), mem < th.mem_active_mib, False)
+    here = (math.nan, False, False, True, math.nan, False)
+    away = (math.nan, False, False, False, math.nan, False)
+    return [away if x else here for x in gone.any(axis=0).tolist()]
+
+
 def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
                 th: Thresholds = DEFAULT, host: Optional[list] = None,
                 starts: Optional[np.ndarray] = None, cold: Optional[np.ndarray] = None
@@ -485,19 +524,24 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     why = np.full(T, -1, dtype=np.int64)
     sec = Seconds(duty, n, u, th, cold)
     begin = set() if starts is None else set(np.flatnonzero(starts).tolist())
-    # Runs of bins that outside a pause change nothing but the tracker's history (see
-    # PauseTracker.quiet) are fed at once: the end of each run (exclusive), per bin.
-    quiet_end = _quiet_runs(sec.has.tolist(), (sec.idle | sec.alone | ~sec.all_on).tolist(),
-                            host, begin, T)
-    gone_end = _gone_runs(sec, host, begin, T)
+    # Runs of bins that outside a pause cannot start one (see PauseTracker.quiet) are fed
+    # at once: per bin, the end (exclusive) of its run of such bins, and the next stop that
+    # might start a pause (no stop in the context_s before it that the log alone shows).
+    hc = _host_cols(host)
+    quiet_end, risky = _quiet_runs(sec, hc, begin, tr.ctx, T)
+    gone_end = _gone_runs(sec, hc, begin, T)
     nl, ul, hl = n.tolist(), u.tolist(), sec.has.tolist()
+    onl, stl = sec.all_on.tolist(), sec.idle.tolist()
+    steady = _Steady(n, u, sec.idle, th)
     i = 0
     while i < T:
-        j, g = quiet_end[i], gone_end[i]
-        if j > i and not tr.in_pause:
-            tr.quiet(nl[i:j], ul[i:j])
-            i = j
-            continue
+        g = gone_end[i]
+        if not tr.in_pause and quiet_end[i] > i:
+            j = min(quiet_end[i], risky[min(i + _stop_seen(tr.hist), T)])
+            if j > i:
+                tr.quiet(nl[i:j], ul[i:j], onl[i:j], stl[i:j], steady.runs(i, j))
+                i = j
+                continue
         if g > i and not tr.in_pause:
             tr.gone(nl[i:g], ul[i:g], hl[i:g])
             i = g
@@ -517,14 +561,49 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     return out, excl, why
 
 
-def _gone_runs(sec: Seconds, host: Optional[list], begin: set, T: int) -> list:
+class _Steady:
+    """_steady_runs of long runs of bins from arrays (a day-long log's quiet runs hold tens
+    of thousands of bins): each bin's steady stretch so far, and the next bin that is not
+    steady. A bin is steady with data, no stop and duty_starved or more, as _outside reads it
+    (u / n in double precision, as the tracker divides its Python floats)."""
+
+    SHORT = 32          # runs up to this long are counted in plain Python
+
+    def __init__(self, n: np.ndarray, u: np.ndarray, idle: np.ndarray, th: Thresholds):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ok = (n > 0) & ~idle & (u.astype(np.float64) / n.astype(np.float64)
+                                    >= th.duty_starved)
+        at = np.arange(len(ok))
+        self.stretch = at - np.maximum.accumulate(np.where(ok, -1, at))
+        self.next_bad = _run_ends(ok, len(ok))
+
+    def runs(self, i: int, j: int) -> Optional[tuple[int, int, int]]:
+        """_steady_runs of bins i to j (exclusive); None for a short run."""
+        if j - i <= self.SHORT:
+            return None
+        lead = min(self.next_bad[i], j) - i
+        if lead == j - i:
+            return lead, 0, 0
+        return lead, int(self.stretch[i + lead:j].max()), int(self.stretch[j - 1])
+
+
+def _host_cols(host: Optional[list]) -> Optional[tuple]:
+    """host_bins' (workers, writing, present) per bin as numpy arrays (None without)."""
+    if host is None:
+        return None
+    T = len(host)
+    return (np.fromiter(map(itemgetter(0), host), float, T),
+            np.fromiter(map(itemgetter(2), host), bool, T),
+            np.fromiter(map(itemgetter(3), host), bool, T))
+
+
+def _gone_runs(sec: Seconds, host: Optional[tuple], begin: set, T: int) -> list:
     """Per bin, the end (exclusive) of the run of bins it starts (itself when not one) in
     which the job does not hold its GPUs and every GPU is below idle_duty or sent nothing
-    (see PauseTracker.gone); none without host views."""
+    (see PauseTracker.gone); none without host views (``host``: _host_cols)."""
     if host is None:
         return list(range(T))
-    pres = np.fromiter((x[3] for x in host), bool, T)
-    q = ~pres & (sec.dead | ~sec.has)
+    q = ~host[2] & (sec.dead | ~sec.has)
     if begin:
         q[list(begin)] = False
     return _run_ends(q, T)
@@ -536,17 +615,34 @@ def _run_ends(q: np.ndarray, T: int) -> list:
     return np.minimum.accumulate(idx[::-1])[::-1].tolist()
 
 
-def _quiet_runs(has: list, unsteady: list, host: Optional[list], begin: set,
-                T: int) -> list:
-    """Per bin, the end (exclusive) of the run of quiet bins it starts (itself when it is
-    not quiet): bins with data, not ``unsteady`` (a stop, or a GPU not at work), no loader
-    workers known, no checkpoint writes, the job present and not seen starting there."""
-    q = np.array(has, dtype=bool) & ~np.array(unsteady, dtype=bool)
+def _quiet_runs(sec: Seconds, host: Optional[tuple], begin: set, ctx: int,
+                T: int) -> tuple[list, list]:
+    """Per bin: the end (exclusive) of the run of quiet bins it starts (itself when it is
+    not quiet), and the first bin at or after it (T if none) that is a stop with no stop, and
+    no second with a GPU not at work, among the ``ctx`` quiet bins before it (a pause may
+    start there; see PauseTracker._healthy_context). Quiet bins: with data, no rank alone
+    at a trickle, no loader workers known, no checkpoint writes, the job present and not
+    seen starting there. ``host``: _host_cols."""
+    q = sec.has & ~sec.alone
     if host is not None:
-        w = np.fromiter((x[0] for x in host), float, T)
-        wr = np.fromiter((x[2] for x in host), bool, T)
-        pres = np.fromiter((x[3] for x in host), bool, T)
+        w, wr, pres = host
         q &= np.isnan(w) & pres & ~wr
     if begin:
         q[list(begin)] = False
-    return _run_ends(q, T)
+    # A quiet bin with a stop, or a GPU not at work, leaves a stop in the tracker's history
+    # whatever it does (in a pause or not); bins between add at most one entry each.
+    flag = q & (sec.idle | ~sec.all_on)
+    at = np.arange(T)
+    last = np.maximum.accumulate(np.where(flag, at, -(ctx + 1)))
+    before = np.concatenate(([-(ctx + 1)], last[:-1]))
+    risky = q & sec.idle & (at - before > ctx)
+    return _run_ends(q, T), _run_ends(~risky, T) + [T]
+
+
+def _stop_seen(hist) -> int:
+    """How many of the next bins fed are sure to find a stop in the tracker's history
+    already there (its newest stop stays in it for that many more bins): 0 if none."""
+    for d, (_, _, stop) in enumerate(reversed(hist), 1):
+        if stop:
+            return hist.maxlen - d + 1
+    return 0

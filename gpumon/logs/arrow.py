@@ -121,3 +121,18 @@ def nulls_where(mask, a):
     return pc.if_else(mask, pa.nulls(len(a), a.type), a)
 
 
+def text_matrix(s, max_width: int) -> Optional[np.ndarray]:
+    """The bytes of an Arrow text array (no nulls) as a (rows, width) view, when every text is
+    as wide as the others and at most ``max_width`` bytes; None otherwise."""
+    pa = pa_modules()[0]
+    if s.null_count or len(s) == 0 or not (pa.types.is_string(s.type)
+                                           or pa.types.is_large_string(s.type)):
+        return None
+    off_t = np.dtype(np.int64 if pa.types.is_large_string(s.type) else np.int32)
+    _, offs, data = s.buffers()
+    o = np.frombuffer(offs, off_t, count=len(s) + 1, offset=s.offset * off_t.itemsize)
+    width = int(o[1] - o[0])
+    if not 0 < width <= max_width or not (np.diff(o) == width).all():
+        return None
+    return np.frombuffer(data, np.uint8, count=width * len(s), offset=int(o[0])).reshape(
+        len(s), width)

@@ -17,6 +17,7 @@ from typing import Optional
 import numpy as np
 
 from gpumon.logs.log import Malformed
+from gpumon.logs.threads import map_threads
 
 # Longest line a log may hold, in bytes: a gpumon CSV row with a few hundred PIDs is ~4 KiB;
 # anything much longer is a corrupt line (or a whole file without line breaks).
@@ -28,6 +29,13 @@ class Lines:
     data: bytes                             # kept lines, each ending in b"\n"
     lineno: Optional[np.ndarray]            # file line number of each kept line; None: k + 1
     malformed: Malformed
+    lines: Optional[int] = None             # how many kept lines, when known
+
+    def count(self) -> int:
+        """How many kept lines (header included)."""
+        if self.lines is None:
+            self.lines = self.data.count(b"\n")
+        return self.lines
 
     def line_of(self, k: np.ndarray) -> np.ndarray:
         """File line numbers (1-based) of kept lines ``k`` (0-based indices)."""
@@ -53,13 +61,13 @@ def clean(data: bytes) -> Lines:
     if data and not data.endswith(b"\n"):
         data += b"\n"
     buf = np.frombuffer(data, np.uint8)
-    nl = _where(buf, lambda b: b == 10)
+    nl, low, high = _scan(buf)
     starts = np.concatenate(([0], nl[:-1] + 1))
     lengths = nl - starts
     bad = lengths > MAX_LINE_BYTES
-    if len(buf) and buf.min() == 0:
+    if low == 0:
         bad[_lines_at(_where(buf, lambda b: b == 0), nl)] = True
-    if len(buf) and buf.max() >= 0x80:
+    if high >= 0x80:
         for k in np.unique(_lines_at(_where(buf, lambda b: b >= 0x80), nl)).tolist():
             if not bad[k]:
                 try:
@@ -69,12 +77,12 @@ def clean(data: bytes) -> Lines:
     drop = bad | (lengths == 0)
     mal = Malformed()
     if not drop.any():
-        return Lines(data, None, mal)
+        return Lines(data, None, mal, len(nl))
     if bad.any():
         mal.add(int(np.flatnonzero(bad)[0]) + 1, int(bad.sum()))
     keep = ~drop
     mask = np.repeat(keep, lengths + 1)
-    return Lines(buf[mask].tobytes(), np.flatnonzero(keep) + 1, mal)
+    return Lines(buf[mask].tobytes(), np.flatnonzero(keep) + 1, mal, int(keep.sum()))
 
 
 # Bytes compared at once when looking for a byte: the comparison's mask is as large as what it
@@ -88,6 +96,21 @@ def _where(buf: np.ndarray, test) -> np.ndarray:
         return np.flatnonzero(test(buf))
     return np.concatenate([np.flatnonzero(test(buf[a:a + SCAN_BYTES])) + a
                            for a in range(0, len(buf), SCAN_BYTES)])
+
+
+def _scan(buf: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """(positions of the line breaks, lowest byte, highest byte), a slice of SCAN_BYTES at a
+    time, the slices side by side on the cores (numpy lets go of the GIL in its loops)."""
+    if len(buf) == 0:
+        return np.zeros(0, np.intp), 1, 0
+
+    def one(a: int):
+        part = buf[a:a + SCAN_BYTES]
+        return np.flatnonzero(part == 10) + a, int(part.min()), int(part.max())
+
+    parts = map_threads(one, range(0, len(buf), SCAN_BYTES))
+    return (np.concatenate([p[0] for p in parts]), min(p[1] for p in parts),
+            max(p[2] for p in parts))
 
 
 def _lines_at(pos: np.ndarray, nl: np.ndarray) -> np.ndarray:

@@ -55,7 +55,7 @@ def read(lines: Lines, names: list[str], path: str, interval: Optional[float]) -
     # GPU index is read as an integer by the CSV reader (as text when it is not one). The
     # rows are read and converted a record batch at a time: no text table of the whole log.
     want = list(dict.fromkeys(cols.values()))
-    rows = lines.data.count(b"\n")
+    rows = lines.count()
 
     def sink():
         return _Sink(cols, rows)

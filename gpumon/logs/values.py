@@ -11,7 +11,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from gpumon.logs.arrow import (fill, np1, nulls_where, pa_modules, pc, str_array, to_np,
-                               arrow_mask)
+                               arrow_mask, text_matrix)
+from gpumon.logs.stamps import fixed_stamps
 
 # A decimal number, as nvidia-smi and people's own loops write them (units already stripped).
 _NUMBER_RE = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
@@ -164,6 +165,9 @@ def _parse_times(s) -> tuple[np.ndarray, np.ndarray]:
     pa, pc, _ = pa_modules()
     if hasattr(s, "combine_chunks"):
         s = s.combine_chunks()
+    t = fixed_stamps(s)
+    if t is not None:
+        return t, np.zeros(len(t), bool)
     s2 = pc.replace_substring(pc.replace_substring(s, "-", "/"), "T", " ")
     whole = pc.utf8_slice_codeunits(s2, 0, 19)
     frac = pc.utf8_slice_codeunits(s2, 19, 40)
@@ -196,6 +200,11 @@ def per_value(col, f: Callable) -> Optional[tuple[np.ndarray, np.ndarray]]:
     pc_ = pc()
     if len(col) == 0:
         return None
+    one = _one_text(col)
+    if one is not None:         # (a clock, a limit: the same text on every row)
+        v, b = f(one)
+        idx = np.zeros(len(col), np.intp)
+        return v[idx], (b[idx] if b.any() else np.zeros(len(idx), bool))
     d = pc_.dictionary_encode(col)
     chunks = d.chunks if hasattr(d, "chunks") else [d]
     chunks = [ch for ch in chunks if len(ch)]
@@ -206,3 +215,19 @@ def per_value(col, f: Callable) -> Optional[tuple[np.ndarray, np.ndarray]]:
     return v[idx], (b[idx] if b.any() else np.zeros(len(idx), bool))
 
 
+# Widest text _one_text compares byte by byte (a clock-event mask is 18).
+ONE_TEXT_WIDTH = 32
+
+
+def _one_text(col):
+    """The first row of a text column (one chunk, no nulls) whose rows all hold the same
+    text, as a one-row array; else None. Comparing fixed-width bytes costs a fraction of
+    hashing every row (dictionary_encode)."""
+    if hasattr(col, "chunks"):
+        if col.num_chunks != 1:
+            return None
+        col = col.chunk(0)
+    m = text_matrix(col, ONE_TEXT_WIDTH)
+    if m is None or not (m == m[0]).all():
+        return None
+    return col.slice(0, 1)
