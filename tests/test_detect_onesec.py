@@ -8,8 +8,9 @@ import math
 import numpy as np
 
 from gpumon.detect.bins import GI, GPU_FIELDS, HI, HOST_FIELDS
-from gpumon.detect.cold import cold_seconds
+from gpumon.detect.cold import _cold, cold_seconds, settle_bins
 from gpumon.detect.onesec import cold_second, host_second, second_at
+from gpumon.detect.stream import _seconds
 from gpumon.detect.pauses import Seconds, host_bins
 from gpumon.detect.pipeline import bin_duty
 from gpumon.detect.thresholds import DEFAULT
@@ -39,10 +40,13 @@ def _bins(rng, G: int, T: int):
         cnt = (rng.random(T) < 0.8).astype(float)
         h[HI[c]] = cnt
         h[HI[s]] = cnt * rng.choice(vals, T)
-    # Some seconds with every GPU alike (a stop, full work) so that every branch is taken.
-    for t in range(0, T, 5):
-        g[GI["n"], :, t] = 6.0
-        g[GI["u"], :, t] = 6.0 * rng.choice((0.0, 0.02, 0.97))
+    # Some pairs of seconds with every GPU alike (a stop, full work, settled power) so that
+    # every branch is taken.
+    for t in range(0, T - 1, 5):
+        g[GI["n"], :, t:t + 2] = 6.0
+        g[GI["u"], :, t:t + 2] = 6.0 * rng.choice((0.0, 0.02, 0.97))
+        g[GI["pn"], :, t:t + 2] = np.maximum(g[GI["pn"], :, t:t + 2], 1.0)
+        g[GI["pw"], :, t:t + 2] = g[GI["pn"], :, t:t + 2] * rng.choice((100.0, 300.0), (G, 1))
     return g, h
 
 
@@ -61,12 +65,22 @@ def test_one_second_inputs_equal_the_numpy_functions():
         cold = cold_seconds(g, th)
         secs = Seconds(duty, n, u, th, cold)
         hb = host_bins(g, h, th)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            raw = _cold(g[GI["u"]] / g[GI["n"]], g[GI["pw"]] / g[GI["pn"]],
+                        np.where(g[GI["pln"]] > 0, g[GI["pl"]] / g[GI["pln"]], np.nan),
+                        th).any(axis=0)
         for t in range(g.shape[-1]):
             col, hcol = g[:, :, t].tolist(), h[:, t].tolist()
-            assert cold_second(col, th) == bool(cold[t]), (G, t)
+            assert cold_second(col, th) == bool(raw[t]), (G, t)
             got = second_at(duty[:, t].tolist(), float(n[t]), float(u[t]), th, bool(cold[t]))
             assert _same(got, secs.at(t)), (G, t, got, secs.at(t))
             assert _same(host_second(col, hcol, th), hb[t]), (G, t)
+            # The live path's one second, with the bins before it that settle its power.
+            lead = min(t, settle_bins(th))
+            at, hb1 = _seconds(g[:, :, t - lead:t + 1], h[:, t:t + 1], duty[:, t:t + 1],
+                               n[t:t + 1], u[t:t + 1], th, lead)
+            assert _same(at(0), secs.at(t)), (G, t, at(0), secs.at(t))
+            assert _same(hb1[0], hb[t]), (G, t)
 
 
 def test_the_random_bins_reach_every_outcome():
@@ -83,3 +97,4 @@ def test_the_random_bins_reach_every_outcome():
         assert hb[:, k].any() and not hb[:, k].all(), k
     assert np.isnan(hb[:, 0]).any() and np.isnan(hb[:, 4]).any()
     assert cold_seconds(g, DEFAULT).any()
+    assert (cold_seconds(g, DEFAULT) != cold_seconds(g, DEFAULT.__class__(power_settle_s=0.0))).any()

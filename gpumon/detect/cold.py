@@ -4,7 +4,8 @@ are known; fewer than two busy GPUs with power: none (nothing to compare). The c
 `busy_but_cold` rule makes over its windows (rules.py, features._power_features), here for one
 second at a time: on the latest readings (``busy_cold``: the dashboard's COLD mark says what
 the detector uses) and on each second of a job's bins (``cold_seconds``: the pause tracker's
-"full work"). The thresholds are the detector's (thresholds.py)."""
+"full work", in the seconds whose power the rules compare: ``settled``). The thresholds are
+the detector's (thresholds.py)."""
 from __future__ import annotations
 
 from typing import Mapping, Optional
@@ -46,10 +47,29 @@ def busy_cold(util_pct: Mapping[int, Optional[float]], power_w: Mapping[int, Opt
     return frozenset(g for g, c in zip(gpus, cold) if c)
 
 
-def cold_seconds(g: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
+def settle_bins(th: Thresholds) -> int:
+    """Seconds with every GPU at work before a second whose power is compared."""
+    return max(0, int(round(th.power_settle_s / th.bin_s)))
+
+
+def settled(all_busy: np.ndarray, th: Thresholds) -> np.ndarray:
+    """(T,): the seconds in which power is compared across GPUs: every GPU at work in it and
+    in the power_settle_s before (the driver's power is a 1 s average, so a GPU's first
+    second back from a wait, its own or spinning on a rank that waited, still reads cold)."""
+    out = all_busy.copy()
+    for k in range(1, settle_bins(th) + 1):
+        out[k:] &= all_busy[:-k]
+        out[:k] = False
+    return out
+
+
+def cold_seconds(g: np.ndarray, th: Thresholds = DEFAULT, lead: int = 0) -> np.ndarray:
     """Per bin of a job's bins ``g`` (bins.GPU_FIELDS x G x T): some GPU busy but cold, on
-    each second's mean duty, power and limit."""
+    each second's mean duty, power and limit, in seconds where power is compared (settled);
+    the first ``lead`` bins only settle the ones after them and are left out."""
     with np.errstate(invalid="ignore", divide="ignore"):
         duty, power = N.div(g[GI["u"]], g[GI["n"]]), N.div(g[GI["pw"]], g[GI["pn"]])
         limit = N.div(g[GI["pl"]], g[GI["pln"]])
-    return _cold(duty, power, limit, th).any(axis=0)
+        busy = (duty >= th.busy_bin_duty) & ~np.isnan(power)
+    all_busy = busy.all(axis=0) if busy.shape[0] else np.zeros(busy.shape[1], bool)
+    return (_cold(duty, power, limit, th).any(axis=0) & settled(all_busy, th))[lead:]

@@ -20,6 +20,7 @@ from gpumon.detect import nanops as N
 from typing import Optional
 
 from gpumon.detect.bins import GI, HI
+from gpumon.detect.cold import settled as settled_seconds
 from gpumon.diagnosis import CAUSES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
@@ -285,12 +286,14 @@ def _stall_features(full: np.ndarray, ends: np.ndarray, th: Thresholds,
     last_full = np.maximum.accumulate(np.where(full, ix_t, -1))
     # Both are read within window_max_s of the end only (what every caller's view of the
     # bins holds): a longer run reads wm + 1; a stall that began earlier, wm + 1; none, 0.
+    # Before the first bin nothing is known: full work since then follows a stall that
+    # began earlier (as it reads where a window's view starts before the data).
     wm = _bins(th.window_max_s, th)
     j = last_not[ends]
     lf = last_full[np.maximum(j, 0)]
     return {"full_run": np.minimum(ends - j, wm + 1),
-            "stall_bins": np.where(ends - j > wm, 0,
-                                   np.where((lf >= 0) & (lf >= ends - wm), j - lf, wm + 1))}
+            "stall_bins": np.where(ends - j > wm, 0, np.where(
+                (j >= 0) & (lf >= 0) & (lf >= ends - wm), j - lf, wm + 1))}
 
 
 def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.ndarray,
@@ -302,7 +305,7 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     busy_bin = (bduty >= th.busy_bin_duty) & ~np.isnan(bpw) & keep
     pf = N.div(bpw, blim)                            # power / limit per bin
     all_busy = busy_bin.all(axis=0) if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
-    settled = _settled(all_busy, th)
+    settled = settled_seconds(all_busy, th)
     top = N.nanmax(np.where(busy_bin, bpw, np.nan), axis=0) if bpw.shape[0] else bpw[0]
     rel = np.where(settled, N.div(bpw, top), 0.0)
     # The four window sums in one pass (rows: power fraction while busy, busy seconds,
@@ -321,18 +324,6 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
                                int(math.ceil(th.hang_s / th.bin_s)) + 1)
     f["all_busy_bins"] = rs[1][0] if rs.shape[1] else np.zeros(len(ends))   # (settled ones)
     return f
-
-
-def _settled(all_busy: np.ndarray, th: Thresholds) -> np.ndarray:
-    """The seconds in which power is compared across GPUs (see _power_features)."""
-    # Power is compared across GPUs only in seconds that follow power_settle_s seconds
-    # with every GPU at work: the driver's power is a 1 s average, so a GPU's first second
-    # back from a wait (its own, or spinning on a rank that waited) still reads cold.
-    settled = all_busy.copy()
-    for k in range(1, _bins(th.power_settle_s, th) + 1):
-        settled[k:] &= all_busy[:-k]
-        settled[:k] = False
-    return settled
 
 
 def _host_features(h: np.ndarray, keep: np.ndarray, W: np.ndarray, ends: np.ndarray,

@@ -54,8 +54,16 @@ def second_at(duty: list, n: float, u: float, th: Thresholds, cold: bool) -> tup
             floor if nk > 0 and not cold else 0.0, float(n), float(u))
 
 
+def all_busy(col: list, th: Thresholds) -> bool:
+    """cold.settled's reading of one second: every GPU at busy_bin_duty or more with its
+    power known (no GPU: False)."""
+    duty, pw = _rows(col, "u", "n"), _rows(col, "pw", "pn")
+    return bool(duty) and all(d >= th.busy_bin_duty and p == p for d, p in zip(duty, pw))
+
+
 def cold_second(col: list, th: Thresholds) -> bool:
-    """cold.cold_seconds of one second: some GPU busy but cold."""
+    """cold.cold_seconds' comparison on one second: some GPU busy but cold (whether the
+    second is settled is the caller's: all_busy over it and the seconds before)."""
     duty = _rows(col, "u", "n")
     pw = [p if d >= th.busy_bin_duty else NAN for d, p in zip(duty, _rows(col, "pw", "pn"))]
     known = [p == p for p in pw]

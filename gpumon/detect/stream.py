@@ -23,8 +23,8 @@ from gpumon.detect.pipeline import (active_since, bin_duty, idle_diagnosis, judg
                                   make_diagnosis, store_jobs, tick_columns)
 from gpumon.detect.features import view_bins
 from gpumon.detect.jobs import GroupMemo
-from gpumon.detect.cold import cold_seconds
-from gpumon.detect.onesec import cold_second, host_second, second_at
+from gpumon.detect.cold import cold_seconds, settle_bins
+from gpumon.detect.onesec import all_busy, cold_second, host_second, second_at
 from gpumon.detect.pauses import PauseTracker, Seconds, host_bins
 from gpumon.detect.rules import CAUSE_NAMES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
@@ -139,7 +139,9 @@ class _Job:
         b_first = max(self.next, base)
         if b_first <= last:
             i0 = b_first - base
-            at, hb = _seconds(g[:, :, i0:], h[:, i0:], duty[:, i0:], n[i0:], u[i0:], self.th)
+            lead = min(i0, settle_bins(self.th))    # (bins that settle the first one's power)
+            at, hb = _seconds(g[:, :, i0 - lead:], h[:, i0:], duty[:, i0:], n[i0:], u[i0:],
+                              self.th, lead)
         tr = self.pauses
         for b in range(b_first, last + 1):
             k = b - base - i0
@@ -174,17 +176,20 @@ class _Job:
             self.conf = float(r["confidence"][e])
 
 
-def _seconds(g, h, duty, n, u, th: Thresholds):
-    """(at, host): the pause tracker's inputs for the bins of ``g``, ``h`` (Seconds.at, and
-    host_bins' list); one second (a tick at 1 s) in plain Python (onesec.py), the same
-    values at a fraction of numpy's cost."""
+def _seconds(g, h, duty, n, u, th: Thresholds, lead: int = 0):
+    """(at, host): the pause tracker's inputs for the bins of ``h``, ``duty`` (Seconds.at,
+    and host_bins' list); ``g`` holds ``lead`` bins more before them (they settle the first
+    one's power: cold.settled). One second (a tick at 1 s) in plain Python (onesec.py), the
+    same values at a fraction of numpy's cost."""
     if duty.shape[-1] == 1 and duty.shape[0]:
-        col, hcol = g[:, :, 0].tolist(), h[:, 0].tolist()
+        cols = [g[:, :, k].tolist() for k in range(g.shape[-1])]
+        col, hcol = cols[-1], h[:, 0].tolist()
+        cold = cold_second(col, th) and all(all_busy(c, th) for c in cols[-1 - settle_bins(th):])
         sec = second_at(duty[:, 0].tolist(), float(n[0]), float(u[0]), th,
-                        cold_second(col, th))
+                        cold and len(cols) > settle_bins(th))
         return (lambda k: sec), [host_second(col, hcol, th)]
-    hb = host_bins(g, h, th)
-    return Seconds(duty, n, u, th, cold_seconds(g, th)).at, hb
+    hb = host_bins(g[:, :, lead:], h, th)
+    return Seconds(duty, n, u, th, cold_seconds(g, th, lead)).at, hb
 
 
 class StreamingDetector:
