@@ -36,6 +36,17 @@ def _validation_run(ret: bool) -> list[list[float]]:
     return [[u + rng.uniform(-1, 1) if u > 50 else u for u in us] for us in out]
 
 
+def _sim_log(tmp_path, name: str, gpus: int, seed: int, mode: str, th=DEFAULT):
+    """(timeline, change time) of `gpumon analyze` (thresholds ``th``) on a detector-
+    benchmark run rendered as an nvidia-smi log (bench.detect.render_nvsmi; ``mode`` "mean"
+    or "last")."""
+    from bench.detect import render_nvsmi, simulate_run
+    ticks, change, _ = simulate_run(name, gpus, seed)
+    path = tmp_path / f"{name}-{gpus}-{seed}.csv"
+    path.write_text(render_nvsmi(ticks, mode))
+    return analyze_file(str(path), th=th)[1], change
+
+
 def _verdicts(tl, a: float, b: float) -> set:
     t0 = tl.start
     return {d.verdict for d in tl.segments if d.end > t0 + a and d.start < t0 + b}
@@ -87,15 +98,12 @@ def test_a_validation_pass_just_before_the_log_ends_is_a_pause(tmp_path):
     96-109 s into the scenario, its choppy forward-only rhythm read as starvation live; the
     log ends 11 s after steady work came back. That is a return too, though the log ends
     before context_s of work after it: the pass is a pause (tail_min_s)."""
-    from bench.detect import render_nvsmi, simulate_run
-    ticks, change, _ = simulate_run("validation", 2, 7018102)
-    path = tmp_path / "val.csv"
-    path.write_text(render_nvsmi(ticks, "mean"))
-    _, tl = analyze_file(str(path))
+    tl, change = _sim_log(tmp_path, "validation", 2, 7018102, "mean")
     bad = [(d.verdict, d.start - change) for d in tl.segments
            if d.verdict not in ("busy", "paused") and d.end > change + 5]
     assert not bad, bad
-    _, tl2 = analyze_file(str(path), th=replace(DEFAULT, tail_min_s=1e9))
+    tl2, _ = _sim_log(tmp_path, "validation", 2, 7018102, "mean",
+                      th=replace(DEFAULT, tail_min_s=1e9))
     assert "data_starvation" in {d.verdict for d in tl2.segments if d.end > change + 90}
 
 
@@ -104,15 +112,12 @@ def test_lone_seconds_that_caught_a_step_boundary_keep_work_steady(tmp_path):
     second, a tuning seed of the detector benchmark): two lone seconds read 0% (the sample
     fell between two steps) shortly before a 24 s checkpoint. The work before the checkpoint
     is still steady (blips_max), so the checkpoint is a pause, not starvation."""
-    from bench.detect import render_nvsmi, simulate_run
-    ticks, change, _ = simulate_run("checkpoint", 1, 7131091)
-    path = tmp_path / "blips.csv"
-    path.write_text(render_nvsmi(ticks, "last"))
-    _, tl = analyze_file(str(path))
+    tl, change = _sim_log(tmp_path, "checkpoint", 1, 7131091, "last")
     bad = [(d.verdict, d.start - change) for d in tl.segments
            if d.verdict not in ("busy", "paused") and d.start > change + 5]
     assert not [b for b in bad if b[0] != "idle"], bad
-    _, tl2 = analyze_file(str(path), th=replace(DEFAULT, blips_max=0.0, blips_work_duty=2.0))
+    tl2, _ = _sim_log(tmp_path, "checkpoint", 1, 7131091, "last",
+                      th=replace(DEFAULT, blips_max=0.0, blips_work_duty=2.0))
     assert "data_starvation" in {d.verdict for d in tl2.segments if d.end > change + 10}
 
 
@@ -404,11 +409,7 @@ def test_a_stop_later_found_to_be_starvation_is_no_pause(tmp_path):
     keeps it waiting 29 s for its first batches after steady work, then works 9 s and waits
     again. Live, the first stop is a pause until the stop comes again; a log knows that from
     the start: none of its seconds is paused."""
-    from bench.detect import render_nvsmi, simulate_run
-    ticks, change, _ = simulate_run("data_starvation", 1, 7002021)
-    path = tmp_path / "starved.csv"
-    path.write_text(render_nvsmi(ticks, "mean"))
-    _, tl = analyze_file(str(path))
+    tl, change = _sim_log(tmp_path, "data_starvation", 1, 7002021, "mean")
     paused = [(d.start - change, d.end - change) for d in tl.segments
               if d.verdict == "paused" and d.end > change + 5]
     assert not paused, paused
@@ -431,11 +432,7 @@ def test_a_pause_returns_where_work_resumed_whatever_lone_seconds_follow(tmp_pat
     between two steps now and then (63%, 73%, 78%, 52%). The return is the first second of
     that work, as before a dip such lone seconds are steady work: not 142 s, after the last
     of them, where 20 s without any begin."""
-    from bench.detect import render_nvsmi, simulate_run
-    ticks, change, _ = simulate_run("checkpoint", 2, 7002112)
-    path = tmp_path / "ckpt.csv"
-    path.write_text(render_nvsmi(ticks, "last"))
-    _, tl = analyze_file(str(path))
+    tl, change = _sim_log(tmp_path, "checkpoint", 2, 7002112, "last")
     late = [(d.start - change, d.end - change) for d in tl.segments if d.verdict == "paused"
             and d.end - change > 133 and d.start - change < 142]
     assert not late, late
