@@ -294,6 +294,9 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
     working = _at_full_work(st, rows, th)
     pause, excl = pause & ~working, excl & ~working
     r = _cat(_judge_chunks(st, rows, shared, pause, th, np.arange(nb), excl=excl, why=why))
+    # (The lead: hold_s, as a live verdict lags its window by the hold and a segment's
+    # evidence is read that far into it.)
+    r = hindsight_lead(r, [pause, excl], int(round(th.hold_s / th.bin_s)))
     v, c, s = r["verdict"], r["cause"], r["straggler"]
     # Starvation, or a stall on one rank's host, is over where steady work outlasted the
     # dip (analyze/pauses.recovered).
@@ -307,6 +310,36 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
     if over.any():
         v, c, s = np.where(over, _BUSY, v), np.where(over, -1, c), np.where(over, -1, s)
     return v, c, s, r, (pause, excl, why, over)
+
+
+def hindsight_lead(r: dict, flags: list, k: int) -> dict:
+    """Hindsight lead: each second's raw verdict is that of the window ending ``k`` bins
+    after it. A window that ends at a second sees only the seconds before it, so a new
+    regime shows once it fills enough of the window, seconds after it began (6-7 s at 1 s,
+    a 12 s window); a log also holds the seconds that follow, and the window ending a
+    little later sees it sooner. A second keeps its own window where that later window lies
+    past a change of the per-second ``flags`` (a pause starting or ending, the job leaving
+    its GPUs) or past the log's end, or where either window reads ``paused``: those flags
+    are per second, not windowed, so pauses and stops stay where they are, and the seconds
+    before them are not given what came after them. ``r``: the rules' output per bin (on
+    its last axis)."""
+    n = len(r["verdict"])
+    if k <= 0 or n == 0:
+        return r
+    state = np.zeros(n, np.int64)
+    for i, f in enumerate(flags):
+        state |= f.astype(np.int64) << i
+    run_end = np.append(np.flatnonzero(state[1:] != state[:-1]) + 1, n)
+    last = run_end[np.searchsorted(run_end, np.arange(n), side="right")] - 1
+    own = np.arange(n)
+    src = own + k
+    keep = src > last                   # (the log's last k seconds too: no run goes past it)
+    src = np.where(keep, own, src)
+    v = r["verdict"]
+    keep |= (v == _PAUSED) | (v[src] == _PAUSED)
+    src = np.where(keep, own, src)
+    return {key: (a[..., src] if np.ndim(a) and np.shape(a)[-1] == n else a)
+            for key, a in r.items()}
 
 
 def _first_seen(held: np.ndarray, keys: list, v: np.ndarray, c: np.ndarray,
