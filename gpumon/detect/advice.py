@@ -13,8 +13,10 @@ _STARVATION = {
                 "larger sequential shards, or raise prefetching",
     "main_process": "the input pipeline runs in the main process: move preprocessing off it "
                     "(DataLoader num_workers > 0, pin_memory=True)",
-    "input_pipeline": "the GPUs wait for input: add DataLoader workers, prefetch more, or "
-                      "profile the input pipeline (host counters were not available)",
+    "input_pipeline": "waiting for input: add DataLoader workers, prefetch more, or profile "
+                      "the input pipeline; a checkpoint or evaluation that runs this often "
+                      "looks the same on the GPUs (host counters, as gpumon logs them, tell "
+                      "them apart)",
 }
 
 
