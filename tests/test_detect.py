@@ -907,3 +907,14 @@ def test_a_job_starting_up_is_paused_until_its_first_gpu_work():
     assert startup >= 10
     assert "data_starvation" not in called and "sync_stall" not in called, called
     assert called.count("paused") >= 0.8 * len(called), called
+
+
+def test_starvation_without_a_host_cause_names_what_else_looks_the_same():
+    """With no cause on the host (input_pipeline: a plain nvidia-smi log), stops that keep
+    coming back read as starvation; a checkpoint or evaluation run as often looks the same
+    on the GPUs, and the advice says so rather than only "add workers"."""
+    from gpumon.detect.advice import advice
+    line = advice("data_starvation", "input_pipeline", None)
+    assert "DataLoader workers" in line and "checkpoint or evaluation" in line
+    assert "host counters" in line
+    assert "checkpoint" not in advice("data_starvation", "cpu_preprocessing", None)

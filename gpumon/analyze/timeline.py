@@ -16,6 +16,7 @@ from typing import Optional
 import numpy as np
 
 from gpumon.diagnosis import CAUSES, IDLE, INSUFFICIENT_DATA, PAUSED, VERDICTS, Diagnosis
+from gpumon.detect import nanops as N
 from gpumon.detect.bins import GI, Store
 from gpumon.detect.pipeline import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
 from gpumon.detect.pipeline import bin_duty
@@ -41,7 +42,7 @@ _STARVED = VERDICTS.index("data_starvation")
 _BUSY = VERDICTS.index("busy")
 _STALL = VERDICTS.index("sync_stall")
 _RANK_HOST = CAUSES.index("rank_host")
-_UNKNOWN = VERDICTS.index(INSUFFICIENT_DATA)
+_INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
 _PAUSED = VERDICTS.index(PAUSED)
 
 
@@ -358,7 +359,7 @@ def _first_seen(held: np.ndarray, keys: list, v: np.ndarray, c: np.ndarray,
         if new[0] != old[0]:
             while j - 1 > prev and v[j - 1] == new[0]:
                 j -= 1
-            while old[0] == _PAUSED and j - 1 > prev and v[j - 1] == _UNKNOWN:
+            while old[0] == _PAUSED and j - 1 > prev and v[j - 1] == _INSUFFICIENT:
                 j -= 1
         else:
             while j - 1 > prev and (v[j - 1], c[j - 1], s[j - 1]) == new:
@@ -429,7 +430,7 @@ def job_flags(st: Store, rows: list[int], th: Thresholds
     pause, excl = pause & ~gap, excl & ~gap
     # A log also holds what followed each stop (analyze/pauses.py).
     with np.errstate(invalid="ignore", divide="ignore"):
-        power = g[GI["pw"]] / g[GI["pn"]]
+        power = N.div(g[GI["pw"]], g[GI["pn"]])
     both = two_sided(duty, n, u, th, hostb, power)
     why = np.where(both & (why < 0), CAUSES.index("unknown"), why)
     pause, excl = pause | both, excl | both

@@ -7,7 +7,7 @@ from typing import Optional
 import numpy as np
 
 from gpumon.detect import nanops as N
-from gpumon.detect.pauses import storage_bound
+from gpumon.detect.pauses import rank_starving, storage_bound
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.diagnosis import CAUSES
 
@@ -78,12 +78,8 @@ class Host:
         over the window or (``recent``) over its last seconds."""
         th = self.th
         out = self.storage() if recent else self.storage_window().copy()
-        for wk, ld, lb, mc, mt in (self.views if recent else self.views[:1]):
-            with CALM:
-                per = np.maximum(wk, 1)
-                g = (((wk >= 0.5) & ((ld / (100 * per) >= th.loader_busy_share)
-                                     | (lb / per >= th.loader_busy_share)))
-                     | ((wk < 0.5) & (np.fmax(mc, mt) >= th.core_busy_pct)))
+        for view in (self.views if recent else self.views[:1]):
+            g = rank_starving(*view, th)
             if g.shape[0]:
                 out |= g.any(axis=0)
         return out
@@ -133,13 +129,10 @@ def host_starved(f: dict, th: Thresholds, suffix: str = "") -> np.ndarray:
     over the window, or with suffix "_recent" over its last seconds."""
     w, main, thread = f["workers" + suffix], f["main_cpu" + suffix], f["main_thread" + suffix]
     with CALM:
-        per = np.maximum(w, 1)
-        # (Loaders saturated as starving_any reads them: their CPU, or how many are busy.)
-        saturated = ((f["loader_cpu" + suffix] / (100.0 * per) >= th.loader_busy_share)
-                     | (f["loader_busy" + suffix] / per >= th.loader_busy_share))
-        starving = (((w >= 0.5) & saturated)
-                    | ((w < 0.5) & (np.fmax(main, thread) >= th.core_busy_pct))
-                    | (thread >= th.core_busy_pct))
+        # (As starving_any reads a rank, and its main thread at a core beside loaders too:
+        # the rank's collation holds it up, whichever rank it is.)
+        starving = rank_starving(w, f["loader_cpu" + suffix], f["loader_busy" + suffix], main,
+                                 thread, th) | (thread >= th.core_busy_pct)
     return np.where(np.isnan(w) & np.isnan(main), np.nan, starving.astype(float))
 
 

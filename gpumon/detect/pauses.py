@@ -448,6 +448,19 @@ def storage_bound(io, rd, th: Thresholds = DEFAULT):
         return (rd >= th.disk_read_mbps) & ((io >= th.iowait_pct) | (rd >= th.disk_read_busy_mbps))
 
 
+def rank_starving(wk, ld, lb, mc, mt, th: Thresholds = DEFAULT):
+    """Per rank, its host starves its GPU: its loader workers saturated (their CPU, or how
+    many of them are busy, at loader_busy_share of their capacity), or without loader
+    workers its main process (or its busiest thread) at a full core. From the ratios of a
+    rank's workers, loader CPU %, busy workers, main CPU % and main thread CPU % (NaN:
+    unknown, never starving)."""
+    with np.errstate(invalid="ignore"):
+        per = np.maximum(wk, 1)
+        return (((wk >= 0.5) & ((ld / (100 * per) >= th.loader_busy_share)
+                                | (lb / per >= th.loader_busy_share)))
+                | ((wk < 0.5) & (np.fmax(mc, mt) >= th.core_busy_pct)))
+
+
 # Fields host_bins divides (numerators, denominators), per GPU and for the host.
 _HB_NUM = [GI[k] for k in ("wk", "ld", "lb", "mc", "mt", "mem", "pid", "age")]
 _HB_DEN = [GI[k] for k in ("wkn", "ldn", "lbn", "mcn", "mtn", "memn", "pidn", "agen")]
@@ -473,11 +486,7 @@ def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
         io, rd, wr = N.div(h[_HB_HNUM], h[_HB_HDEN])
     main = np.fmax(mc, mt)
     with np.errstate(invalid="ignore"):
-        per = np.maximum(wk, 1)
-        starving_g = (((wk >= 0.5) & ((ld / (100 * per) >= th.loader_busy_share)
-                                      | (lb / per >= th.loader_busy_share)))
-                      | ((wk < 0.5) & (main >= th.core_busy_pct)))
-        starving = starving_g.any(axis=0) | storage_bound(io, rd, th)
+        starving = rank_starving(wk, ld, lb, mc, mt, th).any(axis=0) | storage_bound(io, rd, th)
         writing = wr >= th.ckpt_write_mbps
         # The job still holds its GPUs: memory in use (or a process) wherever that is known.
         gone = np.where(~np.isnan(pid), pid <= 0, False) | np.where(
