@@ -232,6 +232,21 @@ def _lone_data_wait(tr):
         else None
 
 
+def _steady_lone_waiters(ticks) -> list:
+    """Per tick, the lone data waiter (_lone_data_wait) where the same GPU was the lone
+    waiter in at least half of the last window_s seconds, else None. A straggler is the GPU
+    the others wait for over the span a verdict describes: where every rank starves and a
+    different one is last each second, the job as a whole waits for input, and no GPU is
+    the one to look at."""
+    lone = [_lone_data_wait(tk.truth) if tk.truth else None for tk in ticks]
+    out = []
+    for i, (tk, g) in enumerate(zip(ticks, lone)):
+        recent = [x for t2, x in zip(ticks[max(0, i - 50):i + 1], lone[max(0, i - 50):i + 1])
+                  if tk.time - t2.time < DEFAULT.window_s]
+        out.append(g if g is not None and 2 * recent.count(g) >= len(recent) else None)
+    return out
+
+
 def _sync_idle(tr) -> bool:
     """A GPU waited for a peer ONSET_WAIT_SHARE of this second or more (under gloo the wait
     is idle: without host counters it looks like a wait for data)."""
@@ -255,11 +270,12 @@ def evaluate(job) -> dict:
     # A hang is one only after hang_s, and a stop after steady work is a pause until it has
     # lasted pause_max_s (then idle, held): their first seconds are not scored.
     unjudged = change + {"hang": DEFAULT.hang_s, "held": DEFAULT.pause_max_s}.get(name, 0.0)
-    for tk in ticks:
+    lone = _steady_lone_waiters(ticks)
+    for tk, lone_waiter in zip(ticks, lone):
         tr = tk.truth
         strag = tr.straggler_gpu
         if tr.verdict == "data_starvation" and strag is None:
-            strag = _lone_data_wait(tr)
+            strag = lone_waiter
         res["truth"].append((tr.verdict, strag, tr.pause, _all_computed(tr), _sync_idle(tr))
                             if tr and not change < tk.time < unjudged else None)
         res["t"].append(tk.time)

@@ -263,3 +263,22 @@ def test_memory_bench_refuses_an_unknown_command(capsys):
         memory.main(["--commands", "log,top"])
     assert exc.value.code == 2
     assert "unknown command(s): top" in capsys.readouterr().err
+
+
+def test_a_lone_data_waiter_is_a_straggler_only_when_the_same_rank_lasts():
+    """Every rank starving, a different one last each second: the job waits, no straggler
+    (the straggler is the GPU the others wait for over the span a verdict describes); the
+    same rank last in most of the last window_s seconds: that rank."""
+    from types import SimpleNamespace as NS
+    from bench.detect import _steady_lone_waiters
+
+    def tick(t, lone):
+        st = {g: ({"waiting_data": 0.7} if g == lone else {"waiting_sync": 0.7})
+              for g in range(4)}
+        return NS(time=float(t), truth=NS(states=st))
+    turns = [tick(t, t % 4) for t in range(20)]
+    assert _steady_lone_waiters(turns)[6:] == [None] * 14     # (a full window_s)
+    same = [tick(t, 2 if t % 3 else 1) for t in range(20)]
+    got = _steady_lone_waiters(same)
+    assert [g for g in got[6:] if g is not None] and set(got[6:]) <= {2, None}
+    assert got[6:].count(2) == sum(1 for t in range(6, 20) if t % 3)
