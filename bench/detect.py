@@ -234,17 +234,24 @@ def _lone_data_wait(tr):
 
 def _steady_lone_waiters(ticks) -> list:
     """Per tick, the lone data waiter (_lone_data_wait) where the same GPU was the lone
-    waiter in at least half of the last window_s seconds, else None. A straggler is the GPU
-    the others wait for over the span a verdict describes: where every rank starves and a
-    different one is last each second, the job as a whole waits for input, and no GPU is
-    the one to look at."""
+    waiter in at least half of the seconds of some whole window_s span that holds this one,
+    else None. A straggler is the GPU the others wait for over the span a verdict describes
+    (before the second live, around it in a log): where every rank starves and a different
+    one is last each second, the job as a whole waits for input, and no GPU is the one to
+    look at."""
     lone = [_lone_data_wait(tk.truth) if tk.truth else None for tk in ticks]
+    w = max(1, int(round(DEFAULT.window_s / _spacing(ticks))))    # ticks in a window
     out = []
-    for i, (tk, g) in enumerate(zip(ticks, lone)):
-        recent = [x for t2, x in zip(ticks[max(0, i - 50):i + 1], lone[max(0, i - 50):i + 1])
-                  if tk.time - t2.time < DEFAULT.window_s]
-        out.append(g if g is not None and 2 * recent.count(g) >= len(recent) else None)
+    for i, g in enumerate(lone):
+        spans = range(max(0, i - w + 1), min(i, len(lone) - w) + 1)    # whole windows only
+        out.append(g if g is not None and any(2 * lone[a:a + w].count(g) >= w for a in spans)
+                   else None)
     return out
+
+
+def _spacing(ticks) -> float:
+    """Seconds between ticks (1 when there are fewer than two)."""
+    return float(np.median(np.diff([tk.time for tk in ticks]))) if len(ticks) > 1 else 1.0
 
 
 def _sync_idle(tr) -> bool:

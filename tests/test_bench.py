@@ -268,7 +268,7 @@ def test_memory_bench_refuses_an_unknown_command(capsys):
 def test_a_lone_data_waiter_is_a_straggler_only_when_the_same_rank_lasts():
     """Every rank starving, a different one last each second: the job waits, no straggler
     (the straggler is the GPU the others wait for over the span a verdict describes); the
-    same rank last in most of the last window_s seconds: that rank."""
+    same rank last in most of a window_s span around the second: that rank."""
     from types import SimpleNamespace as NS
     from bench.detect import _steady_lone_waiters
 
