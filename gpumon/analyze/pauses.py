@@ -14,6 +14,7 @@ than ``loader_startup_s`` (host counters of a gpumon log) are starvation even th
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Optional
 
 import numpy as np
@@ -32,13 +33,15 @@ def _seconds(duty: np.ndarray, n: np.ndarray, th: Thresholds):
     return have, has, low, has & (low >= th.log_steady_duty)
 
 
-def _host_starving(host: Optional[list]) -> Optional[np.ndarray]:
+def host_starving(host: Optional[list]) -> Optional[np.ndarray]:
     """Per bin, whether a rank's loaders (host counters known) show starvation, from
-    host_bins' tuples; None without them."""
+    host_bins' tuples; None without them. (Read once per job: two_sided and recovered
+    take it as ``starving``.)"""
     if host is None:
         return None
-    wk = np.array([x[0] for x in host], dtype=float)
-    return np.array([x[1] for x in host], dtype=bool) & ~np.isnan(wk)
+    T = len(host)
+    wk = np.fromiter(map(itemgetter(0), host), float, T)
+    return np.fromiter(map(itemgetter(1), host), bool, T) & ~np.isnan(wk)
 
 
 def _window_sums(x: np.ndarray, w: int) -> np.ndarray:
@@ -59,20 +62,26 @@ def _runs(good: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = DEFAULT,
-              host: Optional[list] = None, power: Optional[np.ndarray] = None) -> np.ndarray:
+              host: Optional[list] = None, power: Optional[np.ndarray] = None,
+              sc: Optional["_Scan"] = None,
+              starving: Optional[np.ndarray] = None) -> np.ndarray:
     """Bins (T,) of a job that are pauses judged with what followed them, from per-GPU duty
     (G, T), the job's sample count and busy sum per bin, host_bins' tuples (or None) and
-    per-GPU mean power per bin (G, T; NaN or None where unknown)."""
+    per-GPU mean power per bin (G, T; NaN or None where unknown). ``sc``: scan() of the
+    same bins, and ``starving``: host_starving(host), where the caller has them already."""
     T = len(n)
     out = np.zeros(T, dtype=bool)
-    need = max(2, int(round(th.context_s / th.bin_s)))   # steady bins before and after a dip
+    need = _need(th)          # steady bins before and after a dip
     if T < 2 * need + 1:
         return out
-    sc = _scan(duty, n, u, th, need)
-    starving = _host_starving(host)
+    sc = sc if sc is not None else scan(duty, n, u, th)
+    if starving is None:
+        starving = host_starving(host)
     startup = int(round(th.loader_startup_s / th.bin_s))
-    for s in sc.first.tolist():
-        dip = _dip(sc, s, th, need)
+    leads = _leads(sc, need, int(round(th.dip_lead_in_s / th.bin_s)))
+    has = leads >= 0
+    for s, lead in zip(sc.first[has].tolist(), leads[has].tolist()):
+        dip = _dip(sc, s, lead, th, need)
         if dip is None:
             continue
         a, e = dip
@@ -85,18 +94,20 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
 
 
 def not_one_off(pause: np.ndarray, unknown: np.ndarray, duty: np.ndarray, n: np.ndarray,
-                u: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
+                u: np.ndarray, th: Thresholds = DEFAULT,
+                sc: Optional["_Scan"] = None) -> np.ndarray:
     """Bins (T,) of the live tracker's pauses (``pause``) that a log shows were no one-off
     stop: ``unknown`` (nothing on the host explains them) and followed by steady work
     (lone seconds allowed) shorter than the pause itself before the next stop, the log not
     ending first. Such a stop is the next gap of a starving job; a checkpoint, validation
-    pass or epoch boundary is followed by more work than it took (two_sided's isolation)."""
+    pass or epoch boundary is followed by more work than it took (two_sided's isolation).
+    ``sc``: scan() of the same bins, where the caller has it already."""
     T = len(n)
     out = np.zeros(T, dtype=bool)
-    need = max(2, int(round(th.context_s / th.bin_s)))
+    need = _need(th)
     if not pause.any() or T < 2 * need + 1:
         return out
-    run_after = _scan(duty, n, u, th, need).run_after
+    run_after = (sc if sc is not None else scan(duty, n, u, th)).run_after
     edges = np.flatnonzero(np.diff(np.concatenate(([0], pause.astype(np.int8), [0]))))
     for a, e in zip(edges[::2].tolist(), edges[1::2].tolist()):
         if e < T and unknown[a:e].all() and run_after[e] < min(e - a, T - e):
@@ -104,13 +115,25 @@ def not_one_off(pause: np.ndarray, unknown: np.ndarray, duty: np.ndarray, n: np.
     return out
 
 
+def _need(th: Thresholds) -> int:
+    """Bins of steady work wanted before and after a dip (context_s)."""
+    return max(2, int(round(th.context_s / th.bin_s)))
+
+
 class _Scan:
-    """Per bin of a job, what two_sided reads (see _scan)."""
+    """Per bin of a job, what two_sided and not_one_off read (see scan)."""
 
 
-def _scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds, need: int) -> _Scan:
-    sc = _Scan()
+def scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
+         th: Thresholds = DEFAULT) -> Optional[_Scan]:
+    """What two_sided and not_one_off read of a job's bins (per-GPU duty (G, T), sample count
+    and busy sum per bin): computed once, it serves both. None where the job is too short
+    for a dip with steady work on either side (both then find none)."""
     T = len(n)
+    need = _need(th)
+    if T < 2 * need + 1:
+        return None
+    sc = _Scan()
     have, has, low, good = _seconds(duty, n, th)
     sc.good = good
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -152,17 +175,27 @@ def _scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds, need: 
     return sc
 
 
-def _dip(sc: _Scan, s: int, th: Thresholds, need: int) -> Optional[tuple[int, int]]:
-    """The pause [start, end) whose first non-steady bin is ``s``, or None: steady work
-    before it at pause_context_duty or more, a return to steady work at that level within
-    pause_max_s (or to the end of the log), and the dip isolated (see _isolated)."""
+def _leads(sc: _Scan, need: int, lead_in: int) -> np.ndarray:
+    """Per possible dip start (``sc.first``): how many bins before it the steady work before
+    it ended, the fewest up to ``lead_in``; -1 where none did (no dip starts there). Ranks
+    stop one after another: the steady work may end a few seconds before all do. (All at
+    once: a starving job has thousands of starts, nearly none of them after steady work.)"""
+    s = sc.first
+    lead = np.full(len(s), -1)
+    for k in range(lead_in, -1, -1):        # (the fewest last, to win)
+        i = s - k - need
+        lead[(i >= 0) & (sc.bad_lone[np.maximum(i, 0)] == 0)] = k
+    return lead
+
+
+def _dip(sc: _Scan, s: int, lead: int, th: Thresholds, need: int
+         ) -> Optional[tuple[int, int]]:
+    """The pause [start, end) whose first non-steady bin is ``s``, its steady work ending
+    ``lead`` bins before it (_leads), or None: that work at pause_context_duty or more, a
+    return to steady work at that level within pause_max_s (or to the end of the log), and
+    the dip isolated (see _isolated)."""
     T = len(sc.good)
     lead_in = int(round(th.dip_lead_in_s / th.bin_s))
-    # Ranks stop one after another: the steady work may end a few seconds before all do.
-    lead = next((k for k in range(lead_in + 1)
-                 if s - k - need >= 0 and sc.bad_lone[s - k - need] == 0), None)
-    if lead is None:
-        return None
     level = sc.jd_w[s - lead - need] / need
     if level < th.pause_context_duty:
         return None
@@ -232,19 +265,22 @@ def _tail_return(good: np.ndarray, jd: np.ndarray, s: int, bar: float, tail: int
 
 
 def recovered(duty: np.ndarray, n: np.ndarray, th: Thresholds = DEFAULT,
-              host: Optional[list] = None) -> np.ndarray:
+              host: Optional[list] = None, starving: Optional[np.ndarray] = None
+              ) -> np.ndarray:
     """Bins (T,) of a job where starvation is over, as a log shows: the steady work (every
     GPU at log_steady_duty or more in every second, no rank's host starving) after an
     isolated dip, from its recover_s-th second. Isolated: steady work on either side at
     least context_s long and ``isolation`` times as long as the dip. Such a dip was a one-off (a
     rank's slow batch), where a starving job stops again sooner; its windows would hold
-    starvation for up to window_max_s after it."""
+    starvation for up to window_max_s after it. ``starving``: host_starving(host), where
+    the caller has it already."""
     T = len(n)
     out = np.zeros(T, dtype=bool)
-    need = max(2, int(round(th.context_s / th.bin_s)))
+    need = _need(th)
     rb = max(1, int(round(th.recover_s / th.bin_s)))
     good = _seconds(duty, n, th)[3]
-    starving = _host_starving(host)
+    if starving is None:
+        starving = host_starving(host)
     if starving is not None:
         good &= ~starving
     edges = np.flatnonzero(np.diff(np.concatenate(([0], good.astype(np.int8), [0]))))

@@ -9,8 +9,10 @@ each segment are then gathered and judged again on their own.
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import Optional
 
 import numpy as np
@@ -28,7 +30,7 @@ from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.logs.log import Log, runs
 from gpumon.logs.memory import small_pages
-from gpumon.analyze.pauses import not_one_off, recovered, two_sided
+from gpumon.analyze.pauses import host_starving, not_one_off, recovered, scan, two_sided
 from gpumon.logs.threads import map_threads
 
 CHUNK_BINS = 4096
@@ -137,15 +139,32 @@ def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, t
         spans.append((i, j, max(0, lo_end - W + 1), int(ends[j - 1])))
         i = j
 
+    live = np.flatnonzero(st.g[:, :, :st.nb].any(axis=(1, 2)))
+    scratch = threading.local()
+
     def one(span):
         i, j, lo, hi_end = span
-        g, h = st.view(rows, hi_end + 1, lo)
+        g, h = _chunk_view(st, rows, lo, hi_end + 1, live, scratch)
         f = window_features(g, h, ends[i:j] - lo, pause[lo:hi_end + 1], th,
                             excluded=None if excl is None else excl[lo:hi_end + 1],
                             why=None if why is None else why[lo:hi_end + 1])
         return judge(f, shared, th)
 
     return _map(one, spans)
+
+
+def _chunk_view(st: Store, rows: list[int], lo: int, hi: int, live: np.ndarray, scratch
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """st.view(rows, hi, lo): the same float64 arrays, in a buffer of this thread's kept from
+    chunk to chunk (a fresh one would be faulted in anew each time), with only the ``live``
+    fields (those with any data in the store) copied in: the others stay zero."""
+    g32, h32 = st.view(rows, hi, lo, raw=True)
+    bufs = scratch.__dict__.setdefault("g", {})
+    buf = bufs.get(g32.shape)
+    if buf is None:
+        buf = bufs[g32.shape] = np.zeros(g32.shape)
+    buf[live] = g32[live]
+    return buf, h32.astype(np.float64)
 
 
 def _map(fn, items: list) -> list:
@@ -191,10 +210,19 @@ def _judge_points(st: Store, rows: list[int], shared: bool, pause: np.ndarray,
 
 
 def _cat(parts: list[dict]) -> dict:
+    """Per-window outputs of several calls joined on their last axis. A flag of each call's
+    whole view (features' seen_*: a signal reported at all) becomes whether any call's view
+    had it, as a plain bool (what pipeline.missing_signals reads of it, without an np.any
+    per window)."""
     out = {}
     for k in parts[0]:
         a = [p[k] for p in parts]
-        out[k] = np.concatenate(a, axis=-1) if np.ndim(a[0]) else np.array(a)
+        if np.ndim(a[0]):
+            out[k] = np.concatenate(a, axis=-1)
+        elif all(x.__class__ is bool for x in a):
+            out[k] = any(a)
+        else:
+            out[k] = np.array(a)
     return out
 
 
@@ -417,7 +445,7 @@ def job_flags(st: Store, rows: list[int], th: Thresholds
         hostb += host_bins(g[..., a:a + HOST_BINS_CHUNK], hb[..., a:a + HOST_BINS_CHUNK], th)
     # A job seen starting in the log (it did not hold its GPUs, then does) starts paused,
     # as it does live.
-    present = np.array([x[3] for x in hostb], dtype=bool)
+    present = np.fromiter(map(itemgetter(3), hostb), bool, len(hostb))
     starts = present & ~np.concatenate(([False], present[:-1]))
     pause, excl, why = pause_flags(duty, n, u, th, hostb, starts, cold_seconds(g, th))
     # Live, a stop is a pause until the tracker finds it was starvation (the stop came
@@ -426,17 +454,19 @@ def job_flags(st: Store, rows: list[int], th: Thresholds
     pause &= excl
     # A stop followed by less work than it took, before the next, is the next gap of a
     # starving job (analyze/pauses.not_one_off).
-    gap = not_one_off(pause, why == CAUSES.index("unknown"), duty, n, u, th)
+    sc = scan(duty, n, u, th)       # (what not_one_off and two_sided both read)
+    gap = not_one_off(pause, why == CAUSES.index("unknown"), duty, n, u, th, sc=sc)
     pause, excl = pause & ~gap, excl & ~gap
     # A log also holds what followed each stop (analyze/pauses.py).
     with np.errstate(invalid="ignore", divide="ignore"):
         power = N.div(g[GI["pw"]], g[GI["pn"]])
-    both = two_sided(duty, n, u, th, hostb, power)
+    starving = host_starving(hostb)
+    both = two_sided(duty, n, u, th, hostb, power, sc=sc, starving=starving)
     why = np.where(both & (why < 0), CAUSES.index("unknown"), why)
     pause, excl = pause | both, excl | both
     # Seconds in which the job did not hold its GPUs (before it started, after it ended)
     # are left out of its windows, as the live detector only judges a job once it exists.
-    return pause, excl | ~present, recovered(duty, n, th, hostb), why
+    return pause, excl | ~present, recovered(duty, n, th, hostb, starving=starving), why
 
 
 def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.ndarray,

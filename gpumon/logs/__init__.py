@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Optional
 
 from gpumon.errors import UserError
-from gpumon.logs.arrow import release_memory
+from gpumon.logs.arrow import reading_pool
 from gpumon.logs.lines import Lines, clean
 from gpumon.logs.log import Log, Malformed
 from gpumon.logs.memory import small_pages
@@ -29,11 +29,10 @@ SNIFF_LINES = 40
 def read_log(path: str, interval: Optional[float] = None) -> Log:
     """Any supported log, its kind detected from its first lines."""
     name = display_name(path)
-    lines = clean(read_bytes(path))
-    with small_pages():
-        log = read_lines(lines, name, interval)
-    release_memory()
-    return log
+    with small_pages():                 # (clean's scratch arrays are large too)
+        lines = clean(read_bytes(path))
+        with reading_pool():
+            return read_lines(lines, name, interval)
 
 
 def read_lines(lines: Lines, name: str, interval: Optional[float] = None) -> Log:

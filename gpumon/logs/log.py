@@ -172,13 +172,22 @@ def runs(log: Log, gap_s: float) -> list[Log]:
             idx = a + np.argsort(ts, kind="stable")
             ts = t[idx]
         step = np.diff(ts)
-        pos = step[step > 0]
-        # (The median of a few intervals could be the gap itself.)
-        limit = (max(gap_s, GAP_INTERVALS * float(np.median(pos))) if len(pos) >= GAP_INTERVALS
-                 else gap_s)
-        cut = np.flatnonzero(step > limit) + 1
+        cut = _cuts(step, gap_s)
         if ordered and len(back) == 0 and len(cut) == 0:
             return [log]       # one run, in order already: the log itself, not a copy
         for c, d in zip(np.r_[0, cut], np.r_[cut, len(idx)]):
             out.append(log.take(idx[c:d]))
     return out
+
+
+def _cuts(step: np.ndarray, gap_s: float) -> np.ndarray:
+    """Where a run's time ``step``s (in time order) say logging paused (see runs)."""
+    # The limit is never below gap_s: without a longer step there is no cut, and no median
+    # of a day's intervals to take (the usual log).
+    if not (step > gap_s).any():
+        return np.zeros(0, np.intp)
+    pos = step[step > 0]
+    # (The median of a few intervals could be the gap itself.)
+    limit = (max(gap_s, GAP_INTERVALS * float(np.median(pos))) if len(pos) >= GAP_INTERVALS
+             else gap_s)
+    return np.flatnonzero(step > limit) + 1

@@ -14,7 +14,6 @@ from gpumon.logs.batches import Columns
 from gpumon.logs.lines import Lines
 from gpumon.logs.log import Log, empty_samples, finish, gpu_index, row_times
 from gpumon.logs.table import stream_table
-from gpumon.logs.threads import map_threads
 from gpumon.logs.values import (hex_or_num, is_text, key, num, num_fast, numeric_text, per_value,
                                times, trimmed_text)
 
@@ -96,10 +95,10 @@ def read(lines: Lines, names: list[str], path: str, interval: Optional[float]) -
 
 
 class _Sink:
-    """What stream_table's batches become: the detector columns as numpy arrays (every
-    column of a batch at once, each converts on its own), ``bad`` (rows with a bad value in
-    any but the time column) and ``time_bad``; GPU identifiers kept as text (their codes
-    follow first appearance in the whole log); whether each batch's times were numbers."""
+    """What stream_table's batches become: the detector columns as numpy arrays, ``bad``
+    (rows with a bad value in any but the time column) and ``time_bad``; GPU identifiers
+    kept as text (their codes follow first appearance in the whole log); whether each
+    batch's times were numbers."""
 
     def __init__(self, cols: dict, rows: int):
         self.names = cols
@@ -110,7 +109,13 @@ class _Sink:
 
     def add(self, batch) -> None:
         names = self.names
-        conv = map_threads(lambda x: _convert(batch.column(names[x]), x), self.wanted)
+        cols = {x: batch.column(names[x]) for x in self.wanted}
+        # The time column's text trimmed once, for its values and for numeric_text below.
+        stamps = trimmed_text(cols["time"]) if "time" in cols else None
+        # One column after another: the sink already runs beside the parser (table._stream),
+        # and threads of its own per batch only cost more than they overlap.
+        conv = [_trimmed(stamps, times) if x == "time" and stamps is not None
+                else _convert(c, x) for x, c in cols.items()]
         out = {x: v for x, (v, _) in zip(self.wanted, conv)}
         bad = np.zeros(batch.num_rows, bool)
         for x, (_, b) in zip(self.wanted, conv):
@@ -122,10 +127,10 @@ class _Sink:
         self.cols.put(out, batch.num_rows)
         if "gpu_id" in names:
             self.ids.append(batch.column(names["gpu_id"]))
-        if "time" in names and is_text(batch.column(names["time"]).type):
+        if stamps is not None:
             # times() reads a column as epoch seconds only when every value is a number: a
             # log whose batches disagree is read again as one column (_whole_times).
-            self.numeric.add(numeric_text(trimmed_text(batch.column(names["time"]))))
+            self.numeric.add(numeric_text(stamps))
 
 
 def _whole_times(lines: Lines, names: list[str], name: str, cols: Columns) -> None:
@@ -161,7 +166,11 @@ def _text(c, fn) -> tuple[np.ndarray, np.ndarray]:
         v = num_fast(c)
         if v is not None:
             return v, np.zeros(len(c), bool)
-    s = pc().utf8_trim_whitespace(c)
+    return _trimmed(pc().utf8_trim_whitespace(c), fn)
+
+
+def _trimmed(s, fn) -> tuple[np.ndarray, np.ndarray]:
+    """_text of a text column already trimmed of whitespace."""
     v, b = fn(s, trimmed=True)
     # nvidia-smi never writes an empty field: an empty one is a short line.
     return v, b | (to_np(pc().binary_length(s)) == 0)

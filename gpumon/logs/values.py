@@ -217,6 +217,9 @@ def per_value(col, f: Callable) -> Optional[tuple[np.ndarray, np.ndarray]]:
 
 # Widest text _one_text compares byte by byte (a clock-event mask is 18).
 ONE_TEXT_WIDTH = 32
+# Rows _one_text compares first: a column of many texts (utilization, power) differs within
+# them, and is not compared whole.
+ONE_TEXT_PROBE = 64
 
 
 def _one_text(col):
@@ -228,6 +231,6 @@ def _one_text(col):
             return None
         col = col.chunk(0)
     m = text_matrix(col, ONE_TEXT_WIDTH)
-    if m is None or not (m == m[0]).all():
+    if m is None or not (m[:ONE_TEXT_PROBE] == m[0]).all() or not (m == m[0]).all():
         return None
     return col.slice(0, 1)
