@@ -87,6 +87,8 @@ def csum(a: np.ndarray) -> np.ndarray:
 def wsum_c(c: np.ndarray, w, ends: np.ndarray, rows=None) -> np.ndarray:
     """wsum from running sums ``c = csum(a)`` (of the rows ``rows`` of c's first axis only,
     when given)."""
+    if len(ends) == 1:
+        return _wsum_one(c, w, int(ends[0]), rows)
     lo = np.maximum(ends + 1 - w, 0)
     if len(ends) < SPAN_MIN:
         if rows is not None:
@@ -99,6 +101,17 @@ def wsum_c(c: np.ndarray, w, ends: np.ndarray, rows=None) -> np.ndarray:
     if b is not None:
         return hi - c[r, ..., b]
     return hi - np.take(c[r], lo, axis=-1)
+
+
+def _wsum_one(c: np.ndarray, w, end: int, rows=None) -> np.ndarray:
+    """wsum_c of one window (the live detector's) ending at ``end``: its two columns of the
+    running sums read as slices (no gather of the whole array), the same numbers."""
+    hi = end + 1
+    lo = max(hi - int(w[0] if isinstance(w, np.ndarray) and w.ndim else w), 0)
+    a, b = c[..., hi:hi + 1], c[..., lo:lo + 1]
+    if rows is not None:
+        a, b = a[rows], b[rows]
+    return a - b
 
 
 # Windows (ends) from which wsum_c looks for runs of consecutive indices to read as slices
@@ -125,16 +138,22 @@ def _live_sums(g: np.ndarray, keep: np.ndarray):
     ``pos[field]`` is that field's row in C (the zero row, L, for a field without data)."""
     F = g.shape[0]
     if g.size < SPARSE_MIN:
-        return csum(g * keep), _ALL, F
+        return _keep_csum(g, keep, F), _ALL, F
     live = np.flatnonzero(g.any(axis=tuple(range(1, g.ndim))))
     L = len(live)
-    C = np.zeros((L + 1,) + g.shape[1:-1] + (g.shape[-1] + 1,))
-    body = C[:L, ..., 1:]
-    np.multiply(g[live], keep, out=body)
-    np.add.accumulate(body, axis=-1, out=body)
     pos = np.full(F, L)
     pos[live] = np.arange(L)
-    return C, pos, L
+    return _keep_csum(g[live], keep, L + 1), pos, L
+
+
+def _keep_csum(g: np.ndarray, keep: np.ndarray, rows: int) -> np.ndarray:
+    """csum(g * keep) in ``rows`` rows (any past g's: zeros), summed in place: numpy's
+    accumulate from a temporary into the strided view runs several times slower."""
+    C = np.zeros((rows,) + g.shape[1:-1] + (g.shape[-1] + 1,))
+    body = C[:len(g), ..., 1:]
+    np.multiply(g, keep, out=body)
+    np.add.accumulate(body, axis=-1, out=body)
+    return C
 
 
 def _ratios(S: np.ndarray, num: np.ndarray, den: np.ndarray, L: int) -> np.ndarray:
@@ -197,7 +216,6 @@ def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: i
     ctx_duty = N.div(tot[1], tot[0])
     if w:
         return np.full(len(ends), int(w)), ctx_duty
-    cycle = N.div(tot[3] + tot[5], tot[2])           # s per (burst + gap)
     w0 = max(1, int(round(th.window_s / th.bin_s)))
     wmax = max(w0, int(round(th.window_max_s / th.bin_s)))
     # Stretch only for a job whose context already looked starved before the last
@@ -212,8 +230,11 @@ def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: i
     before = np.where(np.isnan(old_duty), ctx_duty, old_duty)
     slow = ((N.nan_to_num(before, nan=1.0) < th.duty_starved)
             & (N.nan_to_num(N.div(last[1], last[0]), nan=0.0) < th.duty_starved))
+    if not slow.any():                 # (no window stretched: all of window_s)
+        return np.full(len(ends), w0), ctx_duty
+    cycle = N.div(tot[3] + tot[5], tot[2])           # s per (burst + gap)
     want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
-    return np.clip(want, w0, wmax).astype(int), ctx_duty
+    return np.minimum(np.maximum(want, w0), wmax).astype(int), ctx_duty
 
 
 def _gpu_ratios(g: np.ndarray, C: np.ndarray, pos: np.ndarray, L: int, ix: dict,
@@ -257,9 +278,9 @@ def _sync_features(bduty: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.
     least = 1.0 - bidle.max(axis=0)                 # the least busy GPU's duty per second
     low = have & (least < th.steady_bin_duty)
     floor = have & (least < th.steady_floor_duty)
-    sm = wsum(np.array([min_idle, mean_idle, have.astype(float), low.astype(float),
-                        floor.astype(float)]), W, ends)
-    f = {"gap_sync": N.div(sm[0], sm[1]), "job_idle": N.div(sm[1], sm[2]), "bins": sm[2],
+    sm = wsum(np.array([min_idle, mean_idle, have, low, floor], dtype=float), W, ends)
+    gap_sync, job_idle = N.div(sm[0:2], sm[1:3])    # (rows 0 / 1 and 1 / 2 in one division)
+    f = {"gap_sync": gap_sync, "job_idle": job_idle, "bins": sm[2],
          "low_bins": sm[3], "floor_bins": sm[4],
          "duty_sd": _duty_sd(bidle, have, W, ends, sm[2])}
     f.update(_stall_features(have & (least >= th.busy_bin_duty), ends, th, ix_t))
@@ -272,8 +293,8 @@ def _duty_sd(bidle: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.ndarra
     of any GPU over the window's ``nbins`` seconds with data)."""
     bd = np.where(have, 1.0 - bidle, 0.0)           # (G, T)
     sq = wsum(np.array([bd, bd * bd]), W, ends)     # (2, G, E)
-    mu = N.div(sq[0], nbins)
-    var = np.maximum(N.div(sq[1], nbins) - mu * mu, 0.0)
+    mu, sq_mu = N.div(sq, nbins)
+    var = np.maximum(sq_mu - mu * mu, 0.0)
     return np.sqrt(N.nanmax(var, axis=0)) if var.shape[0] else np.full(len(ends), np.nan)
 
 
@@ -310,11 +331,12 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     rel = np.where(settled, N.div(bpw, top), 0.0)
     # The four window sums in one pass (rows: power fraction while busy, busy seconds,
     # power relative to the hottest GPU, settled seconds).
-    sums = wsum(np.array([np.where(busy_bin, pf, 0.0), busy_bin.astype(float), rel,
-                          np.broadcast_to(settled.astype(float), rel.shape)]), W, ends)
-    pfb, rs = sums[:2], sums[2:]
-    f = {"power_frac_busy": N.div(pfb[0], pfb[1])}
-    f["rel_power"] = N.div(rs[0], rs[1])            # (G, E): power over the hottest's, all busy
+    sums = wsum(np.array([np.where(busy_bin, pf, 0.0), busy_bin, rel,
+                          np.broadcast_to(settled, rel.shape)], dtype=float), W, ends)
+    rs = sums[2:]
+    # (Rows 0 / 1 and 2 / 3 in one division; rel_power (G, E): power over the hottest's,
+    # all busy.)
+    f = dict(zip(("power_frac_busy", "rel_power"), N.div(sums[0::2], sums[1::2])))
     # Seconds in a row, up to each window's end, with every GPU busy and drawing at most
     # hang_power_frac of its limit (Thresholds.hang_s), read within hang_s + 1 bins.
     cold = all_busy & (N.nanmax(pf, axis=0) <= th.hang_power_frac) \

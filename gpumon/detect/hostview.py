@@ -6,7 +6,6 @@ from typing import Optional
 
 import numpy as np
 
-from gpumon.detect import nanops as N
 from gpumon.detect.pauses import rank_starving, storage_bound
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.diagnosis import CAUSES
@@ -27,34 +26,53 @@ class Calm:
 CALM = Calm()
 
 
+# A rank's readings, in the order rank_starving takes them (and their "_recent" features).
+_RANK = ("workers", "loader_cpu", "loader_busy", "main_cpu", "main_thread")
+
+
 class Host:
     """Host counters of a job's windows, read once per judge() call."""
 
     def __init__(self, f: dict, th: Thresholds):
         self.th = th
-        self._whole: Optional[dict] = None
+        self._whole: Optional[np.ndarray] = None
         self._storage: Optional[np.ndarray] = None       # (see storage_window)
         self._storage_any: Optional[np.ndarray] = None   # (see storage)
         self.workers, self.loader = f["workers"], f["loader_cpu"]
         self.lbusy, self.main, self.thread = f["loader_busy"], f["main_cpu"], f["main_thread"]
         self.io, self.rd = f["iowait"], f["disk_read"]
         self.io_r, self.rd_r = f.get("iowait_recent"), f.get("disk_read_recent")
-        self.views = [(f["workers"], f["loader_cpu"], f["loader_busy"], f["main_cpu"],
-                       f["main_thread"])]
-        if "workers_recent" in f:
-            self.views.append(tuple(f[k + "_recent"] for k in (
-                "workers", "loader_cpu", "loader_busy", "main_cpu", "main_thread")))
+        # The ranks' readings over the window and (where the features have them) over its
+        # last seconds, stacked (views, 5, G, E): each view is judged in the same pass.
+        names = [_RANK] + ([tuple(k + "_recent" for k in _RANK)] if "workers_recent" in f
+                           else [])
+        self.views = np.array([[f[k] for k in v] for v in names])
+        self._ranks: Optional[np.ndarray] = None
+        self._ranks_any: Optional[np.ndarray] = None
+        self._starved: Optional[np.ndarray] = None
+
+    def ranks(self) -> np.ndarray:
+        """(views, G, E): rank_starving of each view (computed once)."""
+        if self._ranks is None:
+            self._ranks = rank_starving(*self.views.swapaxes(0, 1), self.th)
+        return self._ranks
+
+    def starved(self) -> np.ndarray:
+        """(views, G, E): host_starved of each view (computed once)."""
+        if self._starved is None:
+            v = self.views
+            self._starved = starved_ranks(v[:, 0], v[:, 3], v[:, 4], self.ranks(), self.th)
+        return self._starved
 
     @property
-    def whole(self) -> dict:
-        """The busiest reading of any of the job's GPUs, per window (read by cause() only:
-        computed on its first call)."""
+    def whole(self) -> np.ndarray:
+        """(5, E): the busiest reading of any of the job's GPUs (rank_starving's order), per
+        window (read by cause() only: computed on its first call)."""
         if self._whole is None:
-            G = self.workers.shape[0]
-            with CALM:
-                self._whole = {k: (np.fmax.reduce(getattr(self, k), axis=0) if G else
-                                   np.full(self.io.shape, np.nan))
-                               for k in ("workers", "loader", "lbusy", "main", "thread")}
+            if self.workers.shape[0]:
+                self._whole = np.fmax.reduce(self.views[0], axis=1)
+            else:
+                self._whole = np.full((len(_RANK),) + self.io.shape, np.nan)
         return self._whole
 
     def storage(self) -> np.ndarray:
@@ -76,31 +94,28 @@ class Host:
     def starving_any(self, recent: bool = True) -> np.ndarray:
         """(E,): any rank's host shows starvation (loaders saturated, main at a core, storage),
         over the window or (``recent``) over its last seconds."""
-        th = self.th
         out = self.storage() if recent else self.storage_window().copy()
-        for view in (self.views if recent else self.views[:1]):
-            g = rank_starving(*view, th)
-            if g.shape[0]:
-                out |= g.any(axis=0)
+        if self.workers.shape[0]:
+            if self._ranks_any is None:
+                self._ranks_any = self.ranks().any(axis=1)     # (views, E)
+            for hit in (self._ranks_any if recent else self._ranks_any[:1]):
+                out |= hit
         return out
 
     def cause(self, col: np.ndarray) -> np.ndarray:
         """Cause of starvation per window, from the rank at row ``col`` (the straggler), or
         with col -1 from the job as a whole (the busiest reading of any of its GPUs)."""
         th = self.th
-        E = col.shape[0]
-        ar = np.arange(E)
-        sel = np.clip(col, 0, None)
         mine = col >= 0
-
-        def pick(k):
-            a = getattr(self, k)
-            if not a.shape[0]:
-                return self.whole[k]
-            return np.where(mine, a[sel, ar], self.whole[k])
-
-        workers, loader, lbusy = pick("workers"), pick("loader"), pick("lbusy")
-        main, thread = pick("main"), pick("thread")
+        v = self.views[0]                     # (5, G, E)
+        # (The job's reading is computed only where some window reads it.)
+        if not v.shape[1] or not mine.any():
+            rows = self.whole
+        else:
+            rows = v[:, np.maximum(col, 0), np.arange(col.shape[0])]
+            if not mine.all():
+                rows = np.where(mine, rows, self.whole)
+        workers, loader, lbusy, main, thread = rows
         with CALM:
             per_worker = loader / (100.0 * np.maximum(workers, 1))
             cpu = (workers >= 0.5) & ((per_worker >= th.loader_busy_share)
@@ -129,18 +144,20 @@ def host_starved(f: dict, th: Thresholds, suffix: str = "") -> np.ndarray:
     over the window, or with suffix "_recent" over its last seconds."""
     w, main, thread = f["workers" + suffix], f["main_cpu" + suffix], f["main_thread" + suffix]
     with CALM:
-        # (As starving_any reads a rank, and its main thread at a core beside loaders too:
-        # the rank's collation holds it up, whichever rank it is.)
-        starving = rank_starving(w, f["loader_cpu" + suffix], f["loader_busy" + suffix], main,
-                                 thread, th) | (thread >= th.core_busy_pct)
+        ranks = rank_starving(w, f["loader_cpu" + suffix], f["loader_busy" + suffix], main,
+                              thread, th)
+    return starved_ranks(w, main, thread, ranks, th)
+
+
+def starved_ranks(w: np.ndarray, main: np.ndarray, thread: np.ndarray, ranks: np.ndarray,
+                  th: Thresholds) -> np.ndarray:
+    """host_starved from a rank's workers, main CPU and main thread readings and their
+    rank_starving (``ranks``), of any shape."""
+    # (As starving_any reads a rank, and its main thread at a core beside loaders too: the
+    # rank's collation holds it up, whichever rank it is.)
+    with CALM:
+        starving = ranks | (thread >= th.core_busy_pct)
     return np.where(np.isnan(w) & np.isnan(main), np.nan, starving.astype(float))
-
-
-def hs_known(f: dict) -> np.ndarray:
-    """(E,): NaN where no GPU of the job has host counters."""
-    known = ~(np.isnan(f["workers"]) & np.isnan(f["main_cpu"]))
-    return np.where(known.any(axis=0), 1.0, np.nan) if known.shape[0] else np.full(
-        known.shape[1], np.nan)
 
 
 def host_straggler(f: dict, th: Thresholds = DEFAULT,
@@ -152,7 +169,8 @@ def host_straggler(f: dict, th: Thresholds = DEFAULT,
     if G < 2:
         return np.full(hs.shape[1], -1)
     known = (~np.isnan(hs)).all(axis=0)
-    one = np.nansum(hs, axis=0) == 1
-    return np.where(known & one, np.argmax(N.nan_to_num(hs), axis=0), -1)
+    starving = hs == 1.0                    # (hs is 1.0, 0.0 or NaN)
+    one = starving.sum(axis=0) == 1
+    return np.where(known & one, starving.argmax(axis=0), -1)
 
 

@@ -42,3 +42,9 @@ def div(a: np.ndarray, b) -> np.ndarray:
     q = np.true_divide(a, b)
     np.copyto(q, np.nan, where=b <= 0)     # (b NaN: the quotient is NaN already)
     return q
+
+
+def throttle_share(therm: np.ndarray, pcap: np.ndarray, hws: np.ndarray) -> np.ndarray:
+    """np.fmax(np.fmax(nan_to_num(therm), nan_to_num(pcap)), nan_to_num(hws)) for shares
+    (never negative): the largest known one, 0 where none is known."""
+    return nan_to_num(np.fmax(np.fmax(therm, pcap), hws))

@@ -113,12 +113,13 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
         a = [x for x in a if x == x]          # (NaN != NaN)
         return max(a) if a else None
 
+    def known(name):         # (the column's numbers, NaN left out)
+        return [x for x in f[name][:, e].tolist() if x == x]
+
     duty = col("duty")
     d = duty[~np.isnan(duty)]
-    rel = col("rel_power")
-    relk = rel[~np.isnan(rel)]
-    thr = np.fmax(np.fmax(N.nan_to_num(col("therm_share")), N.nan_to_num(col("pcap_share"))),
-                  N.nan_to_num(col("hws_share")))
+    relk = known("rel_power")
+    clock = known("clock_frac")
     dmean = float(d.sum()) / len(d) if len(d) else None
     dl = d.tolist()
     ev = {
@@ -131,13 +132,13 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
         "gap_sync": _num(f["gap_sync"][e]) if len(duty) > 1 else None,
         "power_frac": mean("power_frac"),
         "power_frac_busy": mean("power_frac_busy"),
-        "busy_cold_share": (int((relk <= th.cold_power_ratio).sum()) / len(relk) if len(relk) > 1
-                            else None),
-        "rel_power_min": float(relk.min()) if len(relk) > 1 else None,
-        "clock_frac": (float(N.nanmin(col("clock_frac")))
-                       if not np.isnan(col("clock_frac")).all() else None),
-        "throttle_share": (float(thr.max()) if not np.isnan(col("therm_share")).all()
-                           else None),
+        "busy_cold_share": (sum(x <= th.cold_power_ratio for x in relk) / len(relk)
+                            if len(relk) > 1 else None),
+        "rel_power_min": min(relk) if len(relk) > 1 else None,
+        "clock_frac": min(clock) if clock else None,
+        "throttle_share": (max(N.throttle_share(col("therm_share"), col("pcap_share"),
+                                                col("hws_share")).tolist())
+                           if known("therm_share") else None),
         "loader_cpu_pct": hostval("loader_cpu"),
         "loader_workers": hostval("workers"),
         "loader_busy": hostval("loader_busy"),

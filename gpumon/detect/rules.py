@@ -29,7 +29,7 @@ import numpy as np
 from gpumon.detect import nanops as N
 from gpumon.detect.hostview import CALM
 from gpumon.detect.thresholds import DEFAULT, Thresholds
-from gpumon.detect.windows import Windows, low_nan
+from gpumon.detect.windows import Windows, clip, low_nan
 from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, PAUSED,
                               SYNC_STALL, THROTTLED)
 
@@ -74,7 +74,7 @@ def no_kernels(w: Windows) -> None:
         return (f["mem_last"] >= th.mem_active_mib).any(axis=0) if w.G else np.zeros(w.E, bool)
     w.decide("no_kernels", quiet & ~(f["ctx_duty"] >= th.idle_duty) & ~w.feeding, IDLE,
              c=lambda: np.where(held(), C["held"], -1),
-             cf=lambda: np.clip(0.7 + 0.3 * (th.idle_duty - w.dmax) / th.idle_duty, 0.5, 0.99))
+             cf=lambda: clip(0.7 + 0.3 * (th.idle_duty - w.dmax) / th.idle_duty, 0.5, 0.99))
 
 
 def quiet_after_work(w: Windows) -> None:
@@ -87,8 +87,7 @@ def throttle(w: Windows) -> None:
     """Clock-event reasons with the clock really held down; not while every GPU waits for
     input its host cannot supply (a slow clock is not what holds the job back then)."""
     f, th, G, E = w.f, w.th, w.G, w.E
-    share = np.fmax(np.fmax(N.nan_to_num(f["therm_share"]), N.nan_to_num(f["pcap_share"])),
-                    N.nan_to_num(f["hws_share"]))
+    share = N.throttle_share(f["therm_share"], f["pcap_share"], f["hws_share"])
     clock_low = np.where(np.isnan(f["clock_frac"]), True,
                          f["clock_frac"] < th.throttle_clock_frac)
     thr = (share >= th.throttle_share) & clock_low                       # (G, E)
@@ -105,7 +104,7 @@ def throttle(w: Windows) -> None:
     waiting = w.feeding & (w.jduty < th.duty_starved)
     w.decide("throttle", (nthr > 0) & ~waiting, THROTTLED, c=tcause,
              s=lambda: np.where((G > 1) & (nthr < G), tgpu, -1),
-             cf=lambda: np.clip(0.6 + 0.4 * share.max(axis=0), 0, 0.95))
+             cf=lambda: clip(0.6 + 0.4 * share.max(axis=0), 0, 0.95))
 
 
 def rank_computes(w: Windows) -> None:
@@ -149,7 +148,7 @@ def duty_low(w: Windows) -> None:
         (f["low_bins"] == 0) | ((f["floor_bins"] == 0) & (f["duty_sd"] <= th.steady_duty_sd)))
     starved = (w.jduty < limit) & ~steady & ~w.over
     w.decide("duty_low", starved, DATA_STARVATION, c=lambda: w.host.cause(w.hs),
-             s=lambda: w.hs, cf=lambda: np.clip(0.6 + (th.duty_starved - w.jduty), 0.6, 0.95))
+             s=lambda: w.hs, cf=lambda: clip(0.6 + (th.duty_starved - w.jduty), 0.6, 0.95))
 
 
 def hang(w: Windows) -> None:
@@ -187,13 +186,13 @@ def busy_but_cold(w: Windows) -> None:
             & ~w.over_power)      # (the cold GPU spun during the stall that is over)
     w.decide("busy_but_cold", cold, SYNC_STALL,
              c=C["dataparallel"] if w.shared else C["imbalance"],
-             s=hot, cf=lambda: np.clip(0.55 + N.nan_to_num(gap, nan=0.05), 0.55, 0.95))
+             s=hot, cf=lambda: clip(0.55 + N.nan_to_num(gap, nan=0.05), 0.55, 0.95))
 
 
 def busy(w: Windows) -> None:
     """None of the above."""
     w.decide("busy", np.ones(w.E, bool), BUSY,
-             cf=lambda: np.clip(0.6 + 2.0 * (w.jduty - w.th.duty_starved), 0.5, 0.95))
+             cf=lambda: clip(0.6 + 2.0 * (w.jduty - w.th.duty_starved), 0.5, 0.95))
 
 
 # The rules in the order they are tried.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumon.detect import nanops as N
-from gpumon.detect.hostview import CALM, Host, host_starved, host_straggler, hs_known
+from gpumon.detect.hostview import CALM, Host, host_straggler
 from gpumon.detect.thresholds import Thresholds
 from gpumon.diagnosis import BUSY, CAUSES, VERDICTS
 
@@ -34,8 +34,18 @@ class cached_property:
 
 
 def low_nan(a):
-    """NaN as -inf, so a missing GPU never wins a max."""
-    return np.where(np.isnan(a), -np.inf, a)
+    """NaN as -inf, so a missing GPU never wins a max (np.fmax keeps the number)."""
+    return np.fmax(a, -np.inf)
+
+
+def clip(a, lo: float, hi: float):
+    """np.clip(a, lo, hi) for float arrays (NaN stays NaN) without its wrapper's checks."""
+    return np.minimum(np.maximum(a, lo), hi)
+
+
+def high_nan(a):
+    """NaN as +inf, so a missing GPU never wins a min."""
+    return np.fmin(a, np.inf)
 
 
 class Windows:
@@ -48,7 +58,7 @@ class Windows:
         self.strag = np.full(E, -1)
         self.conf = np.full(E, 0.8)
         self.rule = np.full(E, rules.index("busy"))
-        self.decided = np.zeros(E, dtype=bool)
+        self.open = np.ones(E, dtype=bool)   # windows not decided yet
         self.all_decided = E == 0          # every window decided (updated by decide)
         self.slope = np.full(E, np.nan)
 
@@ -56,7 +66,7 @@ class Windows:
         """Windows not decided yet where ``mask`` holds get verdict ``v`` by rule ``name``;
         ``c``, ``s`` and ``cf`` may be callables, evaluated only when some window takes
         this branch."""
-        m = mask & ~self.decided
+        m = mask & self.open
         if not m.any():
             return
         c, s, cf = (x() if callable(x) else x for x in (c, s, cf))
@@ -65,8 +75,8 @@ class Windows:
         for out, x in ((self.cause, c), (self.strag, s), (self.conf, cf)):
             if x is not None:
                 out[m] = x[m] if isinstance(x, np.ndarray) else x
-        self.decided[m] = True
-        self.all_decided = bool(self.decided.all())
+        self.open[m] = False
+        self.all_decided = not self.open.any()
 
     def result(self) -> dict:
         f, th, feeding = self.f, self.th, self.feeding
@@ -92,22 +102,30 @@ class Windows:
             return N.nanmean(f["duty"], axis=0)
 
     @cached_property
+    def duty_lo(self) -> np.ndarray:
+        """Per-GPU duty, NaN as -inf (for the busiest GPU)."""
+        return low_nan(self.f["duty"])
+
+    @cached_property
+    def duty_hi(self) -> np.ndarray:
+        """Per-GPU duty, NaN as +inf (for the least busy GPU)."""
+        return high_nan(self.f["duty"])
+
+    @cached_property
     def dmax(self) -> np.ndarray:
-        with CALM:
-            return N.nanmax(low_nan(self.f["duty"]), axis=0)
+        return np.maximum.reduce(self.duty_lo, axis=0)
 
     @cached_property
     def dmin(self) -> np.ndarray:
-        with CALM:
-            return N.nanmin(np.where(np.isnan(self.f["duty"]), np.inf, self.f["duty"]), axis=0)
+        return np.minimum.reduce(self.duty_hi, axis=0)
 
     @cached_property
     def amax(self) -> np.ndarray:
-        return np.argmax(low_nan(self.f["duty"]), axis=0)
+        return self.duty_lo.argmax(axis=0)
 
     @cached_property
     def amin(self) -> np.ndarray:
-        return np.argmin(np.where(np.isnan(self.f["duty"]), np.inf, self.f["duty"]), axis=0)
+        return self.duty_hi.argmin(axis=0)
 
     @cached_property
     def spread(self) -> np.ndarray:
@@ -130,19 +148,20 @@ class Windows:
     @cached_property
     def known(self) -> np.ndarray:
         """Some GPU of the job has host counters."""
-        return ~np.isnan(hs_known(self.f))
+        if not self.G:
+            return np.zeros(self.E, dtype=bool)
+        return (~(np.isnan(self.f["workers"]) & np.isnan(self.f["main_cpu"]))).any(axis=0)
 
     @cached_property
     def starved_w(self) -> np.ndarray:
-        return host_starved(self.f, self.th)
+        return self.host.starved()[0]
 
     @cached_property
     def starved_any(self) -> np.ndarray:
         """(G, E): each rank's host starving over the window or over its last seconds (as
         ``feeding`` reads the job's)."""
-        if "workers_recent" not in self.f:
-            return self.starved_w
-        return np.fmax(self.starved_w, host_starved(self.f, self.th, "_recent"))
+        s = self.host.starved()
+        return s[0] if len(s) == 1 else np.fmax(s[0], s[1])
 
     @cached_property
     def hs(self) -> np.ndarray:
@@ -163,10 +182,12 @@ class Windows:
         run, stall = f["full_run"], f["stall_bins"]
         # (The stall ends inside the window and began within the last window_max_s, which
         # every caller's view of the bins holds: live and offline see the same stall.)
-        return (self.known & ~self.host.starving_any(recent=False)
-                & (run >= th.recover_s / th.bin_s) & (stall > 0)
+        lone = ((run >= th.recover_s / th.bin_s) & (stall > 0)
                 & (stall <= th.lone_stall_s / th.bin_s)
                 & (run + stall <= th.window_max_s / th.bin_s))
+        if not lone.any():          # (no such stall: the host need not be read)
+            return lone
+        return lone & self.known & ~self.host.starving_any(recent=False)
 
     @cached_property
     def over(self) -> np.ndarray:
@@ -186,7 +207,7 @@ class Windows:
 
     @cached_property
     def asym_conf(self) -> np.ndarray:
-        return np.clip(0.6 + (self.spread - self.th.duty_spread), 0.6, 0.95)
+        return clip(0.6 + (self.spread - self.th.duty_spread), 0.6, 0.95)
 
     @cached_property
     def computes(self) -> np.ndarray:
@@ -194,11 +215,11 @@ class Windows:
         f, th, G, duty = self.f, self.th, self.G, self.f["duty"]
         hi = duty >= ((self.dmax + self.dmin) / 2.0)[None, :]
         with CALM:
-            pf = f["power_frac"]
-            p_hi = N.nanmean(np.where(hi, pf, np.nan), axis=0)
-            p_lo = N.nanmean(np.where(~hi, pf, np.nan), axis=0)
-            d_hi = N.nanmean(np.where(hi, duty, np.nan), axis=0)
-            d_lo = N.nanmean(np.where(~hi, duty, np.nan), axis=0)
+            # The mean power fraction and duty of the busier and the idler GPUs (nanmean
+            # over each half, the four in one pass).
+            x = np.array([f["power_frac"], f["power_frac"], duty, duty])
+            part = np.array([hi, ~hi, hi, ~hi]) & ~np.isnan(x)
+            p_hi, p_lo, d_hi, d_lo = np.where(part, x, 0.0).sum(axis=1) / part.sum(axis=1)
             self.slope = (p_hi - p_lo) / np.maximum(d_hi - d_lo, 1e-6)
             # Without power: a single busier GPU against several idler ones computes.
             nhi = hi.sum(axis=0)
