@@ -200,3 +200,40 @@ def test_frame_cache_reuses_unchanged_frame():
     assert screen._segments is not first
 
 
+
+
+@pytest.mark.parametrize("width,height", [(160, 50), (100, 24), (60, 4)])
+def test_alt_screen_writes_what_rich_live_writes(monkeypatch, width, height):
+    """live.AltScreen (the frame filling the terminal itself) writes the bytes rich's Live
+    writes in the alternate screen: entering, every frame, leaving; a terminal too short for
+    the layout included."""
+    from rich.live import Live
+
+    from gpumon.ui.live import AltScreen
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setenv("TERM", "xterm-256color")
+
+    def drawn(ours):
+        d = dashboard(4, seconds=10)
+        buf = Tty()
+        con = Console(file=buf, width=width, height=height, force_terminal=True,
+                      color_system="256", legacy_windows=False)
+        screen = Screen(d.view)
+        drawer = AltScreen(con, screen) if ours else Live(
+            get_renderable=lambda: screen, console=con, screen=True, auto_refresh=False,
+            redirect_stdout=False, redirect_stderr=False, transient=False)
+        with drawer as live:
+            for tick in ticks(4, 14)[10:]:
+                d.update(tick, [])
+                live.refresh()
+                live.refresh()                  # nothing new: the same frame again
+        return buf.getvalue()
+
+    assert AltScreen.usable(Console(file=Tty(), force_terminal=True, legacy_windows=False))
+    ours = drawn(True)
+    assert ours == drawn(False)
+    assert ours.count("\x1b[H") == 1 + 8 and f"gpumon {__version__}" in ours   # entering, frames

@@ -1,4 +1,5 @@
-"""The drawing thread: a rich Live screen on a terminal, plain lines otherwise.
+"""The drawing thread: the screen on a terminal (in its alternate screen; under `gpumon run`, a
+rich Live below the command's output), plain lines otherwise.
 
 Sampling runs in the Monitor's own thread; this loop only waits (for a new reading, a key,
 a resize or a signal) and draws. Signals are turned into a flag and a wake-up, so Ctrl-C
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from typing import Callable, Optional, TextIO
 
 from rich.console import Console
+from rich.control import Control
 from rich.live import Live
 
 from gpumon.monitor import Monitor
@@ -198,6 +200,35 @@ class Loop:
         return any(k in QUIT_KEYS for k in keys)
 
 
+class AltScreen:
+    """Frames drawn over each other in the terminal's alternate screen from its top-left corner,
+    the bytes rich's Live writes there: the Screen fills the terminal itself, so Live's two
+    more passes over every line of every frame (its Screen wrapper, its LiveRender) are saved."""
+
+    def __init__(self, console: Console, screen: Screen):
+        self.console = console
+        self.screen = screen
+        screen.fill = True
+
+    @staticmethod
+    def usable(console: Console) -> bool:
+        """Where Live would draw in the alternate screen: a terminal that takes cursor moves."""
+        return (console.is_terminal and console.is_interactive and not console.is_dumb_terminal
+                and not console.legacy_windows)
+
+    def __enter__(self) -> "AltScreen":
+        self.console.set_alt_screen(True)
+        self.console.show_cursor(False)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.console.show_cursor(True)
+        self.console.set_alt_screen(False)
+
+    def refresh(self) -> None:
+        self.console.print(Control.home(), self.screen)
+
+
 def run_screen(loop: Loop, dash: Dashboard, console: Console, *, alt_screen: bool = True,
                reserve: int = 0, before_draw: Optional[Callable[[Console], None]] = None) -> None:
     """The live screen, redrawn explicitly (no timer thread). In the alternate screen by
@@ -213,9 +244,13 @@ def run_screen(loop: Loop, dash: Dashboard, console: Console, *, alt_screen: boo
     # A library warning written to stderr would scribble over the screen: hold them back.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with Live(get_renderable=lambda: screen, console=console, screen=alt_screen,
-                  auto_refresh=False, redirect_stdout=False, redirect_stderr=False,
-                  transient=False) as live:
+        if alt_screen and AltScreen.usable(console):
+            drawer = AltScreen(console, screen)
+        else:
+            drawer = Live(get_renderable=lambda: screen, console=console, screen=alt_screen,
+                          auto_refresh=False, redirect_stdout=False, redirect_stderr=False,
+                          transient=False)
+        with drawer as live:
             def draw() -> None:
                 if before_draw is not None:
                     before_draw(console)

@@ -10,8 +10,7 @@ known is "-", never 0.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, NamedTuple, Optional, Sequence
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
@@ -30,9 +29,9 @@ NOT_ON_HOST = "(not visible on this host)"
 Pieces = list[tuple[str, Optional[str]]]
 
 
-@dataclass(frozen=True)
-class ProcRow:
-    """One process of the table; None is a value not known."""
+class ProcRow(NamedTuple):
+    """One process of the table; None is a value not known. (A named tuple: every frame builds
+    one per process, and a frozen dataclass costs four times as much to make.)"""
     pid: int
     job: int                          # PID of the job's main process
     role: str                         # "main", "worker" or "gpu" (on a GPU, no host view)
@@ -130,9 +129,15 @@ def _pct(v: Optional[float]) -> str:
     return MISSING if v is None else f"{v:.0f}%"
 
 
+# Control characters (newlines in a command line) as spaces, for str.translate.
+_CONTROLS = {c: " " for c in (*range(32), 127)}
+
+
 def _clean(text: str, ascii: bool) -> str:
     """One line of text: control characters (newlines in a command line) become spaces."""
-    out = "".join(" " if ord(c) < 32 or ord(c) == 127 else c for c in text)
+    if text.isascii() and text.isprintable():       # the usual text: nothing to replace
+        return text
+    out = text.translate(_CONTROLS)
     return "".join(c if ord(c) < 127 else "?" for c in out) if ascii else out
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import textwrap
 import time
-from typing import Callable, Iterable, Optional
+from functools import lru_cache
+from typing import Callable, Optional
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
@@ -80,7 +81,12 @@ class Line:
 
     def add(self, text: str, style: Optional[str] = None) -> "Line":
         if text:
-            self.parts.append((text, style))
+            # Plain text joins a plain piece before it: fewer segments for rich to split and
+            # measure, the same bytes written (styled pieces stay apart, each its own codes).
+            if style is None and self.parts and self.parts[-1][1] is None:
+                self.parts[-1] = (self.parts[-1][0] + text, None)
+            else:
+                self.parts.append((text, style))
             self.n += len(text)
         return self
 
@@ -89,32 +95,33 @@ class Line:
             self.add(" " * (to - self.n), style)
         return self
 
-    def crop(self, n: int) -> "Line":
-        """Keep the first ``n`` cells."""
+    def _first(self, n: int) -> list[tuple[str, Optional[str]]]:
+        """The pieces of the first ``n`` cells."""
         parts, left = [], n
         for text, style in self.parts:
             if left <= 0:
                 break
             parts.append((text[:left], style))
             left -= len(parts[-1][0])
-        self.parts, self.n = parts, min(self.n, n)
+        return parts
+
+    def crop(self, n: int) -> "Line":
+        """Keep the first ``n`` cells."""
+        self.parts, self.n = self._first(n), min(self.n, n)
         return self
 
     def text(self) -> str:
         return "".join(t for t, _ in self.parts)
 
-    def segments(self, width: int) -> Iterable[Segment]:
-        left = width
-        for text, style in self.parts:
-            if left <= 0:
-                break
-            if len(text) > left:
-                text = text[:left]
-            left -= len(text)
-            yield Segment(text, _style(style))
+    def segments(self, width: int) -> list[Segment]:
+        """The line as rich Segments, cut at ``width`` cells."""
+        parts = self.parts if self.n <= width else self._first(width)
+        return [Segment(text, _style(style)) for text, style in parts]
 
 
 def _ascii_safe(text: str) -> str:
+    if text.isascii() and text.isprintable():       # the usual text: nothing to replace
+        return text
     return "".join(c if 32 <= ord(c) < 127 else "?" for c in text)
 
 
@@ -172,8 +179,9 @@ class _Geometry:
         self.name_w = NAME_W if width >= 100 else NAME_W_NARROW
         self.main = [(names, col.cell_width(names)) for names in col.GPU_MAIN]
         self.detail = [(names, col.cell_width(names)) for names in col.GPU_DETAIL] if wide else []
+        self.cells = self.main + self.detail
         fixed = 2 + 1 + self.name_w + 1 + 4 + 1        # index, name, util
-        fixed += sum(w + 1 for _, w in self.main + self.detail) + 1 + MARK_W
+        fixed += sum(w + 1 for _, w in self.cells) + 1 + MARK_W
         if wide:
             fixed += 1 + PIDS_W
         self.spark_w = max(MIN_SPARK, width - fixed - 1)
@@ -227,9 +235,7 @@ def gpu_lines(g: GpuView, geo: _Geometry, ascii: bool, detail: bool) -> list[Lin
     util = col.fmt("util_gpu_pct", g.util)
     line.add((util + "%" if g.util is not None else util).rjust(4), st.HEADER).add(" ")
     line.add((g.spark_ascii if ascii else g.spark)[-geo.spark_w:].rjust(geo.spark_w), st.SPARK)
-    for names, w in geo.main + geo.detail:
-        line.add(" ").add(col.cell_value(names, s).rjust(w))
-    line.add(" ")
+    line.add("".join(" " + col.cell_value(names, s).rjust(w) for names, w in geo.cells) + " ")
     start = line.n
     for k, (mark, style) in enumerate(_marks(g)):
         line.add(" " if k else "").add(mark, style)
@@ -383,13 +389,15 @@ def _banner_head(v: View) -> tuple[str, list[tuple[str, Optional[str]]], list[st
     return d.verdict, head, []
 
 
-def _wrap(text: str, width: int, most: int, ascii: bool) -> list[str]:
-    """``text`` wrapped to ``width``, on at most ``most`` lines (the last one cut, marked)."""
+@lru_cache(maxsize=64)
+def _wrap(text: str, width: int, most: int, ascii: bool) -> tuple[str, ...]:
+    """``text`` wrapped to ``width``, on at most ``most`` lines (the last one cut, marked).
+    Kept: the rule, evidence and advice often read the same from one frame to the next."""
     lines = textwrap.wrap(text, width, break_on_hyphens=False) or [""]
     if len(lines) > most:
         lines = lines[:most]
         lines[-1] = lines[-1][:width - 1] + ("~" if ascii else "…")
-    return lines
+    return tuple(lines)
 
 
 def banner_lines(v: View, width: int, ascii: bool) -> list[tuple[int, Line]]:
@@ -529,31 +537,41 @@ def layout(v: View, width: int, height: int, ascii: bool = False) -> list[Line]:
 
 
 class Screen:
-    """A rich renderable of the latest View; reuses the last frame while nothing changed."""
+    """A rich renderable of the latest View; reuses the last frame while nothing changed.
 
-    def __init__(self, get_view: Callable[[], View], reserve: int = 0):
+    ``fill``: the frame covers the whole terminal, each line padded to the width and blank
+    lines below, as rich's Live pads it in the alternate screen (live.AltScreen)."""
+
+    def __init__(self, get_view: Callable[[], View], reserve: int = 0, fill: bool = False):
         self.get_view = get_view
         self.reserve = reserve          # rows left to other output (`gpumon run`'s command)
+        self.fill = fill
         self._key: Optional[tuple] = None
         self._segments: list[Segment] = []
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         v = self.get_view()
         width = options.max_width
-        height = options.height or console.size.height
-        height = max(MIN_HEIGHT, height - self.reserve)
+        rows = options.height or console.size.height
         ascii = not console.encoding.lower().startswith("utf")
-        key = (v.version, width, height, ascii)
+        key = (v.version, width, rows, ascii)
         if key != self._key:
-            segs: list[Segment] = []
-            nl = Segment.line()
-            for line in layout(v, width, height, ascii):
-                segs.extend(line.segments(width))
-                segs.append(nl)
-            if segs:
-                segs.pop()
-            self._key, self._segments = key, segs
+            self._key, self._segments = key, self._render(v, width, rows, ascii)
         yield from self._segments
+
+    def _render(self, v: View, width: int, rows: int, ascii: bool) -> list[Segment]:
+        lines = layout(v, width, max(MIN_HEIGHT, rows - self.reserve), ascii)
+        if self.fill:                   # (padding joins the plain text before it)
+            lines = [line.pad(width) for line in lines[:rows]]
+            lines += [Line().pad(width) for _ in range(rows - len(lines))]
+        segs: list[Segment] = []
+        nl = Segment.line()
+        for line in lines:
+            segs.extend(line.segments(width))
+            segs.append(nl)
+        if segs:
+            segs.pop()
+        return segs
 
 
 def render_text(v: View, width: int, height: int = 40, color: bool = False) -> str:

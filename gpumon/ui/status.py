@@ -7,7 +7,6 @@ Pure functions of the View: the command samples, these only format. A value not 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Optional
 
 from gpumon import __version__
@@ -42,7 +41,7 @@ def _on_gpu(r: ProcRow, s: Optional[GpuSample]) -> ProcRow:
     """``r`` with its GPU memory and SM utilization on this GPU alone (gpustat's view)."""
     mem = dict(s.proc_mem) if s is not None else {}
     sm = dict(s.proc_util) if s is not None else {}
-    return replace(r, gpu_mem_mib=mem.get(r.pid), sm_pct=sm.get(r.pid))
+    return r._replace(gpu_mem_mib=mem.get(r.pid), sm_pct=sm.get(r.pid))
 
 
 def _gpu_json(g: GpuView, rows: list[ProcRow], uuid: str) -> dict:
