@@ -24,6 +24,7 @@
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, Optional, Sequence
 
@@ -113,7 +114,6 @@ class _ClockMap:
 
     def offset(self, newest_us: int) -> float:
         """Seconds to add to ts/1e6 to get Unix epoch time."""
-        wall = time.time()
         newest = newest_us / 1e6
         for name, cid in self.CANDIDATES:
             if cid is None:
@@ -121,9 +121,23 @@ class _ClockMap:
             now = time.clock_gettime(cid)
             if -1.0 <= now - newest <= self.MAX_AGE_S:
                 self.clock = name
-                return wall - now
+                # (CLOCK_REALTIME is epoch time already: no offset to measure.)
+                return 0.0 if name == "realtime" else _clock_offset(cid)
         self.clock = "unknown"
-        return wall - newest
+        return time.time() - newest
+
+
+def _clock_offset(cid: int) -> float:
+    """time.time() minus clock ``cid``, from the closest of three back-to-back readings: the
+    process preempted between two readings would move every sample by as long."""
+    best = (math.inf, 0.0)
+    for _ in range(3):
+        a = time.time()
+        c = time.clock_gettime(cid)
+        b = time.time()
+        if b - a < best[0]:
+            best = (b - a, (a + b) / 2 - c)
+    return best[1]
 
 
 class _Gpu:
