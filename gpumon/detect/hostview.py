@@ -7,7 +7,7 @@ from typing import Optional
 import numpy as np
 
 from gpumon.detect.pauses import rank_starving, storage_bound
-from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.detect.thresholds import Thresholds
 from gpumon.diagnosis import CAUSES
 
 C = {c: i for i, c in enumerate(CAUSES)}
@@ -58,7 +58,7 @@ class Host:
         return self._ranks
 
     def starved(self) -> np.ndarray:
-        """(views, G, E): host_starved of each view (computed once)."""
+        """(views, G, E): starved_ranks of each view (computed once)."""
         if self._starved is None:
             v = self.views
             self._starved = starved_ranks(v[:, 0], v[:, 3], v[:, 4], self.ranks(), self.th)
@@ -139,20 +139,11 @@ def _first(cases: list, default: int) -> np.ndarray:
     return out
 
 
-def host_starved(f: dict, th: Thresholds, suffix: str = "") -> np.ndarray:
-    """(G, E): NaN where the GPU's job processes are unknown, else 1.0 / 0.0 (starving);
-    over the window, or with suffix "_recent" over its last seconds."""
-    w, main, thread = f["workers" + suffix], f["main_cpu" + suffix], f["main_thread" + suffix]
-    with CALM:
-        ranks = rank_starving(w, f["loader_cpu" + suffix], f["loader_busy" + suffix], main,
-                              thread, th)
-    return starved_ranks(w, main, thread, ranks, th)
-
-
 def starved_ranks(w: np.ndarray, main: np.ndarray, thread: np.ndarray, ranks: np.ndarray,
                   th: Thresholds) -> np.ndarray:
-    """host_starved from a rank's workers, main CPU and main thread readings and their
-    rank_starving (``ranks``), of any shape."""
+    """Per rank, NaN where its job processes are unknown, else 1.0 (its host starves) or 0.0,
+    from its workers, main CPU and main thread readings and their rank_starving
+    (``ranks``), of any shape."""
     # (As starving_any reads a rank, and its main thread at a core beside loaders too: the
     # rank's collation holds it up, whichever rank it is.)
     with CALM:
@@ -160,11 +151,9 @@ def starved_ranks(w: np.ndarray, main: np.ndarray, thread: np.ndarray, ranks: np
     return np.where(np.isnan(w) & np.isnan(main), np.nan, starving.astype(float))
 
 
-def host_straggler(f: dict, th: Thresholds = DEFAULT,
-                   hs: Optional[np.ndarray] = None) -> np.ndarray:
-    """(E,): the row of the only GPU whose rank's host starves, or -1 (``hs``:
-    host_starved(f, th), where the caller has it)."""
-    hs = host_starved(f, th) if hs is None else hs
+def host_straggler(hs: np.ndarray) -> np.ndarray:
+    """(E,): the row of the only GPU whose rank's host starves, or -1, from ``hs`` (G, E):
+    starved_ranks of each GPU's rank."""
     G = hs.shape[0]
     if G < 2:
         return np.full(hs.shape[1], -1)

@@ -167,7 +167,7 @@ class Windows:
     def hs(self) -> np.ndarray:
         """The row of the only GPU whose rank's host starves (over the window or its last
         seconds), or -1."""
-        return host_straggler(self.f, self.th, self.starved_any)
+        return host_straggler(self.starved_any)
 
     # -- a lone stall that is over ----------------------------------------------------------
     @cached_property
