@@ -332,10 +332,8 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
     over = rec & ((v == _STARVED) | ((v == _STALL) & (c == _RANK_HOST)))
     # A stall on one rank's host ends where every GPU is back at full speed for at least
     # recover_s: windows that end later still hold the stall's seconds, but the log shows
-    # the rank back at work (L bins on, as a window's verdict lags its end).
-    L = min(int(round(th.hold_s / th.bin_s)), nb - 1)
-    back = np.concatenate([np.zeros(L, bool), working])[:nb]
-    over |= (v == _STALL) & (c == _RANK_HOST) & back
+    # the rank back at work from that second on.
+    over |= (v == _STALL) & (c == _RANK_HOST) & working
     if over.any():
         v, c, s = np.where(over, _BUSY, v), np.where(over, -1, c), np.where(over, -1, s)
     return v, c, s, r, (pause, excl, why, over)
