@@ -248,7 +248,7 @@ def test_steady_work_long_after_a_lone_stall_ends_the_starvation(tmp_path, monke
     assert 62 <= _starved_until(tl) <= 67 + 3 + 2, [(d.verdict, d.start - tl.start, d.end
                                                     - tl.start) for d in tl.segments]
     monkeypatch.setattr(T, "recovered", lambda duty, n, *a, **k: np.zeros(len(n), bool))
-    monkeypatch.setattr(T, "_at_full_work", lambda st, rows, th: np.zeros(st.nb, bool))
+    monkeypatch.setattr(T, "_at_full_work", lambda st, rows, th, bar: np.zeros(st.nb, bool))
     _, off = analyze_file(_smi(tmp_path, util))
     assert _starved_until(off) > 67 + 3 + 2
 
@@ -269,6 +269,24 @@ def test_stalls_that_come_back_are_dated_to_their_seconds(tmp_path):
         assert _verdicts(tl, a + 2, a + 6) == {"sync_stall"}, (a, segs)
     assert {(d.cause, d.straggler_gpu) for d in tl.segments if d.verdict == "sync_stall"} == {
         ("rank_host", 0)}
+
+
+def test_rank0_saves_are_dated_to_their_seconds_at_a_real_jobs_level(tmp_path):
+    """Rank 0 saves for 10 s in every 35 while the other ranks spin at 100% and a quarter of
+    their power; between saves every GPU works at 88-91% (a real 8xH100 job's level in
+    bench/real, under busy_bin_duty). Each save is a stall on rank 0's host from its first
+    second, and the work after it is busy from its first second (1 s either way for the
+    second a save starts or ends in)."""
+    work = [[(88 if (k + g) % 2 else 91, 300.0) for g in range(4)] for k in range(25)]
+    save = [[(5, 90.0)] + [(100, 95.0)] * 3] * 10
+    rows = work * 2
+    for _ in range(4):
+        rows += save + work
+    _, tl = analyze_file(_smi_power(tmp_path, rows))
+    segs = [(d.verdict, d.start - tl.start, d.end - tl.start) for d in tl.segments]
+    for a in (50, 85, 120, 155):
+        assert _verdicts(tl, a + 1, a + 9) == {"sync_stall"}, (a, segs)
+        assert _verdicts(tl, a + 11, a + 34) == {"busy"}, (a, segs)
 
 
 def _analyze_sim(name: str, n: int, seed: int, mode: str):

@@ -282,3 +282,24 @@ def test_a_lone_data_waiter_is_a_straggler_only_when_the_same_rank_lasts():
     got = _steady_lone_waiters(same)
     assert [g for g in got[6:] if g is not None] and set(got[6:]) <= {2, None}
     assert got[6:].count(2) == sum(1 for t in range(6, 20) if t % 3)
+
+
+def test_real_seconds_label_each_second_by_its_physics():
+    """bench/real/seconds: a second is a stall where one GPU is idle while the others spin,
+    work where every GPU computes, unscored otherwise; each compared with the timeline's
+    verdict for that second."""
+    import numpy as np
+    from types import SimpleNamespace
+    from bench.real import seconds
+    # 4 seconds of 2 GPUs, 2 samples each: work, stall (GPU 0 idle), a save starting, work.
+    util = {0: [90, 92, 5, 0, 60, 10, 95, 95], 1: [93, 91, 100, 100, 100, 100, 94, 96]}
+    t = np.repeat(np.arange(100.0, 104.0), 2) + np.tile([0.1, 0.6], 4)
+    s = SimpleNamespace(time=np.concatenate([t, t]), gpu=np.repeat([0, 1], 8),
+                        util=np.array(util[0] + util[1], float))
+    assert seconds.physics(s) == {100: "work", 101: "stall", 103: "work"}
+    seg = lambda v, a, b: SimpleNamespace(verdict=v, start=a, end=b)   # noqa: E731
+    tl = SimpleNamespace(segments=[seg("busy", 100, 101), seg("sync_stall", 101, 104)])
+    c = seconds.score(s, tl)
+    assert c == {("work", "busy"): 1, ("stall", "sync_stall"): 1, ("work", "sync_stall"): 1}
+    assert seconds.applies({"gpus": 8, "expected_shares": {"sync_stall": 0.3, "busy": 0.7}})
+    assert not seconds.applies({"gpus": 1, "expected_shares": {"busy": 1.0}})

@@ -23,7 +23,7 @@ import sys
 import time
 import traceback
 
-from bench.real import DATA, MANIFEST, data_path, load_manifest
+from bench.real import DATA, MANIFEST, data_path, load_manifest, seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "bench", "results", "real.md")
@@ -58,7 +58,7 @@ def run_one(entry: dict, path: str) -> dict:
         return r
     interval = entry.get("interval_s") if entry.get("format") == "dmon" else None
     try:
-        _log, tl = analyze_file(path, interval) if interval else analyze_file(path)
+        log, tl = analyze_file(path, interval) if interval else analyze_file(path)
         s = summary(tl)
     except UserError as e:
         r.update(status="unreadable", error=f"unreadable: {e}")
@@ -69,6 +69,8 @@ def run_one(entry: dict, path: str) -> dict:
     else:
         r["summary"] = s
     r["seconds"] = time.perf_counter() - t0
+    if r["status"] == "ok" and seconds.applies(entry):
+        r["physics"] = seconds.score(log.samples, tl)
     return r
 
 
@@ -177,6 +179,13 @@ def report(entries: list[dict], results: dict, missing: list[dict], manifest: st
             if e["id"] in results and results[e["id"]]["status"] != "ok"]
     L.append(f"- unreadable or crashed: {len(errs)}"
              + ("" if not errs else ": " + "; ".join(f"{e['id']} ({r['error'][:120]})" for e, r in errs)))
+    phys = [(e["id"], results[e["id"]]["physics"]) for e in entries
+            if "physics" in results.get(e["id"], {})]
+    if phys:
+        L += ["", "## Second by second: one rank's stalls", "",
+              seconds.__doc__.split("\n\n")[1].replace("\n", " ").replace("*", ""), ""]
+        L += seconds.table(phys)
+        L.append("")
     un = [(e, results[e["id"]]) for e in entries
           if e["id"] in results and not results[e["id"]]["score"]["labelled"]]
     if un:
