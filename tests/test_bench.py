@@ -295,11 +295,15 @@ def test_real_seconds_label_each_second_by_its_physics():
     util = {0: [90, 92, 5, 0, 60, 10, 95, 95], 1: [93, 91, 100, 100, 100, 100, 94, 96]}
     t = np.repeat(np.arange(100.0, 104.0), 2) + np.tile([0.1, 0.6], 4)
     s = SimpleNamespace(time=np.concatenate([t, t]), gpu=np.repeat([0, 1], 8),
-                        util=np.array(util[0] + util[1], float))
+                        util=np.array(util[0] + util[1], float), mem=None, power=None,
+                        power_limit=None)
     assert seconds.physics(s) == {100: "work", 101: "stall", 103: "work"}
     seg = lambda v, a, b: SimpleNamespace(verdict=v, start=a, end=b)   # noqa: E731
     tl = SimpleNamespace(segments=[seg("busy", 100, 101), seg("sync_stall", 101, 104)])
-    c = seconds.score(s, tl)
+    c, live = seconds.score(s, tl)
     assert c == {("work", "busy"): 1, ("stall", "sync_stall"): 1, ("work", "sync_stall"): 1}
+    # The live detector judged the same seconds (once each second was in).
+    assert sum(live.values()) == 2 and {p for p, _ in live} == {"stall", "work"}, live
+    assert "| a | live | 0/1 |" in "\n".join(seconds.table([("a", (c, live))]))
     assert seconds.applies({"gpus": 8, "expected_shares": {"sync_stall": 0.3, "busy": 0.7}})
     assert not seconds.applies({"gpus": 1, "expected_shares": {"busy": 1.0}})

@@ -918,3 +918,24 @@ def test_starvation_without_a_host_cause_names_what_else_looks_the_same():
     assert "DataLoader workers" in line and "checkpoint or evaluation" in line
     assert "host counters" in line
     assert "checkpoint" not in advice("data_starvation", "cpu_preprocessing", None)
+
+
+def test_a_second_without_samples_keeps_the_job():
+    """A replayed log with a hole (here: seconds 40-41 of a steady 2-GPU job, no sample
+    from any GPU; no process list, as in a container or an nvidia-smi log) says nothing of which GPUs are in use: the job is not dropped and found
+    anew (it would read idle, then paused at its "start-up"), it stays busy."""
+    from gpumon.sim import simulate
+    t0 = 1_700_000_000.0
+    ticks = []
+    for t in simulate("busy", gpus=2, seconds=90, seed=3, start_time=t0):
+        # (Each poll's samples inside one second, as a log sampled off the second has them.)
+        gs = tuple(dataclasses.replace(g, time=g.time - 0.01, pids=None) for g in t.gpus)
+        ticks.append(dataclasses.replace(t, gpus=tuple(g for g in gs
+                                                      if not 40 <= g.time - t0 < 42)))
+    det = StreamingDetector()
+    seen = []
+    for t in ticks:
+        ds = det.update(t)
+        if t.time - ticks[0].time >= 30:
+            seen.append((round(t.time - ticks[0].time), ds[0].verdict if ds else None))
+    assert {v for _, v in seen} == {"busy"}, seen

@@ -3,10 +3,10 @@ the other ranks wait in the next collective): the physics of each second against
 `gpumon analyze` gives it.
 
 The labels of bench/real/manifest.toml are shares of the whole run; this reads the samples
-themselves. A second is a *stall* where one GPU ran under STALL_BELOW % while every other GPU
-was at SPIN_FROM % or more (they spin in the collective), *work* where every GPU was at
-WORK_FROM % or more; other seconds (a save starting or ending inside the second, start-up)
-are not scored. Each GPU's utilization is its mean over the samples of the second.
+themselves, and scores `gpumon analyze` and the live detector fed the same samples second by
+second. A second is a *stall* where one GPU ran under 30% while every other GPU was at 95% or
+more (they spin in the collective), *work* where every GPU was at 80% or more; other seconds
+(a save starting or ending inside the second, start-up) are not scored. Each GPU's utilization is its mean over the samples of the second.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections import Counter
 
 import numpy as np
 
-STALL_BELOW = 30.0
+STALL_BELOW = 30.0      # % (the module's figures)
 SPIN_FROM = 95.0
 WORK_FROM = 80.0
 
@@ -45,6 +45,34 @@ def physics(samples) -> dict[int, str]:
             for i in np.flatnonzero(stall | work).tolist()}
 
 
+def live_verdicts(samples) -> dict[int, str]:
+    """{second: verdict} of the live detector (StreamingDetector) fed the log's samples a
+    second at a time, as `gpumon watch` would have judged the job had it run beside it
+    (without host counters or process lists: the log has neither)."""
+    from gpumon.detect import StreamingDetector
+    from gpumon.samples import GpuSample, Tick
+
+    def num(a, i):
+        return None if a is None or np.isnan(a[i]) else float(a[i])
+
+    det = StreamingDetector()
+    out: dict[int, str] = {}
+    order = np.argsort(samples.time, kind="stable")
+    secs = np.floor(samples.time[order]).astype(np.int64)
+    cuts = np.flatnonzero(np.diff(secs)) + 1
+    for part in np.split(order, cuts):
+        gs = tuple(GpuSample(time=float(samples.time[i]), gpu=int(samples.gpu[i]),
+                             source="replay", util_gpu_pct=num(samples.util, i),
+                             mem_used_mib=num(samples.mem, i), power_w=num(samples.power, i),
+                             power_limit_w=num(samples.power_limit, i))
+                   for i in part.tolist())
+        sec = int(np.floor(samples.time[part[0]]))
+        ds = det.update(Tick(time=sec + 1.0, gpus=tuple(sorted(gs, key=lambda g: g.gpu))))
+        if ds:
+            out[sec] = ds[0].verdict        # (the verdict once this second is in)
+    return out
+
+
 def verdicts(timeline) -> dict[int, str]:
     """{second: verdict} from the timeline's segments."""
     out: dict[int, str] = {}
@@ -54,29 +82,36 @@ def verdicts(timeline) -> dict[int, str]:
     return out
 
 
-def score(samples, timeline) -> Counter:
-    """Seconds per (physics, verdict)."""
-    v = verdicts(timeline)
-    return Counter((p, v[s]) for s, p in physics(samples).items() if s in v)
+def score(samples, timeline) -> tuple[Counter, Counter]:
+    """Seconds per (physics, verdict): `gpumon analyze`'s, the live detector's."""
+    ph = physics(samples)
+    return tuple(Counter((p, v[s]) for s, p in ph.items() if s in v)
+                 for v in (verdicts(timeline), live_verdicts(samples)))
 
 
-def table(rows: list[tuple[str, Counter]]) -> list[str]:
-    """Markdown: per log, stall seconds read sync_stall and work seconds read busy."""
-    out = ["| log | stall seconds read sync_stall | work seconds read busy | "
+def table(rows: list[tuple[str, tuple[Counter, Counter]]]) -> list[str]:
+    """Markdown: per log and path (analyze, live), stall seconds read sync_stall and work
+    seconds read busy."""
+    out = ["| log | path | stall seconds read sync_stall | work seconds read busy | "
            "work seconds read sync_stall | other |",
-           "|---|---:|---:|---:|---|"]
-    tot: Counter = Counter()
-    for name, c in rows:
-        tot.update(c)
-        out.append(_row(name, c))
-    out.append(_row("**all**", tot))
+           "|---|---|---:|---:|---:|---|"]
+    tot: tuple[Counter, Counter] = (Counter(), Counter())
+    for name, cs in rows:
+        for k, (path, c) in enumerate(zip(PATHS, cs)):
+            tot[k].update(c)
+            out.append(_row(name, path, c))
+    out += [_row("**all**", path, c) for path, c in zip(PATHS, tot)]
     return out
 
 
-def _row(name: str, c: Counter) -> str:
+PATHS = ("analyze", "live")
+
+
+def _row(name: str, path: str, c: Counter) -> str:
     st = sum(n for (p, _), n in c.items() if p == "stall")
     wk = sum(n for (p, _), n in c.items() if p == "work")
     main = {("stall", "sync_stall"), ("work", "busy"), ("work", "sync_stall")}
     other = ", ".join(f"{p} as {v}: {n}" for (p, v), n in sorted(c.items()) if (p, v) not in main)
-    return (f"| {name} | {c[('stall', 'sync_stall')]}/{st} | {c[('work', 'busy')]}/{wk} | "
+    return (f"| {name} | {path} | {c[('stall', 'sync_stall')]}/{st} | "
+            f"{c[('work', 'busy')]}/{wk} | "
             f"{c[('work', 'sync_stall')]} | {other or '-'} |")

@@ -18,7 +18,7 @@ from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, INSUFFICIENT_DATA, 
                               VERDICTS, Diagnosis)
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
-from gpumon.detect.bins import Store
+from gpumon.detect.bins import GI, Store
 from gpumon.detect.pipeline import (active_since, bin_duty, idle_diagnosis, judge_job,
                                   make_diagnosis, store_jobs, tick_columns)
 from gpumon.detect.features import view_bins
@@ -192,6 +192,13 @@ def _seconds(g, h, duty, n, u, th: Thresholds, lead: int = 0):
     return Seconds(duty, n, u, th, cold_seconds(g, th, lead)).at, hb
 
 
+def _empty_run(n: np.ndarray) -> int:
+    """How many of the last bins of ``n`` (G, T: samples per GPU and bin) hold no sample."""
+    has = n.sum(axis=0) > 0
+    last = np.flatnonzero(has)
+    return len(has) - 1 - int(last[-1]) if len(last) else len(has)
+
+
 class StreamingDetector:
     """Live verdicts: ``update(tick)`` returns the current Diagnosis per job.
 
@@ -226,7 +233,12 @@ class StreamingDetector:
         self._done = last
         stop = last - st.b0 + 1
         t_end = st.bin_time(stop)
-        found = store_jobs(st, stop, 1, self._pids, self._ppid, self.th, self._groups)
+        # A second with no sample from any GPU (a hole in a replayed log, a monitor that fell
+        # behind) says nothing of which GPUs are in use: jobs come from the last second with
+        # samples, within a window.
+        seen = stop - _empty_run(st.g[GI["n"], :, max(0, stop - self.window):stop])
+        found = (store_jobs(st, seen, 1, self._pids, self._ppid, self.th, self._groups)
+                 if seen > max(0, stop - self.window) else [])
         if not found:
             self.current = [idle_diagnosis(sorted(st.gpus), t_end - self.th.window_s, t_end)]
             self._jobs.clear()
