@@ -659,24 +659,26 @@ def test_a_lone_stall_with_calm_loaders_is_over_once_every_gpu_runs_full_again()
     """One slow batch stalls rank 1 for 4 s (its loaders at half their capacity). While it
     waits the verdict may say so; once both GPUs have run at full speed for recover_s (3 s)
     the job is busy again (the hold adds 2 s), not for as long as the stall stays in a
-    window stretched to window_max_s. Without the rule it is still starvation (or a stall
-    naming rank 0, which spun cold meanwhile) 10 s after the stall."""
+    window stretched to window_max_s. Without recovery (recover_s longer than the work after
+    it) it is still starvation (or a stall naming rank 0, which spun cold meanwhile) 10 s
+    after the stall."""
     from gpumon.detect.thresholds import DEFAULT
     ticks = _one_slow_batch(4)
     v = _verdicts(ticks)
     assert all(v[s] == "busy" for s in range(40, 64)), v
     assert all(v[s] == "busy" for s in range(5, 30))
-    off = _verdicts(ticks, dataclasses.replace(DEFAULT, lone_stall_s=0.0))
+    off = _verdicts(ticks, dataclasses.replace(DEFAULT, recover_s=100.0))
     assert any(off[s] != "busy" for s in range(40, 46)), off
 
 
-def test_a_long_stall_or_saturated_loaders_keep_the_verdict():
-    """The rule is for a lone short stall behind calm loaders: a 10 s stall (a starving job's
-    first gap drains its prefetch queue) or loaders at full capacity over the window still
-    read as starvation just after work resumed."""
+def test_a_long_stall_is_over_too_but_saturated_loaders_keep_the_verdict():
+    """A 10 s stall of one rank with calm loaders is a stall on its host (the cause is there
+    but not its input) while it lasts, and over like a short one once both GPUs have run at
+    steady work for recover_s (stall_over; the hold adds 2 s). Loaders at full capacity over
+    the window still read as starvation just after work resumed: the rank's input is short."""
     long_stall = _verdicts(_one_slow_batch(10))
-    # (Its loaders have capacity to spare: the cause is on rank 1's host but not its input.)
-    assert any(long_stall[s] == "sync_stall" for s in range(44, 48)), long_stall
+    assert any(long_stall[s] == "sync_stall" for s in range(33, 41)), long_stall
+    assert all(long_stall[s] == "busy" for s in range(40 + 3 + 2, 70)), long_stall
     saturated = _verdicts(_one_slow_batch(4, loader_cpu=196.0))
     assert any(saturated[s] == "data_starvation" for s in range(38, 42)), saturated
 
@@ -939,3 +941,30 @@ def test_a_second_without_samples_keeps_the_job():
         if t.time - ticks[0].time >= 30:
             seen.append((round(t.time - ticks[0].time), ds[0].verdict if ds else None))
     assert {v for _, v in seen} == {"busy"}, seen
+
+
+def test_a_rank0_save_reads_busy_live_once_every_gpu_is_back_at_work():
+    """Live, no host counters: GPU 0 saves for 5 s (3%) while GPUs 1-3 wait at 100% and 150 of
+    700 W, between stretches of work at 88-92% (a real H100 job's level after a save). The
+    save reads as a stall on rank 0's host, and the work after it as busy again by 3 s
+    (recover_s) plus the 2 s a new verdict needs, not once the save has left the window
+    (``stall_over``)."""
+    def save(t):
+        return t >= 40 and (t - 40) % 25 < 5
+
+    def util(g, t):
+        return (3.0 if g == 0 else 100.0) if save(t) else (88.0 if int(t + g) % 2 else 92.0)
+
+    def power(g, t):
+        return (90.0 if g == 0 else 150.0) if save(t) else 560.0
+
+    det = StreamingDetector()
+    got = {}
+    for tk in window(140, 4, util, power, limit=700.0):
+        ds = det.update(tk)
+        got[round(tk.time - T0) - 1] = (ds[0].verdict, ds[0].rule)
+    for a in (40, 65, 90, 115):
+        assert ("sync_stall", "rank_host") in {got[s] for s in range(a + 1, a + 6)}, (a, got)
+        after = [got[s] for s in range(a + 5 + 3 + 2, a + 25)]
+        assert {v for v, _ in after} == {"busy"}, (a, after)
+    assert any(r == "stall_over" for _, r in got.values())

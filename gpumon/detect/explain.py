@@ -79,6 +79,15 @@ def _rank_host(w: _Window) -> str:
             f"collective for GPU {gs}; {host}")
 
 
+def _stall_over(w: _Window) -> str:
+    duty = w.col("duty")
+    i = int(np.nanargmin(np.where(np.isnan(duty), np.inf, duty)))
+    secs = int(w.f["steady_run"][w.e])
+    return (f"GPU {w.gpus[i]} idled in this window while the others waited for it, but every "
+            f"GPU has run at {_pct(w.th.log_steady_duty)} or more for the last {secs} s: "
+            "its stall is over")
+
+
 def _rank_computes(w: _Window) -> str:
     s, o = w.srow, w.others()
     return (f"GPU {w.gpus[s]} at {_pct(w.mean('duty', [s]))} and "
@@ -179,6 +188,7 @@ BECAUSE: dict[str, Callable[[_Window], str]] = {
     "throttle": _throttle,
     "rank_computes": _rank_computes,
     "rank_host_starved": _rank_host_starved,
+    "stall_over": _stall_over,
     "rank_host": _rank_host,
     "duty_low": _duty_low,
     "hang": _hang,

@@ -284,6 +284,10 @@ def _sync_features(bduty: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.
          "low_bins": sm[3], "floor_bins": sm[4],
          "duty_sd": _duty_sd(bidle, have, W, ends, sm[2])}
     f.update(_stall_features(have & (least >= th.busy_bin_duty), ends, th, ix_t))
+    # Seconds of steady work (every GPU at log_steady_duty or more) up to the window's end,
+    # read within window_max_s as full_run is (wm + 1 for longer).
+    last_not = np.maximum.accumulate(np.where(have & (least >= th.log_steady_duty), -1, ix_t))
+    f["steady_run"] = np.minimum(ends - last_not[ends], _bins(th.window_max_s, th) + 1)
     return f
 
 

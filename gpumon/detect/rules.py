@@ -123,6 +123,16 @@ def rank_host_starved(w: Windows) -> None:
                  c=lambda: w.host.cause(w.hs), s=w.hs, cf=w.asym_conf)
 
 
+def stall_over(w: Windows) -> None:
+    """The busier GPUs spun while one rank idled, but every GPU has been back at steady work
+    (log_steady_duty) for recover_s: that rank's stall is over (a save, a slow batch),
+    whatever the window still holds of it."""
+    if w.G > 1 and w.asym.any():
+        back = w.f["steady_run"] >= w.th.recover_s / w.th.bin_s
+        w.decide("stall_over", w.asym & (w.lone_idler >= 0) & ~w.feeding & back, BUSY,
+                 cf=0.6)
+
+
 def rank_host(w: Windows) -> None:
     """The busier GPUs spin while one rank idles, and its host shows no starved input (or
     there are no host counters): the cause is on that rank's host but cannot be told (its
@@ -197,7 +207,8 @@ def busy(w: Windows) -> None:
 
 # The rules in the order they are tried.
 ORDER = (job_gone, too_few_samples, pause, no_kernels, quiet_after_work, throttle,
-         rank_computes, rank_host_starved, rank_host, duty_low, hang, busy_but_cold, busy)
+         rank_computes, rank_host_starved, stall_over, rank_host, duty_low, hang, busy_but_cold,
+         busy)
 RULES = tuple(r.__name__ for r in ORDER)
 
 
