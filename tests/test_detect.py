@@ -968,3 +968,25 @@ def test_a_rank0_save_reads_busy_live_once_every_gpu_is_back_at_work():
         after = [got[s] for s in range(a + 5 + 3 + 2, a + 25)]
         assert {v for v, _ in after} == {"busy"}, (a, after)
     assert any(r == "stall_over" for _, r in got.values())
+
+
+def test_a_hole_longer_than_a_window_reads_insufficient_data_and_keeps_the_job():
+    """No sample at all for 10 s (more than a window) from a steady 2-GPU job without process
+    lists: a window of those seconds says nothing, so it reads insufficient_data (not idle),
+    and when the samples come back the job is judged on, busy, not found anew as a job
+    starting up (paused, startup)."""
+    from gpumon.sim import simulate
+    t0 = 1_700_000_000.0
+    ticks = []
+    for t in simulate("busy", gpus=2, seconds=100, seed=4, start_time=t0):
+        gs = tuple(dataclasses.replace(g, time=g.time - 0.01, pids=None) for g in t.gpus)
+        ticks.append(dataclasses.replace(t, gpus=tuple(g for g in gs
+                                                      if not 40 <= g.time - t0 < 50)))
+    det = StreamingDetector()
+    got = {}
+    for t in ticks:
+        ds = det.update(t)
+        got[round(t.time - t0)] = ds[0].verdict if ds else None
+    # (Live, a poll with no sample changes nothing; the hole shows once samples come back.)
+    assert {got[s] for s in range(30, 101)} <= {"busy", "insufficient_data"}, got
+    assert {got[s] for s in range(56, 101)} == {"busy"}, got

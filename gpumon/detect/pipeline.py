@@ -257,6 +257,15 @@ def idle_diagnosis(gpus: Sequence[int], start, end) -> Diagnosis:
                      start=start, end=end)
 
 
+def no_data_diagnosis(gpus: Sequence[int], start, end) -> Diagnosis:
+    """A window in which no GPU of the job sent a sample."""
+    return Diagnosis(verdict=INSUFFICIENT_DATA, gpus=tuple(gpus), confidence=0.0,
+                     evidence={k: None for k in EVIDENCE_KEYS},
+                     advice=advice(INSUFFICIENT_DATA, None, None), start=start, end=end,
+                     rule="too_few_samples", because="no utilization sample from any GPU of "
+                     "the job in the window")
+
+
 def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis]:
     """One Diagnosis per job, judged on the whole window (no hysteresis, no state)."""
     samples, jobs, hosts, pids, ppid = tick_columns(window)

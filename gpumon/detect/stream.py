@@ -20,7 +20,8 @@ from gpumon.samples import Tick
 from gpumon.detect.advice import advice
 from gpumon.detect.bins import GI, Store
 from gpumon.detect.pipeline import (active_since, bin_duty, idle_diagnosis, judge_job,
-                                  make_diagnosis, store_jobs, tick_columns)
+                                    make_diagnosis, no_data_diagnosis, store_jobs,
+                                    tick_columns)
 from gpumon.detect.features import view_bins
 from gpumon.detect.jobs import GroupMemo
 from gpumon.detect.cold import cold_seconds, settle_bins
@@ -236,9 +237,16 @@ class StreamingDetector:
         # A second with no sample from any GPU (a hole in a replayed log, a monitor that fell
         # behind) says nothing of which GPUs are in use: jobs come from the last second with
         # samples, within a window.
-        seen = stop - _empty_run(st.g[GI["n"], :, max(0, stop - self.window):stop])
+        lo = max(0, stop - self.window)
+        seen = stop - _empty_run(st.g[GI["n"], :, lo:stop])
+        if seen <= lo and self._jobs:
+            # No sample for a whole window: nothing can be said, and the jobs are kept (when
+            # samples come back they are judged on, not found anew as if they had started).
+            self.current = [no_data_diagnosis(gpus, t_end - self.th.window_s, t_end)
+                            for gpus in self._jobs]
+            return self.current
         found = (store_jobs(st, seen, 1, self._pids, self._ppid, self.th, self._groups)
-                 if seen > max(0, stop - self.window) else [])
+                 if seen > lo else [])
         if not found:
             self.current = [idle_diagnosis(sorted(st.gpus), t_end - self.th.window_s, t_end)]
             self._jobs.clear()
