@@ -990,3 +990,24 @@ def test_a_hole_longer_than_a_window_reads_insufficient_data_and_keeps_the_job()
     # (Live, a poll with no sample changes nothing; the hole shows once samples come back.)
     assert {got[s] for s in range(30, 101)} <= {"busy", "insufficient_data"}, got
     assert {got[s] for s in range(56, 101)} == {"busy"}, got
+
+
+def test_a_gpu_without_samples_for_a_second_stays_in_its_job():
+    """GPU 1 of a steady 2-GPU job (no process lists) sends no sample for one second, as at
+    the edge of a hole in a replayed log: it is not thereby unused. The job stays the same
+    two GPUs, busy, rather than one GPU for a second and then a job found anew and held as
+    starting up (paused, startup)."""
+    from gpumon.sim import simulate
+    t0 = 1_700_000_000.0
+    ticks = []
+    for t in simulate("busy", gpus=2, seconds=80, seed=5, start_time=t0):
+        gs = tuple(dataclasses.replace(g, time=g.time - 0.01, pids=None) for g in t.gpus)
+        ticks.append(dataclasses.replace(t, gpus=tuple(
+            g for g in gs if not (g.gpu == 1 and 40 <= g.time - t0 < 41))))
+    det = StreamingDetector()
+    got = []
+    for t in ticks:
+        ds = det.update(t)
+        if t.time - t0 >= 30:
+            got.append((round(t.time - t0), [(d.gpus, d.verdict) for d in ds]))
+    assert all(v == [((0, 1), "busy")] for _, v in got), got

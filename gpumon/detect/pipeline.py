@@ -202,11 +202,20 @@ def make_diagnosis(f: dict, r: dict, e: int, gpus: Sequence[int], start: Optiona
 
 
 def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
-               th: Thresholds = DEFAULT, memo: Optional[GroupMemo] = None):
+               th: Thresholds = DEFAULT, memo: Optional[GroupMemo] = None,
+               latest: bool = False):
     """Jobs from the last ``w`` bins before ``stop`` (memory, activity) and the PIDs seen
-    (``memo``: a GroupMemo that keeps the grouping while its inputs stay the same)."""
+    (``memo``: a GroupMemo that keeps the grouping while its inputs stay the same). With
+    ``latest``, each GPU is read in its own last bin with samples among those (a GPU with
+    no sample in the last second is not thereby unused)."""
     lo = max(0, stop - w)
-    s = store.g[_JOB_ROWS, :, lo:stop].sum(axis=2)
+    s = store.g[_JOB_ROWS, :, lo:stop]
+    if latest:
+        has = s[0] > 0                                    # (G, T): a sample in the bin
+        last = s.shape[2] - 1 - np.argmax(has[:, ::-1], axis=1)
+        s = np.where(has.any(axis=1), s[:, np.arange(s.shape[1]), last], 0.0)
+    else:
+        s = s.sum(axis=2)
     # (Python floats where the store is float64: the same quotients, computed faster.)
     n, u, memn, mem = s.tolist() if s.dtype == np.float64 else s
     act = [gpu for i, gpu in enumerate(store.gpus)

@@ -234,9 +234,9 @@ class StreamingDetector:
         self._done = last
         stop = last - st.b0 + 1
         t_end = st.bin_time(stop)
-        # A second with no sample from any GPU (a hole in a replayed log, a monitor that fell
-        # behind) says nothing of which GPUs are in use: jobs come from the last second with
-        # samples, within a window.
+        # A second with no sample from a GPU (a hole in a replayed log, a monitor that fell
+        # behind) says nothing of whether it is in use: each GPU is read in its last second
+        # with samples, within a window.
         lo = max(0, stop - self.window)
         seen = stop - _empty_run(st.g[GI["n"], :, lo:stop])
         if seen <= lo and self._jobs:
@@ -245,8 +245,8 @@ class StreamingDetector:
             self.current = [no_data_diagnosis(gpus, t_end - self.th.window_s, t_end)
                             for gpus in self._jobs]
             return self.current
-        found = (store_jobs(st, seen, 1, self._pids, self._ppid, self.th, self._groups)
-                 if seen > lo else [])
+        found = (store_jobs(st, stop, stop - lo, self._pids, self._ppid, self.th, self._groups,
+                            latest=True) if seen > lo else [])
         if not found:
             self.current = [idle_diagnosis(sorted(st.gpus), t_end - self.th.window_s, t_end)]
             self._jobs.clear()
