@@ -6,7 +6,8 @@ seeded) and reads the CPU time (``time.process_time``) of the updates after a wa
 GPUs: 16 and 64 GPUs are an 8-GPU run's ticks tiled, each copy of a GPU given a new index
 (with PIDs of its own: one job of 16 or 64 GPUs, as the 8 simulated ones are). Each count is
 measured ``repeats`` times on the same ticks with a fresh detector; the best repeat is the
-cost, the median beside it shows the noise of a shared machine.
+cost, the median beside it shows the noise of a shared machine. For 8 GPUs, also the median
+cost of single updates 0.5 s apart (``paced_ms``): what a live monitor pays, its caches cold.
 
     python -m bench.detector_cost [--gpus 1,8,16,64] [--scenarios data_starvation,busy]
                                   [--seconds 300] [--repeats 3] [--json]
@@ -35,6 +36,11 @@ SECONDS = 300.0
 REPEATS = 3
 SEED = 1
 TARGET_MS = 1.0           # issue 22: per tick, 8 GPUs, default interval
+# Updates timed one by one, this far apart, as a live monitor makes them (see paced_ms): the
+# GPU counts so timed, and how many updates.
+PACED_GAP_S = 0.5
+PACED_GPUS = (8,)
+PACED_TICKS = 20
 
 
 def tile(tick: Tick, copies: int, width: int) -> Tick:
@@ -87,6 +93,23 @@ def cost_ms(ticks: Sequence[Tick], warmup: int) -> float:
     return 1e3 * (time.process_time() - t0) / max(1, len(rest))
 
 
+def paced_ms(ticks: Sequence[Tick], warmup: int, n: int = PACED_TICKS,
+             gap_s: float = PACED_GAP_S) -> float:
+    """Median CPU milliseconds of one ``update`` when updates come ``gap_s`` apart, as in a
+    monitor that judges once a second and sleeps between: its code and data are no longer in
+    the CPU's caches (on this machine 2-3x the back-to-back cost)."""
+    det = StreamingDetector()
+    for t in ticks[:warmup]:
+        det.update(t)
+    out = []
+    for t in ticks[warmup:warmup + n]:
+        time.sleep(gap_s)
+        t0 = time.process_time()
+        det.update(t)
+        out.append(time.process_time() - t0)
+    return 1e3 * statistics.median(out) if out else float("nan")
+
+
 def run(gpus: Sequence[int] = GPU_COUNTS, scenarios: Sequence[str] = SCENARIOS,
         seconds: float = SECONDS, repeats: int = REPEATS, interval: float = 1.0,
         log=None) -> list[dict]:
@@ -99,7 +122,8 @@ def run(gpus: Sequence[int] = GPU_COUNTS, scenarios: Sequence[str] = SCENARIOS,
             ms = [cost_ms(ticks, warmup) for _ in range(max(1, repeats))]
             row = {"scenario": sc, "gpus": n, "interval_s": interval,
                    "ticks": len(ticks) - warmup, "best_ms": min(ms),
-                   "median_ms": statistics.median(ms), "repeats": len(ms)}
+                   "median_ms": statistics.median(ms), "repeats": len(ms),
+                   "paced_ms": paced_ms(ticks, warmup) if n in PACED_GPUS else None}
             rows.append(row)
             if log:
                 log(f"  detector {sc:16} {n:3} GPUs  {row['best_ms']:.3f} ms/tick "
@@ -109,11 +133,14 @@ def run(gpus: Sequence[int] = GPU_COUNTS, scenarios: Sequence[str] = SCENARIOS,
 
 def format_result(rows: Sequence[dict]) -> list[str]:
     """A markdown table of ``run``'s rows."""
-    out = ["| scenario | GPUs | interval | ms per tick (best) | median | ticks x repeats |",
-           "|---|---:|---:|---:|---:|---:|"]
+    out = ["| scenario | GPUs | interval | ms per tick (best) | median | ticks x repeats | "
+           f"paced ({PACED_GAP_S:g} s apart), median |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
+        paced = r.get("paced_ms")
         out.append(f"| {r['scenario']} | {r['gpus']} | {r['interval_s']:g} s | "
-                   f"{r['best_ms']:.3f} | {r['median_ms']:.3f} | {r['ticks']} x {r['repeats']} |")
+                   f"{r['best_ms']:.3f} | {r['median_ms']:.3f} | {r['ticks']} x {r['repeats']} | "
+                   f"{'' if paced is None else f'{paced:.3f}'} |")
     return out
 
 
@@ -121,9 +148,12 @@ def target(rows: Sequence[dict]):
     """bench/run.py's target line: the costliest 8-GPU scenario against TARGET_MS."""
     from bench.report import Target
     worst = max((r["best_ms"] for r in rows if r["gpus"] == 8), default=None)
+    paced = max((r["paced_ms"] for r in rows if r["gpus"] == 8 and r.get("paced_ms")),
+                default=None)
+    got = "not run" if worst is None else f"{worst:.2f} ms" + (
+        "" if paced is None else f" back to back; {paced:.2f} ms paced {PACED_GAP_S:g} s apart")
     return Target("live detector per tick, 8 GPUs (`bench.detector_cost`)",
-                  f"<= {TARGET_MS:g} ms", "not run" if worst is None else f"{worst:.2f} ms",
-                  None if worst is None else worst <= TARGET_MS)
+                  f"<= {TARGET_MS:g} ms", got, None if worst is None else worst <= TARGET_MS)
 
 
 def _ints(text: str) -> list[int]:
