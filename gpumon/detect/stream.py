@@ -193,13 +193,6 @@ def _seconds(g, h, duty, n, u, th: Thresholds, lead: int = 0):
     return Seconds(duty, n, u, th, cold_seconds(g, th, lead)).at, hb
 
 
-def _empty_run(n: np.ndarray) -> int:
-    """How many of the last bins of ``n`` (G, T: samples per GPU and bin) hold no sample."""
-    has = n.sum(axis=0) > 0
-    last = np.flatnonzero(has)
-    return len(has) - 1 - int(last[-1]) if len(last) else len(has)
-
-
 class StreamingDetector:
     """Live verdicts: ``update(tick)`` returns the current Diagnosis per job.
 
@@ -238,15 +231,15 @@ class StreamingDetector:
         # behind) says nothing of whether it is in use: each GPU is read in its last second
         # with samples, within a window.
         lo = max(0, stop - self.window)
-        seen = stop - _empty_run(st.g[GI["n"], :, lo:stop])
-        if seen <= lo and self._jobs:
+        seen = bool(st.g[GI["n"], :, lo:stop].any())
+        if not seen and self._jobs:
             # No sample for a whole window: nothing can be said, and the jobs are kept (when
             # samples come back they are judged on, not found anew as if they had started).
             self.current = [no_data_diagnosis(gpus, t_end - self.th.window_s, t_end)
                             for gpus in self._jobs]
             return self.current
         found = (store_jobs(st, stop, stop - lo, self._pids, self._ppid, self.th, self._groups,
-                            latest=True) if seen > lo else [])
+                            latest=True) if seen else [])
         if not found:
             self.current = [idle_diagnosis(sorted(st.gpus), t_end - self.th.window_s, t_end)]
             self._jobs.clear()
