@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _loop(full: np.ndarray, need: float) -> np.ndarray:
-    """Each run of True checked in turn (what _at_full_work did)."""
+    """Each run of True checked in turn (what the pause and stall ends did before _long_runs)."""
     edges = np.flatnonzero(np.diff(np.concatenate(([0], full.astype(np.int8), [0]))))
     out = np.zeros(len(full), bool)
     for a, b in zip(edges[::2], edges[1::2]):

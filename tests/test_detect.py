@@ -922,18 +922,25 @@ def test_starvation_without_a_host_cause_names_what_else_looks_the_same():
     assert "checkpoint" not in advice("data_starvation", "cpu_preprocessing", None)
 
 
+def _sim_missing(seconds: int, seed: int, drop) -> list:
+    """A simulated steady 2-GPU job's ticks without process lists (a container, a replayed
+    nvidia-smi log), each poll's samples inside one second (as a log sampled off the second
+    has them), less the samples ``drop(gpu, seconds since T0)`` is true of."""
+    from gpumon.sim import simulate
+    ticks = []
+    for t in simulate("busy", gpus=2, seconds=seconds, seed=seed, start_time=T0):
+        gs = (dataclasses.replace(g, time=g.time - 0.01, pids=None) for g in t.gpus)
+        ticks.append(dataclasses.replace(t, gpus=tuple(
+            g for g in gs if not drop(g.gpu, g.time - T0))))
+    return ticks
+
+
 def test_a_second_without_samples_keeps_the_job():
     """A replayed log with a hole (here: seconds 40-41 of a steady 2-GPU job, no sample
-    from any GPU; no process list, as in a container or an nvidia-smi log) says nothing of which GPUs are in use: the job is not dropped and found
-    anew (it would read idle, then paused at its "start-up"), it stays busy."""
-    from gpumon.sim import simulate
-    t0 = 1_700_000_000.0
-    ticks = []
-    for t in simulate("busy", gpus=2, seconds=90, seed=3, start_time=t0):
-        # (Each poll's samples inside one second, as a log sampled off the second has them.)
-        gs = tuple(dataclasses.replace(g, time=g.time - 0.01, pids=None) for g in t.gpus)
-        ticks.append(dataclasses.replace(t, gpus=tuple(g for g in gs
-                                                      if not 40 <= g.time - t0 < 42)))
+    from any GPU, no process list) says nothing of which GPUs are in use: the job is not
+    dropped and found anew (it would read idle, then paused at its "start-up"), it stays
+    busy."""
+    ticks = _sim_missing(90, 3, lambda g, t: 40 <= t < 42)
     det = StreamingDetector()
     seen = []
     for t in ticks:
@@ -975,18 +982,12 @@ def test_a_hole_longer_than_a_window_reads_insufficient_data_and_keeps_the_job()
     lists: a window of those seconds says nothing, so it reads insufficient_data (not idle),
     and when the samples come back the job is judged on, busy, not found anew as a job
     starting up (paused, startup)."""
-    from gpumon.sim import simulate
-    t0 = 1_700_000_000.0
-    ticks = []
-    for t in simulate("busy", gpus=2, seconds=100, seed=4, start_time=t0):
-        gs = tuple(dataclasses.replace(g, time=g.time - 0.01, pids=None) for g in t.gpus)
-        ticks.append(dataclasses.replace(t, gpus=tuple(g for g in gs
-                                                      if not 40 <= g.time - t0 < 50)))
+    ticks = _sim_missing(100, 4, lambda g, t: 40 <= t < 50)
     det = StreamingDetector()
     got = {}
     for t in ticks:
         ds = det.update(t)
-        got[round(t.time - t0)] = ds[0].verdict if ds else None
+        got[round(t.time - T0)] = ds[0].verdict if ds else None
     # (Live, a poll with no sample changes nothing; the hole shows once samples come back.)
     assert {got[s] for s in range(30, 101)} <= {"busy", "insufficient_data"}, got
     assert {got[s] for s in range(56, 101)} == {"busy"}, got
@@ -997,17 +998,11 @@ def test_a_gpu_without_samples_for_a_second_stays_in_its_job():
     the edge of a hole in a replayed log: it is not thereby unused. The job stays the same
     two GPUs, busy, rather than one GPU for a second and then a job found anew and held as
     starting up (paused, startup)."""
-    from gpumon.sim import simulate
-    t0 = 1_700_000_000.0
-    ticks = []
-    for t in simulate("busy", gpus=2, seconds=80, seed=5, start_time=t0):
-        gs = tuple(dataclasses.replace(g, time=g.time - 0.01, pids=None) for g in t.gpus)
-        ticks.append(dataclasses.replace(t, gpus=tuple(
-            g for g in gs if not (g.gpu == 1 and 40 <= g.time - t0 < 41))))
+    ticks = _sim_missing(80, 5, lambda g, t: g == 1 and 40 <= t < 41)
     det = StreamingDetector()
     got = []
     for t in ticks:
         ds = det.update(t)
-        if t.time - t0 >= 30:
-            got.append((round(t.time - t0), [(d.gpus, d.verdict) for d in ds]))
+        if t.time - T0 >= 30:
+            got.append((round(t.time - T0), [(d.gpus, d.verdict) for d in ds]))
     assert all(v == [((0, 1), "busy")] for _, v in got), got

@@ -320,7 +320,8 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
     pause, excl, rec, why = job_flags(st, rows, th)
     # A pause is over, as the log shows, where every GPU is back at full speed for
     # recover_s (live, the tracker waits for that much steady work before it ends one).
-    working = _at_full_work(st, rows, th, th.busy_bin_duty)
+    level = _work_level(st, rows, th)
+    working = _long_runs(level >= th.busy_bin_duty, th.recover_s / th.bin_s)
     pause, excl = pause & ~working, excl & ~working
     r = _cat(_judge_chunks(st, rows, shared, pause, th, np.arange(nb), excl=excl, why=why))
     # (The lead: hold_s, as a live verdict lags its window by the hold and a segment's
@@ -333,7 +334,7 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
     # A stall on one rank's host ends where every GPU is back at steady work for at least
     # recover_s: windows that end later still hold the stall's seconds, but the log shows
     # the rank back at work from that second on.
-    back = _at_full_work(st, rows, th, th.log_steady_duty)
+    back = _long_runs(level >= th.log_steady_duty, th.recover_s / th.bin_s)
     over |= (v == _STALL) & (c == _RANK_HOST) & back
     if over.any():
         v, c, s = np.where(over, _BUSY, v), np.where(over, -1, c), np.where(over, -1, s)
@@ -396,21 +397,21 @@ def _first_seen(held: np.ndarray, keys: list, v: np.ndarray, c: np.ndarray,
     return out
 
 
-def _at_full_work(st: Store, rows: list[int], th: Thresholds, bar: float) -> np.ndarray:
-    """Per bin: inside a run of at least recover_s seconds with every GPU of the job at
-    duty ``bar`` or more, and (where power is known) none of them cold beside the hottest
-    (spinning in a collective is not work). A pause is over at busy_bin_duty (the job back
-    at full speed: its ramp seconds would read as starvation in the windows); a stall on one
-    rank's host at log_steady_duty (the rank back at steady work: real jobs run at 88-92%
+def _work_level(st: Store, rows: list[int], th: Thresholds) -> np.ndarray:
+    """Per bin, the least busy GPU's duty (-inf where a GPU has no data, or where power is
+    known and one is cold beside the hottest: spinning in a collective is not work). A
+    pause is over where it stays at busy_bin_duty for recover_s (the job back at full speed:
+    its ramp seconds would read as starvation in the windows); a stall on one rank's host
+    where it stays at log_steady_duty (the rank back at steady work: real jobs run at 88-92%
     after a save, under busy_bin_duty)."""
     g = st.view(rows, raw=True)[0]
     duty, _, _ = bin_duty(g)
     with np.errstate(invalid="ignore", divide="ignore"):
-        full = (duty >= bar).all(axis=0)
+        level = np.where(np.isnan(duty), -np.inf, duty).min(axis=0)
         pw = np.where(g[GI["pn"]] > 0, g[GI["pw"]] / g[GI["pn"]], np.nan)
         top = np.nanmax(np.where(np.isnan(pw), -np.inf, pw), axis=0)
-        full &= ~((pw / top) <= th.cold_power_ratio).any(axis=0)
-    return _long_runs(full, th.recover_s / th.bin_s)
+        level[((pw / top) <= th.cold_power_ratio).any(axis=0)] = -np.inf
+    return level
 
 
 def _long_runs(full: np.ndarray, need: float) -> np.ndarray:
