@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpumon.analyze import analyze_file
+from gpumon.analyze import analyze_file, summary
 from gpumon.analyze.pauses import two_sided
 from gpumon.detect.thresholds import DEFAULT
 
@@ -455,3 +455,33 @@ def test_a_pause_returns_where_work_resumed_whatever_lone_seconds_follow(tmp_pat
             and d.end - change > 133 and d.start - change < 142]
     assert not late, late
     assert "paused" in _verdicts(tl, change - tl.start + 115, change - tl.start + 128)
+
+
+def test_a_log_sampled_every_minute_is_insufficient_data_not_its_first_verdict(tmp_path):
+    """One sample a minute cannot show bursts and gaps: a training run logged so (its first
+    samples before the job holds memory) reads insufficient_data for the run, not the idle
+    of its first seconds held through it."""
+    rows = ["timestamp, index, utilization.gpu [%], memory.used [MiB]"]
+    for k in range(90):
+        u, m = (0, 100) if k < 2 else (40 + (k * 37) % 56, 10500)
+        rows.append(f"2024/05/01 {k // 60:02d}:{k % 60:02d}:00.000, 0, {u} %, {m} MiB")
+    p = tmp_path / "minute.csv"
+    p.write_text("\n".join(rows) + "\n")
+    _, tl = analyze_file(str(p))
+    s = summary(tl)
+    assert s["verdict"] == "insufficient_data", s
+    idle = sum(d.end - d.start for d in tl.segments if d.verdict == "idle")
+    assert idle <= 2 * 60, [(d.verdict, d.start - tl.start, d.end - tl.start)
+                            for d in tl.segments]
+
+
+def test_gpus_of_the_job_not_all_held_read_idle_by_job_gone(tmp_path):
+    """A launch that never ran: ranks 1-3 hold a CUDA context (543 MiB) while GPU 0 holds
+    nothing yet, all at 0%, for a minute (h100-ddp8-failed-start in bench/real). The job
+    does not hold all its GPUs: idle by the rule job_gone, not too few samples held over."""
+    util = [[0, 0, 0, 0]] * 90
+    mem = [[129, 543, 543, 543]] * 65 + [[20000] * 4] * 10 + [[2, 2, 2, 2]] * 15
+    _, tl = analyze_file(_smi_mem(tmp_path, util, mem))
+    mid = [d for d in tl.segments if d.start - tl.start < 60 and d.end - tl.start > 10]
+    assert {d.verdict for d in mid} == {"idle"}, [(d.verdict, d.rule) for d in tl.segments]
+    assert all(d.rule == "job_gone" for d in mid), [(d.verdict, d.rule) for d in mid]

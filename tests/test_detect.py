@@ -274,10 +274,23 @@ def test_hysteresis_needs_two_seconds_in_a_row():
     hy.step(10, S)
     assert hy.current == B
     assert hy.step(11, S) and hy.current == S
-    # insufficient_data never displaces a verdict
+    # insufficient_data does not displace a verdict for a hole shorter than a window...
     hy.step(12, (VERDICTS.index("insufficient_data"), -1, -1))
     hy.step(13, (VERDICTS.index("insufficient_data"), -1, -1))
     assert hy.current == S
+
+
+def test_insufficient_data_for_a_whole_window_displaces_the_verdict():
+    """A held verdict whose data has left the window (too few samples for window_s in a row)
+    is stale: insufficient_data replaces it; the next verdict with data is taken at once."""
+    I, B = (VERDICTS.index("insufficient_data"), -1, -1), (VERDICTS.index("busy"), -1, -1)
+    hy = Hysteresis(2.0, 1.0, stale_s=6.0)
+    hy.step(0, B)
+    for t in range(1, 6):
+        hy.step(t, I)
+        assert hy.current == B, t
+    assert hy.step(6, I) and hy.current == I
+    assert hy.step(7, B) and hy.current == B
 
 
 def test_hysteresis_takes_a_pause_and_its_end_at_once():

@@ -287,7 +287,8 @@ def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> 
     times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
     # (Without Hysteresis.step's ``quick``: below, a log dates every change from the
     # window in which the new verdict first appeared anyway.)
-    held, keys = hold(Hysteresis(th.hold_s, th.bin_s, sticky_s=th.sticky_s), times, v, c,
+    held, keys = hold(Hysteresis(th.hold_s, th.bin_s, sticky_s=th.sticky_s,
+                                 stale_s=th.window_s), times, v, c,
                       s, r["sticky"])
     # Segments: runs of one held verdict. Live, a verdict changes once it has won for
     # hold_s; a log knows when the new one first appeared: date each change from there.

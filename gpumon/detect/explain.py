@@ -176,9 +176,18 @@ def _busy(w: _Window) -> str:
     return s
 
 
+def _job_gone(w: _Window) -> str:
+    mib = w.th.mem_active_mib
+    gone = [g for g, m in zip(w.gpus, w.col("mem_last").tolist()) if m < mib]
+    if len(gone) == len(w.gpus):
+        return f"{_gpus(gone)} hold less than {mib:.0f} MiB of memory: the job let go of them"
+    verb = "holds" if len(gone) == 1 else "hold"
+    return (f"{_gpus(gone)} of the job's {_gpus(w.gpus)} {verb} less than {mib:.0f} MiB of "
+            "memory: the job is not (or no longer) running on all of them")
+
+
 BECAUSE: dict[str, Callable[[_Window], str]] = {
-    "job_gone": lambda w: (f"{_gpus(w.gpus)} hold less than {w.th.mem_active_mib:.0f} MiB "
-                           "of memory: the job let go of them"),
+    "job_gone": _job_gone,
     "too_few_samples": lambda w: (f"{int(np.nanmin(w.col('n'))) if len(w.gpus) else 0} "
                                   f"utilization samples in the window, fewer than "
                                   f"{w.th.min_samples:.0f}"),

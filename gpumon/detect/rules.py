@@ -38,11 +38,12 @@ C = {c: i for i, c in enumerate(CAUSE_NAMES)}
 
 
 def job_gone(w: Windows) -> None:
-    """The job has let go of its GPUs (no memory held where memory is known): idle, however
+    """The job does not hold its GPUs (one of them, where its memory is known, holds less
+    than mem_active_mib: the seconds the pause tracker counts the job absent): idle, however
     few of the window's seconds are left to judge (a job that ends during a pause has every
-    second of its last windows set aside)."""
+    second of its last windows set aside; one that is still starting has none yet)."""
     with CALM:
-        gone = (w.f["mem_last"] < w.th.mem_active_mib).all(axis=0) if w.G else \
+        gone = (w.f["mem_last"] < w.th.mem_active_mib).any(axis=0) if w.G else \
             np.zeros(w.E, bool)
     w.decide("job_gone", gone, IDLE, cf=0.9)
 

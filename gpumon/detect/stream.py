@@ -40,15 +40,18 @@ class Hysteresis:
     """Keeps the current (verdict, cause, straggler) until another wins ``hold_s`` of data in a
     row (verdicts come once per ``step_s``: hold 2 s = two verdicts in a row).
 
-    insufficient_data never displaces a verdict; the first verdict is taken at once, and so
-    is a change into or out of ``paused``: the pause tracker decides a pause with its own
-    history (steady work before a stop, work back after it), per second, not from a window
-    whose edge wobbles.
+    insufficient_data displaces a verdict only once it has won ``stale_s`` in a row (a whole
+    window, ``window_s``, with too few samples: the held verdict's data has left it); a hole
+    shorter than that keeps the verdict. The first verdict is taken at once, and so is a
+    change into or out of ``paused``: the pause tracker decides a pause with its own history
+    (steady work before a stop, work back after it), per second, not from a window whose edge
+    wobbles.
     """
 
     def __init__(self, hold_s: float, step_s: float = 1.0, host_hold_s: float = 0.0,
-                 sticky_s: float = 10.0):
+                 sticky_s: float = 10.0, stale_s: float = DEFAULT.window_s):
         self.hold_s = hold_s
+        self.stale_s = max(stale_s, hold_s)
         self.host_hold_s = min(host_hold_s, hold_s)   # (see ``quick``)
         self.step_s = step_s                     # time between two verdicts fed in
         # A starvation verdict held this long is established enough to be sticky.
@@ -93,13 +96,11 @@ class Hysteresis:
         return False
 
     def _kept(self, t: float, key: tuple, sticky: bool) -> bool:
-        """``key`` cannot displace the current verdict: insufficient_data never does, and an
-        established starvation verdict stays while its host cause persists (see step)."""
+        """``key`` cannot displace the current verdict: an established starvation verdict
+        stays while its host cause persists (see step)."""
         cur = self.current
         if cur is None:
             return False
-        if key[0] == _INSUFFICIENT:
-            return True
         if sticky and key[0] == _BUSY and cur[0] == _STARVED and t - self.since >= self.sticky_s:
             self._cand = None
             return True
@@ -113,6 +114,8 @@ class Hysteresis:
             self._cand, self._cand_since = key, t
 
     def _hold(self, key: tuple, quick: bool) -> float:
+        if key[0] == _INSUFFICIENT:
+            return self.stale_s
         if _PAUSED in (key[0], self.current[0]):
             return 0.0
         if quick and key[0] == _STARVED and self.current[0] == _BUSY:
@@ -130,7 +133,7 @@ class _Job:
         self.why: dict[int, int] = {}       # absolute bin -> the pause's cause (CAUSES index)
         self.since = since                  # absolute bin the job was first seen in use
         self.next = since                   # next absolute bin to feed the pause tracker
-        self.hyst = Hysteresis(th.hold_s, th.bin_s, th.host_hold_s, th.sticky_s)
+        self.hyst = Hysteresis(th.hold_s, th.bin_s, th.host_hold_s, th.sticky_s, th.window_s)
         self.conf: Optional[float] = None   # confidence when the held verdict last won
         self.th = th
 
