@@ -485,3 +485,39 @@ def test_gpus_of_the_job_not_all_held_read_idle_by_job_gone(tmp_path):
     mid = [d for d in tl.segments if d.start - tl.start < 60 and d.end - tl.start > 10]
     assert {d.verdict for d in mid} == {"idle"}, [(d.verdict, d.rule) for d in tl.segments]
     assert all(d.rule == "job_gone" for d in mid), [(d.verdict, d.rule) for d in mid]
+
+
+def test_a_missing_second_does_not_break_the_steady_work_before_a_pause(tmp_path):
+    """An epoch end as a real 1 s log of a T4 shows it (t4-vit-epoch-stops in bench/real):
+    steady work in which the sampler skipped one second, a 0 % second as validation starts,
+    12 s of validation, a few seconds at a trickle, then 35 s at 0 % with the memory held
+    before training resumes. The skipped second is the sampler's jitter, not a stop: the
+    stop reads paused, not data_starvation then idle (held)."""
+    val = [100, 77, 100, 76, 100, 100, 100, 97, 100, 95, 100, 96, 100]
+    work = [100, 100, 100, 100, 80] * 60            # a dip every 5 s, as the T4's steps
+    per_s = work[:278] + [100, 100, None, 100, 80] + [100] * 7 + [0] + val + \
+        [8, 10, 0, 11, 6] + [0] * 35 + work
+    rows = ["timestamp, index, utilization.gpu [%], memory.used [MiB]"]
+    for k, u in enumerate(per_s):
+        if u is not None:
+            rows.append(f"2024/05/01 00:{k // 60:02d}:{k % 60:02d}.000, 0, {u} %, 10601 MiB")
+    p = tmp_path / "t4.csv"
+    p.write_text("\n".join(rows) + "\n")
+    _, tl = analyze_file(str(p))
+    stop = 290 + len(val) + 5
+    assert _verdicts(tl, stop + 5, stop + 30) == {"paused"}, [
+        (d.verdict, d.start - tl.start, d.end - tl.start) for d in tl.segments]
+
+
+def test_a_missing_second_after_the_job_ended_starts_no_job(tmp_path):
+    """After a job ends (memory freed), a second the sampler skipped says nothing of the
+    GPU's memory: the GPU stays idle, not 'paused (startup)' for that second."""
+    util = [[98]] * 120 + [[0]] * 200
+    mem = [[10601]] * 120 + [[0]] * 200
+    path = _smi_mem(tmp_path, util, mem)
+    lines = open(path).read().splitlines()
+    skip = {1 + k for k in (200, 260)}          # two seconds the sampler skipped
+    open(path, "w").write("\n".join(x for i, x in enumerate(lines) if i not in skip) + "\n")
+    _, tl = analyze_file(path)
+    assert _verdicts(tl, 130, 320) == {"idle"}, [(d.verdict, d.cause, d.start - tl.start)
+                                                 for d in tl.segments]

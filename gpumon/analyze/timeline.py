@@ -436,6 +436,16 @@ def _too_short(log: Log, rate: float, start: float, end: float) -> Timeline:
     return Timeline(segments=[d], jobs=[], start=start, end=end, samples_per_s=rate)
 
 
+def _carry_presence(hostb: list, n: np.ndarray) -> None:
+    """Each host_bins tuple of a bin without samples (``n`` 0) takes its presence (index 3)
+    from the last bin before it with samples."""
+    empty = np.flatnonzero(n[1:] == 0) + 1
+    for i in empty.tolist():
+        t = hostb[i]
+        if t[3] != hostb[i - 1][3]:
+            hostb[i] = t[:3] + (hostb[i - 1][3],) + t[4:]
+
+
 def job_flags(st: Store, rows: list[int], th: Thresholds
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(pause, excluded, recovered, why) per bin of the job on these store rows (see
@@ -447,6 +457,10 @@ def job_flags(st: Store, rows: list[int], th: Thresholds
     hostb = []
     for a in range(0, g.shape[-1], HOST_BINS_CHUNK):
         hostb += host_bins(g[..., a:a + HOST_BINS_CHUNK], hb[..., a:a + HOST_BINS_CHUNK], th)
+    # A second with no sample at all (a hole in the log) says nothing of whether the job
+    # holds its GPUs: it is as the last second with samples was (else an idle stretch with a
+    # hole in it reads as a job starting there).
+    _carry_presence(hostb, n)
     # A job seen starting in the log (it did not hold its GPUs, then does) starts paused,
     # as it does live.
     present = np.fromiter(map(itemgetter(3), hostb), bool, len(hostb))
