@@ -239,10 +239,11 @@ def test_evidence_windows_gathered_match_windows_over_the_whole_log(name):
     pause, excl, _, why = T.job_flags(st, rows, DEFAULT)
     pts = np.unique(np.r_[0, 1, 5, np.linspace(0, st.nb - 1, 25).round().astype(int),
                           st.nb - 1])
-    outs, feats = T._judge_points(st, rows, False, pause, DEFAULT, pts, excl, why)
-    got, rgot = T._cat(feats), T._cat(outs)
     g, h = st.view(rows)
-    want = window_features(g, h, pts, pause, DEFAULT, excluded=excl, why=why)
+    recent = T.kernel_recent(g, DEFAULT)
+    outs, feats = T._judge_points(st, rows, False, pause, DEFAULT, pts, excl, why, recent)
+    got, rgot = T._cat(feats), T._cat(outs)
+    want = window_features(g, h, pts, pause, DEFAULT, excluded=excl, why=why, recent=recent)
     rwant = judge(want, False, DEFAULT)
     for k in want:
         assert np.allclose(np.asarray(got[k], float), np.asarray(want[k], float), rtol=1e-9,

@@ -22,7 +22,7 @@ from gpumon.detect import nanops as N
 from gpumon.detect.bins import GI, Store
 from gpumon.detect.pipeline import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
 from gpumon.detect.pipeline import bin_duty
-from gpumon.detect.features import view_bins, window_features
+from gpumon.detect.features import kernel_recent, view_bins, window_features
 from gpumon.detect.cold import cold_seconds
 from gpumon.detect.pauses import host_bins, pause_flags
 from gpumon.detect.rules import judge
@@ -128,7 +128,8 @@ def _take(s, idx, scratch: dict):
 
 def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, th: Thresholds,
                   ends: np.ndarray, excl: Optional[np.ndarray] = None,
-                  why: Optional[np.ndarray] = None) -> list[dict]:
+                  why: Optional[np.ndarray] = None,
+                  recent: Optional[np.ndarray] = None) -> list[dict]:
     """Rule output at ``ends`` (sorted), chunk by chunk."""
     W = view_bins(th)
     spans = []
@@ -147,7 +148,8 @@ def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, t
         g, h = _chunk_view(st, rows, lo, hi_end + 1, live, scratch)
         f = window_features(g, h, ends[i:j] - lo, pause[lo:hi_end + 1], th,
                             excluded=None if excl is None else excl[lo:hi_end + 1],
-                            why=None if why is None else why[lo:hi_end + 1])
+                            why=None if why is None else why[lo:hi_end + 1],
+                            recent=None if recent is None else recent[lo:hi_end + 1])
         return judge(f, shared, th)
 
     return _map(one, spans)
@@ -178,7 +180,8 @@ def _map(fn, items: list) -> list:
 
 
 def _judge_points(st: Store, rows: list[int], shared: bool, pause: np.ndarray,
-                  th: Thresholds, pts: np.ndarray, excl: np.ndarray, why: np.ndarray):
+                  th: Thresholds, pts: np.ndarray, excl: np.ndarray, why: np.ndarray,
+                  recent: np.ndarray):
     """Features and rule output at a few scattered ``pts`` (sorted): each window's bins are
     gathered into a slot of its own, so the cost follows the number of points, not the span
     they are spread over. A window never reaches further back than ``W`` bins (what
@@ -196,14 +199,16 @@ def _judge_points(st: Store, rows: list[int], shared: bool, pause: np.ndarray,
         ps = pause[idx]
         ex = excl[idx]
         wy = why[idx]
+        rc = recent[idx]
         if before.any():
             g[:, :, before] = 0.0
             h[:, before] = 0.0
             ps[before] = False
             ex[before] = True
             wy[before] = -1
+            rc[before] = False
         ends = np.arange(len(p)) * W + (W - 1)
-        f = window_features(g, h, ends, ps, th, excluded=ex, why=wy)
+        f = window_features(g, h, ends, ps, th, excluded=ex, why=wy, recent=rc)
         outs.append(judge(f, shared, th))
         feats.append(f)
     return outs, feats
@@ -283,7 +288,7 @@ def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> 
     the evidence of a few of its windows."""
     nb = st.nb
     rows = [st.rows[x] for x in gpus]
-    v, c, s, r, (pause, excl, why, over) = _raw_verdicts(st, rows, shared, th)
+    v, c, s, r, (pause, excl, why, over, recent) = _raw_verdicts(st, rows, shared, th)
     times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
     # (Without Hysteresis.step's ``quick``: below, a log dates every change from the
     # window in which the new verdict first appeared anyway.)
@@ -299,7 +304,7 @@ def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> 
     picks = [np.unique(np.minimum(np.linspace(a, b - 1, min(EVIDENCE_POINTS, b - a))
                                   .round().astype(int) + L, nb - 1)) for a, b in spans]
     pts = np.unique(np.concatenate(picks))
-    outs2, feats = _judge_points(st, rows, shared, pause, th, pts, excl, why)
+    outs2, feats = _judge_points(st, rows, shared, pause, th, pts, excl, why, recent)
     f_all, r_all = _cat(feats), _cat(outs2)
     where = {int(p): i for i, p in enumerate(pts)}
     out = []
@@ -324,7 +329,9 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
     level = _work_level(st, rows, th)
     working = _long_runs(level >= th.busy_bin_duty, th.recover_s / th.bin_s)
     pause, excl = pause & ~working, excl & ~working
-    r = _cat(_judge_chunks(st, rows, shared, pause, th, np.arange(nb), excl=excl, why=why))
+    recent = kernel_recent(st.view(rows, raw=True)[0], th)
+    r = _cat(_judge_chunks(st, rows, shared, pause, th, np.arange(nb), excl=excl, why=why,
+                           recent=recent))
     # (The lead: hold_s, as a live verdict lags its window by the hold and a segment's
     # evidence is read that far into it.)
     r = hindsight_lead(r, [pause, excl], int(round(th.hold_s / th.bin_s)))
@@ -339,7 +346,7 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
     over |= (v == _STALL) & (c == _RANK_HOST) & back
     if over.any():
         v, c, s = np.where(over, _BUSY, v), np.where(over, -1, c), np.where(over, -1, s)
-    return v, c, s, r, (pause, excl, why, over)
+    return v, c, s, r, (pause, excl, why, over, recent)
 
 
 def hindsight_lead(r: dict, flags: list, k: int) -> dict:

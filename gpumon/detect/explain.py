@@ -132,13 +132,15 @@ def _no_kernels(w: _Window) -> str:
             mem.max() >= w.th.mem_active_mib else "")
     return (f"the GPUs ran a kernel {_pct(w.ev.get('duty_max'))} of the last {w.seconds()} s "
             f"and {_pct(w.f['ctx_duty'][w.e])} of the {w.th.context_s:.0f} s before "
-            f"(under {_pct(w.th.idle_duty)}){held}")
+            f"(under {_pct(w.th.idle_duty)}), no sample above {w.th.idle_util_pct:.0f}% in the "
+            f"last {w.th.idle_after_s:.0f} s{held}")
 
 
 def _quiet_after_work(w: _Window) -> str:
-    return (f"no kernel in the last {w.seconds()} s ({_pct(w.ev.get('duty_max'))}) right after "
-            f"work ({_pct(w.f['ctx_duty'][w.e])} over the last {w.th.context_s:.0f} s) that "
-            f"was not steady enough to call this a pause; host: {w.host_line()}")
+    return (f"no kernel in the last {w.seconds()} s ({_pct(w.ev.get('duty_max'))}), but one "
+            f"within the last {w.th.idle_after_s:.0f} s ({_pct(w.f['ctx_duty'][w.e])} over the "
+            f"last {w.th.context_s:.0f} s): the job waits between bursts, not steadily enough "
+            f"to call this a pause; host: {w.host_line()}")
 
 
 # Why a pause, by its cause (rules: the pause tracker's reading of the host, pauses.py).

@@ -176,8 +176,11 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
                     th: Thresholds = DEFAULT, w: int = 0,
                     keep: Optional[np.ndarray] = None,
                     excluded: Optional[np.ndarray] = None,
-                    why: Optional[np.ndarray] = None) -> dict:
+                    why: Optional[np.ndarray] = None,
+                    recent: Optional[np.ndarray] = None) -> dict:
     """Features of one job's GPUs (rows of ``g``) over the windows ending at ``ends``.
+    ``recent``: per bin, whether a kernel ran within idle_after_s before it (kernel_recent
+    over a longer history than ``g``); without it, judged within ``g``.
 
     Pause bins (and bins where ``keep`` is False) are left out of every sum. The window is
     ``w`` bins if given; otherwise ``window_s``, stretched to ``cycles_per_window`` cycles of
@@ -202,9 +205,27 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     # Memory held in the last bin of each window (NaN where unknown).
     f["mem_last"] = N.div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])
     f["ctx_duty"] = ctx_duty
+    # Whether some GPU showed a kernel within idle_after_s before the window's end.
+    f["kernel_recent"] = (recent if recent is not None else kernel_recent(g, th))[ends]
     f["window"] = W
     f.update(_seen(g, h))
     return f
+
+
+def last_kernel(g: np.ndarray, before: float = -math.inf) -> np.ndarray:
+    """Per bin of a job's bins ``g`` (T,): the index of the last bin at or before it in which
+    some GPU had a sample showing a kernel (above idle_util_pct); ``before`` for bins before
+    the first such one (the last such bin before ``g``, on its index scale)."""
+    k = (g[GI["n"]] - g[GI["idle"]]).sum(axis=0) > 0
+    return np.maximum.accumulate(np.where(k, np.arange(k.shape[-1], dtype=float), before))
+
+
+def kernel_recent(g: np.ndarray, th: Thresholds = DEFAULT, before: float = -math.inf
+                  ) -> np.ndarray:
+    """Per bin of ``g``: whether a kernel ran (see last_kernel) within idle_after_s up to
+    and including it."""
+    lk = last_kernel(g, before)
+    return np.arange(len(lk)) - lk < _bins(th.idle_after_s, th)
 
 
 def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: int):

@@ -16,24 +16,27 @@ from typing import Mapping, Optional
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 
-def active(pids: Optional[tuple], mem_mib: float, duty: float, th: Thresholds = DEFAULT) -> bool:
-    """Is this GPU part of a job? Processes or memory say so; without either, activity."""
+def active(pids: Optional[tuple], mem_mib: float, kernels: float,
+           th: Thresholds = DEFAULT) -> bool:
+    """Is this GPU part of a job? Processes or memory say so; without either, activity:
+    ``kernels``, the share of its samples that show a kernel (above idle_util_pct)."""
     if pids:
         return True
     if mem_mib is not None and not math.isnan(mem_mib):
         return mem_mib >= th.mem_active_mib
     if pids is not None:           # the process list is known and empty, memory unknown
         return False
-    return duty is not None and not math.isnan(duty) and duty >= th.active_duty
+    return kernels is not None and not math.isnan(kernels) and kernels >= th.active_duty
 
 
 def group(gpus: list[int], pids: Mapping[int, Optional[tuple]], mem: Mapping[int, float],
-          duty: Mapping[int, float], ppid: Optional[Mapping[int, int]] = None,
+          kernels: Mapping[int, float], ppid: Optional[Mapping[int, int]] = None,
           th: Thresholds = DEFAULT) -> list[tuple[tuple[int, ...], bool]]:
     """Jobs as (GPUs, shared_process) pairs, sorted by first GPU; ``shared_process`` is True
-    when one process uses every GPU of the job (the DataParallel picture)."""
-    act = [g for g in gpus if active(pids.get(g), mem.get(g, math.nan), duty.get(g, math.nan),
-                                     th)]
+    when one process uses every GPU of the job (the DataParallel picture). ``kernels``: per
+    GPU, the share of its samples that show a kernel (see active)."""
+    act = [g for g in gpus if active(pids.get(g), mem.get(g, math.nan),
+                                     kernels.get(g, math.nan), th)]
     return group_active(act, pids, ppid)
 
 

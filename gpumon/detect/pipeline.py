@@ -217,14 +217,14 @@ def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
     else:
         s = s.sum(axis=2)
     # (Python floats where the store is float64: the same quotients, computed faster.)
-    n, u, memn, mem = s.tolist() if s.dtype == np.float64 else s
+    n, quiet, memn, mem = s.tolist() if s.dtype == np.float64 else s
     act = [gpu for i, gpu in enumerate(store.gpus)
            if active(pids.get(gpu), mem[i] / memn[i] if memn[i] > 0 else NAN,
-                     u[i] / n[i] if n[i] > 0 else NAN, th)]
+                     (n[i] - quiet[i]) / n[i] if n[i] > 0 else NAN, th)]
     return (memo or group_active)(act, pids, ppid)
 
 
-_JOB_ROWS = [GI["n"], GI["u"], GI["memn"], GI["mem"]]
+_JOB_ROWS = [GI["n"], GI["idle"], GI["memn"], GI["mem"]]
 
 
 def bin_duty(g: np.ndarray):
@@ -253,9 +253,10 @@ def active_since(g: np.ndarray, th: Thresholds = DEFAULT) -> int:
 
 def judge_job(g: np.ndarray, h: np.ndarray, pause: np.ndarray, ends: np.ndarray, shared: bool,
               th: Thresholds = DEFAULT, w: int = 0, keep: Optional[np.ndarray] = None,
-              excluded: Optional[np.ndarray] = None, why: Optional[np.ndarray] = None):
+              excluded: Optional[np.ndarray] = None, why: Optional[np.ndarray] = None,
+              recent: Optional[np.ndarray] = None):
     """Features and rule output for one job's bins at windows ending at ``ends``."""
-    f = window_features(g, h, ends, pause, th, w, keep, excluded, why)
+    f = window_features(g, h, ends, pause, th, w, keep, excluded, why, recent)
     return f, judge(f, shared, th)
 
 

@@ -66,20 +66,23 @@ def pause(w: Windows) -> None:
 
 
 def no_kernels(w: Windows) -> None:
-    """No kernels in the window nor in the context before it, the host not feeding: idle
-    (held when the job still holds its GPUs' memory)."""
+    """No kernels in the window nor in the context before it (no sample there above
+    idle_util_pct, the duty under idle_duty), the host not feeding: idle (held when the job
+    still holds its GPUs' memory). A job whose rare bursts recur (one every 20 s, a loader
+    far too slow) still runs kernels: quiet_after_work decides."""
     f, th = w.f, w.th
-    quiet = w.dmax < th.idle_duty
+    quiet = (w.dmax < th.idle_duty) & ~(f["ctx_duty"] >= th.idle_duty) & ~f["kernel_recent"]
 
     def held():
         return (f["mem_last"] >= th.mem_active_mib).any(axis=0) if w.G else np.zeros(w.E, bool)
-    w.decide("no_kernels", quiet & ~(f["ctx_duty"] >= th.idle_duty) & ~w.feeding, IDLE,
+    w.decide("no_kernels", quiet & ~w.feeding, IDLE,
              c=lambda: np.where(held(), C["held"], -1),
              cf=lambda: clip(0.7 + 0.3 * (th.idle_duty - w.dmax) / th.idle_duty, 0.5, 0.99))
 
 
 def quiet_after_work(w: Windows) -> None:
-    """No kernels now right after work, and no pause: a long gap of a starving job."""
+    """No kernels now right after work, or rare bursts between long gaps, and no pause: a
+    long gap of a starving job."""
     w.decide("quiet_after_work", w.dmax < w.th.idle_duty, DATA_STARVATION,
              c=lambda: w.host.cause(np.full(w.E, -1)), cf=0.6)
 

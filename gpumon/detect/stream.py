@@ -22,7 +22,7 @@ from gpumon.detect.bins import GI, Store
 from gpumon.detect.pipeline import (active_since, bin_duty, idle_diagnosis, judge_job,
                                     make_diagnosis, no_data_diagnosis, store_jobs,
                                     tick_columns)
-from gpumon.detect.features import view_bins
+from gpumon.detect.features import last_kernel, view_bins
 from gpumon.detect.jobs import GroupMemo
 from gpumon.detect.cold import cold_seconds, settle_bins
 from gpumon.detect.onesec import all_busy, cold_second, host_second, second_at
@@ -135,6 +135,7 @@ class _Job:
         self.next = since                   # next absolute bin to feed the pause tracker
         self.hyst = Hysteresis(th.hold_s, th.bin_s, th.host_hold_s, th.sticky_s, th.window_s)
         self.conf: Optional[float] = None   # confidence when the held verdict last won
+        self.last_kernel = -math.inf        # absolute bin of the last kernel seen (features)
         self.th = th
 
     def step_pauses(self, g, h, duty, n, u, base: int, last: int) -> None:
@@ -207,6 +208,7 @@ class StreamingDetector:
         self.th = th
         self.window = max(1, int(round(th.window_s / th.bin_s)))
         self.span = view_bins(th)        # bins of history every window's features need
+        self.idle_after = int(round(th.idle_after_s / th.bin_s))
         self.cap = self.span + 8
         self.store: Optional[Store] = None
         self.current: list[Diagnosis] = []
@@ -293,8 +295,13 @@ class StreamingDetector:
         ends = np.arange(max(first, job.since, base), last + 1) - base
         if len(ends) == 0:
             ends = np.array([stop - lo - 1])
+        # A kernel within idle_after_s, which can lie before the view: the job remembers the
+        # last one.
+        lk = last_kernel(g, job.last_kernel - base if job.last_kernel < base else -math.inf)
+        job.last_kernel = base + float(lk[-1])
+        recent = np.arange(len(lk)) - lk < self.idle_after
         f, r = judge_job(g, h, pause, ends, shared, self.th, keep=keep, excluded=excl,
-                         why=why)
+                         why=why, recent=recent)
         for e in range(len(ends)):
             job.feed(st.bin_time(lo + int(ends[e]) + 1), r, e)
         e = len(ends) - 1

@@ -66,9 +66,14 @@ class Thresholds:
     mem_active_mib: float = th(256.0, "MiB", "A GPU holding at least this much memory belongs "
                                "to a job even without process info (a bare context is ~100-300 "
                                "MiB; an idle GPU uses a few MiB).")
-    active_duty: float = th(0.02, "share", "Without process or memory info, a GPU whose duty "
-                            "cycle reaches this in the context span is taken as part of the job.")
+    active_duty: float = th(0.02, "share", "Without process or memory info, a GPU with a "
+                            "kernel (a sample above idle_util_pct) in this share of its samples "
+                            "is taken as part of a job (a slow loader's rare bursts included; an "
+                            "unused GPU's samples read 0).")
     # --- busy / idle / starved ---------------------------------------------------------------
+    idle_after_s: float = th(60.0, "s", "A job with no kernel (no sample above idle_util_pct) "
+                             "for this long is idle; a shorter quiet stretch after a kernel is the "
+                             "job waiting (a loader this slow bursts once every tens of seconds).")
     idle_duty: float = th(0.05, "share", "A job whose GPUs run a kernel less than this share of "
                           "the time does no work (idle or paused).")
     duty_starved: float = th(0.86, "share", "Below this duty cycle on all GPUs together the job "

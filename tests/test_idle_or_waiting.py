@@ -1,0 +1,72 @@
+"""Idle, or a job waiting between rare bursts (rules no_kernels / quiet_after_work), and which
+GPUs form a job without memory or process columns (jobs.active)."""
+from __future__ import annotations
+
+from gpumon.analyze import analyze_file, summary
+from gpumon.detect.jobs import active
+
+
+def _log(tmp_path, every: int, interval: int, seconds: int, mem: bool, burst: int = 30):
+    """A one-GPU nvidia-smi log at ``interval`` s: one sample at ``burst`` % every ``every``
+    seconds (a loader far too slow for the GPU), 0 % otherwise; the memory held throughout
+    when ``mem``."""
+    head = "timestamp, index, utilization.gpu [%]" + (", memory.used [MiB]" if mem else "")
+    rows = [head]
+    for k in range(0, seconds, interval):
+        u = burst if k % every == 0 else 0
+        rows.append(f"2024/05/01 {k // 3600:02d}:{k // 60 % 60:02d}:{k % 60:02d}.000, 0, {u} %"
+                    + (", 12000 MiB" if mem else ""))
+    p = tmp_path / "slow.csv"
+    p.write_text("\n".join(rows) + "\n")
+    return str(p)
+
+
+def test_rare_bursts_of_a_job_holding_memory_are_starvation_not_idle(tmp_path):
+    """A job with its memory held whose GPU runs one burst every 30 s (its loader takes 30 s
+    a batch) waits for input: data_starvation, by quiet_after_work, not idle (held)."""
+    _, tl = analyze_file(_log(tmp_path, every=30, interval=1, seconds=900, mem=True))
+    idle = sum(d.end - d.start for d in tl.segments if d.verdict == "idle")
+    assert idle < 0.1 * (tl.end - tl.start), [(d.verdict, d.rule, d.end - d.start)
+                                              for d in tl.segments]
+    assert summary(tl)["verdict"] == "data_starvation"
+
+
+def test_rare_bursts_in_a_log_without_memory_make_a_job(tmp_path):
+    """Without memory or process columns, a GPU whose samples show a kernel now and then (one
+    2 s sample in twenty, a 1.5 % mean duty) belongs to a job: the run is starvation, not 'no
+    work on the GPUs' for the whole log."""
+    _, tl = analyze_file(_log(tmp_path, every=40, interval=2, seconds=1800, mem=False))
+    assert tl.jobs, tl.segments
+    assert summary(tl)["verdict"] == "data_starvation", summary(tl)
+
+
+def test_no_kernel_for_a_minute_is_idle(tmp_path):
+    """The same job after its last burst: once no sample has shown a kernel for idle_after_s,
+    the GPU is idle (held), not still waiting."""
+    _, tl = analyze_file(_log(tmp_path, every=10_000, interval=1, seconds=600, mem=True,
+                              burst=0))
+    assert summary(tl)["verdict"] == "idle", summary(tl)
+
+
+def test_a_gpu_is_active_by_the_share_of_samples_with_a_kernel():
+    # 3 % of the samples show a kernel, at a 1 % mean duty: active; monitoring noise (every
+    # sample at 3 %, none above idle_util_pct) is no kernel.
+    assert active(None, float("nan"), 0.03)
+    assert not active(None, float("nan"), 0.0)
+    assert not active(None, float("nan"), 0.01)
+
+
+def test_live_a_job_bursting_once_every_30_s_waits_it_is_not_idle():
+    """Live, the same: after a minute of steady work, one second of kernels every 30 s (the
+    memory held, the loaders calm): from 2 minutes on every verdict is data_starvation, none
+    idle (held) between the bursts."""
+    from collections import Counter
+
+    from gpumon.detect import StreamingDetector
+    from samples_util import tick
+    t0 = 1_000_000.0
+    ticks = [tick(t0 + s, gpus=1, util=100.0) for s in range(1, 61)]
+    ticks += [tick(t0 + s, gpus=1, util=60.0 if s % 30 == 0 else 0.0) for s in range(61, 400)]
+    det = StreamingDetector()
+    v = {s: det.update(tk)[0].verdict for s, tk in zip(range(1, 400), ticks)}
+    assert Counter(v[s] for s in range(120, 400)) == Counter({"data_starvation": 280})
