@@ -470,6 +470,10 @@ def test_a_log_sampled_every_minute_is_insufficient_data_not_its_first_verdict(t
     _, tl = analyze_file(str(p))
     s = summary(tl)
     assert s["verdict"] == "insufficient_data", s
+    # What to do about it, in its numbers.
+    assert {d.advice for d in tl.segments if d.verdict == "insufficient_data"} == {
+        "one sample every 60 s is too few to see bursts and gaps (a 12 s window needs 3): log "
+        "every second or faster (gpumon log, or nvidia-smi --query-gpu=... -l 1)"}
     idle = sum(d.end - d.start for d in tl.segments if d.verdict == "idle")
     assert idle <= 2 * 60, [(d.verdict, d.start - tl.start, d.end - tl.start)
                             for d in tl.segments]

@@ -280,7 +280,20 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
     for gpus, shared in jobs:
         tl.segments += _job_segments(st, gpus, shared, th, end)
     tl.segments.sort(key=lambda d: (d.start, d.gpus))
+    if rate and rate * th.window_s < th.min_samples:
+        span = tl.end - tl.start
+        every = span / max(rate * span - 1, 1)     # (n samples a GPU: n - 1 intervals)
+        tl.segments = [replace(d, advice=_sparse_advice(every, th))
+                       if d.verdict == INSUFFICIENT_DATA else d for d in tl.segments]
     return tl
+
+
+def _sparse_advice(every: float, th: Thresholds) -> str:
+    """What to do about a log sampled too sparsely (a sample every ``every`` s) for any
+    window to be judged."""
+    return (f"one sample every {every:.0f} s is too few to see bursts and gaps (a "
+            f"{th.window_s:.0f} s window needs {th.min_samples:.0f}): log every second or "
+            "faster (gpumon log, or nvidia-smi --query-gpu=... -l 1)")
 
 
 def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> list:
