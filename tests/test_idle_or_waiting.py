@@ -70,3 +70,38 @@ def test_live_a_job_bursting_once_every_30_s_waits_it_is_not_idle():
     det = StreamingDetector()
     v = {s: det.update(tk)[0].verdict for s, tk in zip(range(1, 400), ticks)}
     assert Counter(v[s] for s in range(120, 400)) == Counter({"data_starvation": 280})
+
+
+def test_a_model_loaded_then_left_idle_is_idle_not_waiting(tmp_path):
+    """A server loads its model (a few seconds at 15 % as its weights are copied in, at the
+    start and the end of a 50 s load, the memory rising) and then runs nothing for five minutes, the memory held (h100x8-model-loaded-idle in
+    bench/real): the start-up's kernels are no rhythm of work, so after it the GPU is idle
+    (held), never data_starvation."""
+    rows = ["timestamp, index, utilization.gpu [%], memory.used [MiB]"]
+    for k in range(360):
+        mem = 2 if k < 5 else min(16000, 400 * (k - 4))
+        u = 15 if 6 <= k <= 10 or 48 <= k <= 55 else 0     # (copies as the weights load)
+        rows.append(f"2024/05/01 00:{k // 60:02d}:{k % 60:02d}.000, 0, {u} %, {mem} MiB")
+    p = tmp_path / "loaded.csv"
+    p.write_text("\n".join(rows) + "\n")
+    _, tl = analyze_file(str(p))
+    assert "data_starvation" not in {d.verdict for d in tl.segments}, [
+        (d.verdict, d.rule, d.start - tl.start, d.end - tl.start) for d in tl.segments]
+    assert summary(tl)["verdict"] == "idle"
+
+
+def test_gpus_far_apart_are_not_said_to_each_run_the_mean(tmp_path):
+    """Without process columns every active GPU of a node is one job: two jobs side by side
+    (two GPUs training at 100 %, two decoding at 6 %: h100x8-two-jobs-train-and-decode in
+    bench/real) read as one job at their mean, a documented limit. The reason must then not
+    say every GPU ran that mean: it gives the range."""
+    rows = ["timestamp, index, utilization.gpu [%], memory.used [MiB]"]
+    for k in range(180):
+        for g, u in enumerate((6, 6, 100, 100)):
+            rows.append(f"2024/05/01 00:{k // 60:02d}:{k % 60:02d}.000, {g}, {u} %, 20000 MiB")
+    p = tmp_path / "two.csv"
+    p.write_text("\n".join(rows) + "\n")
+    _, tl = analyze_file(str(p))
+    low = [d for d in tl.segments if d.rule == "duty_low"]
+    assert low and all("on average (6% to 100%)" in d.because for d in low), [
+        (d.verdict, d.rule, d.because) for d in tl.segments]

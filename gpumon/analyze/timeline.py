@@ -342,7 +342,7 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
     level = _work_level(st, rows, th)
     working = _long_runs(level >= th.busy_bin_duty, th.recover_s / th.bin_s)
     pause, excl = pause & ~working, excl & ~working
-    recent = kernel_recent(st.view(rows, raw=True)[0], th)
+    recent = kernel_recent(st.view(rows, raw=True)[0], th, out=excl)
     r = _cat(_judge_chunks(st, rows, shared, pause, th, np.arange(nb), excl=excl, why=why,
                            recent=recent))
     # (The lead: hold_s, as a live verdict lags its window by the hold and a segment's

@@ -57,8 +57,14 @@ class _Window:
 
 def _duty_low(w: _Window) -> str:
     ev, th = w.ev, w.th
-    s = (f"every GPU ran a kernel {_pct(ev.get('duty_cycle'))} of the last {w.seconds()} s, "
-         f"under {_pct(th.duty_starved)}")
+    lo, hi = ev.get("duty_min"), ev.get("duty_max")
+    if lo is not None and hi is not None and hi - lo >= 0.2:
+        # GPUs far apart: say so, the mean alone reads as if each ran that much.
+        s = (f"the GPUs ran a kernel {_pct(ev.get('duty_cycle'))} of the last {w.seconds()} s "
+             f"on average ({_pct(lo)} to {_pct(hi)}), under {_pct(th.duty_starved)}")
+    else:
+        s = (f"every GPU ran a kernel {_pct(ev.get('duty_cycle'))} of the last {w.seconds()} s, "
+             f"under {_pct(th.duty_starved)}")
     if ev.get("burst_s") is not None and ev.get("gap_s") is not None:
         s += f", in bursts of {ev['burst_s']:.1f} s and gaps of {ev['gap_s']:.1f} s"
     return s + f"; host: {w.host_line()}"

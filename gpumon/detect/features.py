@@ -206,25 +206,29 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     f["mem_last"] = N.div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])
     f["ctx_duty"] = ctx_duty
     # Whether some GPU showed a kernel within idle_after_s before the window's end.
-    f["kernel_recent"] = (recent if recent is not None else kernel_recent(g, th))[ends]
+    f["kernel_recent"] = (recent if recent is not None else kernel_recent(g, th, out=out))[ends]
     f["window"] = W
     f.update(_seen(g, h))
     return f
 
 
-def last_kernel(g: np.ndarray, before: float = -math.inf) -> np.ndarray:
+def last_kernel(g: np.ndarray, before: float = -math.inf,
+                out: Optional[np.ndarray] = None) -> np.ndarray:
     """Per bin of a job's bins ``g`` (T,): the index of the last bin at or before it in which
-    some GPU had a sample showing a kernel (above idle_util_pct); ``before`` for bins before
-    the first such one (the last such bin before ``g``, on its index scale)."""
+    some GPU had a sample showing a kernel (above idle_util_pct), bins ``out`` (a pause, a
+    start-up: their kernels are no rhythm of the job's work) left out; ``before`` for bins
+    before the first such one (the last such bin before ``g``, on its index scale)."""
     k = (g[GI["n"]] - g[GI["idle"]]).sum(axis=0) > 0
+    if out is not None:
+        k &= ~out
     return np.maximum.accumulate(np.where(k, np.arange(k.shape[-1], dtype=float), before))
 
 
-def kernel_recent(g: np.ndarray, th: Thresholds = DEFAULT, before: float = -math.inf
-                  ) -> np.ndarray:
+def kernel_recent(g: np.ndarray, th: Thresholds = DEFAULT, before: float = -math.inf,
+                  out: Optional[np.ndarray] = None) -> np.ndarray:
     """Per bin of ``g``: whether a kernel ran (see last_kernel) within idle_after_s up to
     and including it."""
-    lk = last_kernel(g, before)
+    lk = last_kernel(g, before, out)
     return np.arange(len(lk)) - lk < _bins(th.idle_after_s, th)
 
 

@@ -297,7 +297,8 @@ class StreamingDetector:
             ends = np.array([stop - lo - 1])
         # A kernel within idle_after_s, which can lie before the view: the job remembers the
         # last one.
-        lk = last_kernel(g, job.last_kernel - base if job.last_kernel < base else -math.inf)
+        lk = last_kernel(g, job.last_kernel - base if job.last_kernel < base else -math.inf,
+                         excl)
         job.last_kernel = base + float(lk[-1])
         recent = np.arange(len(lk)) - lk < self.idle_after
         f, r = judge_job(g, h, pause, ends, shared, self.th, keep=keep, excluded=excl,
