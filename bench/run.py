@@ -267,15 +267,19 @@ def targets(ms, frames, ours_an, pandas_an) -> list[report.Target]:
     t.append(report.Target("dashboard frame, 8 GPUs", f"<= {FRAME_MAX_MS:g} ms",
                            f"{f8['median_ms']:.2f} ms median (p90 {f8['p90_ms']:.2f})" if f8
                            else "n/a", None if f8 is None else f8["median_ms"] <= FRAME_MAX_MS))
-    ok = ours_an is not None and ours_an.best is not None and pandas_an.best
-    ratio = ours_an.best / pandas_an.best if ok else None
-    whole = (f"; {ours_an.best / min(pandas_an.wall):.1f}x a whole `python -c "
-             f"'pandas.read_csv(...)'` ({min(pandas_an.wall):.2f} s)"
-             if ratio and pandas_an.wall else "")
+    # Issue 18's definition: the whole command against the whole command (`python -c "import
+    # pandas; pandas.read_csv(F)"`), both with their start-up and imports; the read_csv call
+    # alone is shown beside it.
+    ok = (ours_an is not None and ours_an.best is not None and pandas_an.best
+          and pandas_an.wall)
+    ratio = ours_an.best / min(pandas_an.wall) if ok else None
+    call = (f"; {ours_an.best / pandas_an.best:.1f}x the read_csv call alone "
+            f"({pandas_an.best:.2f} s)" if ratio else "")
     t.append(report.Target("`gpumon analyze`, day-long 8-GPU log", f"<= {ANALYZE_MAX_RATIO:g}x "
-                           "pandas.read_csv", f"{ratio:.1f}x the read_csv call "
-                           f"({ours_an.best:.2f} s vs {pandas_an.best:.2f} s){whole}" if ratio else
-                           (ours_an.error if ours_an and ours_an.error else "n/a"),
+                           "the whole pandas command", f"{ratio:.1f}x (`gpumon analyze` "
+                           f"{ours_an.best:.2f} s vs `python -c 'import pandas; "
+                           f"pandas.read_csv(...)'` {min(pandas_an.wall):.2f} s){call}"
+                           if ratio else (ours_an.error if ours_an and ours_an.error else "n/a"),
                            None if ratio is None else ratio <= ANALYZE_MAX_RATIO))
     peak = max(ours_an.rss_mib) if ours_an and ours_an.rss_mib else None
     t.append(report.Target("`gpumon analyze` peak RSS", f"<= {ANALYZE_MAX_RSS_MIB:g} MiB",
