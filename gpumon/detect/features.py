@@ -228,7 +228,11 @@ def kernel_recent(g: np.ndarray, th: Thresholds = DEFAULT, before: float = -math
                   out: Optional[np.ndarray] = None) -> np.ndarray:
     """Per bin of ``g``: whether a kernel ran (see last_kernel) within idle_after_s up to
     and including it."""
-    lk = last_kernel(g, before, out)
+    return recent_kernel(last_kernel(g, before, out), th)
+
+
+def recent_kernel(lk: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
+    """Per bin, from last_kernel's ``lk``: whether that kernel lies within idle_after_s."""
     return np.arange(len(lk)) - lk < _bins(th.idle_after_s, th)
 
 

@@ -22,7 +22,7 @@ from gpumon.detect.bins import GI, Store
 from gpumon.detect.pipeline import (active_since, bin_duty, idle_diagnosis, judge_job,
                                     make_diagnosis, no_data_diagnosis, store_jobs,
                                     tick_columns)
-from gpumon.detect.features import last_kernel, view_bins
+from gpumon.detect.features import last_kernel, recent_kernel, view_bins
 from gpumon.detect.jobs import GroupMemo
 from gpumon.detect.cold import cold_seconds, settle_bins
 from gpumon.detect.onesec import all_busy, cold_second, host_second, second_at
@@ -208,7 +208,6 @@ class StreamingDetector:
         self.th = th
         self.window = max(1, int(round(th.window_s / th.bin_s)))
         self.span = view_bins(th)        # bins of history every window's features need
-        self.idle_after = int(round(th.idle_after_s / th.bin_s))
         self.cap = self.span + 8
         self.store: Optional[Store] = None
         self.current: list[Diagnosis] = []
@@ -300,9 +299,8 @@ class StreamingDetector:
         lk = last_kernel(g, job.last_kernel - base if job.last_kernel < base else -math.inf,
                          excl)
         job.last_kernel = base + float(lk[-1])
-        recent = np.arange(len(lk)) - lk < self.idle_after
         f, r = judge_job(g, h, pause, ends, shared, self.th, keep=keep, excluded=excl,
-                         why=why, recent=recent)
+                         why=why, recent=recent_kernel(lk, self.th))
         for e in range(len(ends)):
             job.feed(st.bin_time(lo + int(ends[e]) + 1), r, e)
         e = len(ends) - 1
