@@ -307,3 +307,18 @@ def test_real_seconds_label_each_second_by_its_physics():
     assert "| a | live | 0/1 |" in "\n".join(seconds.table([("a", (c, live))]))
     assert seconds.applies({"gpus": 8, "expected_shares": {"sync_stall": 0.3, "busy": 0.7}})
     assert not seconds.applies({"gpus": 1, "expected_shares": {"busy": 1.0}})
+
+
+def test_live_shares_set_aside_idle_at_either_end_unless_only_pauses_are_left(monkeypatch):
+    """bench-real's live column: idle and insufficient_data seconds at either end are set
+    aside as analyze's summary sets them aside, but a log in which the live detector said only
+    'paused' between them (a model loaded, then left idle) keeps them all."""
+    from bench.real import seconds
+    said = {}
+    monkeypatch.setattr(seconds, "live_verdicts", lambda samples: said)
+    said.update(enumerate(["idle"] * 3 + ["busy"] * 6 + ["data_starvation"] * 2 + ["idle"] * 5))
+    assert seconds.live_shares(None) == pytest.approx({"busy": 0.75, "data_starvation": 0.25})
+    said.clear()
+    said.update(enumerate(["insufficient_data"] + ["paused"] * 3 + ["idle"] * 6))
+    assert seconds.live_shares(None) == pytest.approx(
+        {"insufficient_data": 0.1, "paused": 0.3, "idle": 0.6})

@@ -71,6 +71,8 @@ def run_one(entry: dict, path: str) -> dict:
     r["seconds"] = time.perf_counter() - t0
     if r["status"] == "ok" and seconds.applies(entry):
         r["physics"] = seconds.score(log.samples, tl)
+    if r["status"] == "ok" and entry.get("expected_verdict", "unlabelled") != "unlabelled":
+        r["live"] = seconds.live_shares(log.samples)
     return r
 
 
@@ -120,6 +122,30 @@ def _mark(x) -> str:
 
 def _cell(s: str) -> str:
     return str(s).replace("|", "/").replace("\n", " ")
+
+
+def _live_lines(entries: list[dict], results: dict) -> list[str]:
+    """The live detector fed each labelled log a second at a time (not scored: what `gpumon
+    watch --replay` would have shown, beside the label and analyze's summary)."""
+    rows = [(e, results[e["id"]]) for e in entries if "live" in results.get(e["id"], {})]
+    if not rows:
+        return []
+    L = ["## Live, second by second", "",
+         "The live detector (`StreamingDetector`) fed each labelled log a second at a time, as "
+         "`gpumon watch --replay` would show it: each verdict's share of its seconds, idle and "
+         "insufficient_data at either end set aside. Not scored; analyze's summary beside it.", "",
+         "| id | label | expected | live: top verdict | live shares | analyze verdict |",
+         "|---|---|---|---|---|---|"]
+    right = 0
+    for e, r in rows:
+        lv = r["live"]
+        top = max(lv, key=lambda k: lv[k]) if lv else "-"
+        right += top == e.get("expected_verdict")
+        s = r.get("summary") or {}
+        L.append(f"| {e['id']} | {e.get('label')} | {e.get('expected_verdict')} | {top} | "
+                 f"{_shares(lv)} | {s.get('verdict', '-')} |")
+    L += ["", f"- live top verdict equal to the label: {right}/{len(rows)}", ""]
+    return L
 
 
 def report(entries: list[dict], results: dict, missing: list[dict], manifest: str) -> str:
@@ -186,6 +212,7 @@ def report(entries: list[dict], results: dict, missing: list[dict], manifest: st
               seconds.__doc__.split("\n\n")[1].replace("\n", " ").replace("*", ""), ""]
         L += seconds.table(phys)
         L.append("")
+    L += _live_lines(entries, results)
     un = [(e, results[e["id"]]) for e in entries
           if e["id"] in results and not results[e["id"]]["score"]["labelled"]]
     if un:

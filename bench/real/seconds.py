@@ -73,6 +73,28 @@ def live_verdicts(samples) -> dict[int, str]:
     return out
 
 
+def live_shares(samples) -> dict[str, float]:
+    """Each verdict's share of the live detector's seconds (live_verdicts), the idle and
+    insufficient_data seconds at either end set aside as analyze's summary sets them aside
+    (all of them kept where no work verdict was said in between: only pauses)."""
+    lv = live_verdicts(samples)
+    seq = [lv[k] for k in sorted(lv)]
+    edge = ("idle", "insufficient_data")
+    a, b = 0, len(seq)
+    while a < b and seq[a] in edge:
+        a += 1
+    while b > a and seq[b - 1] in edge:
+        b -= 1
+    core = seq[a:b]
+    if not any(v not in edge + ("paused",) for v in core):
+        core = seq
+    n = len(core)
+    out: dict[str, float] = {}
+    for v in core:
+        out[v] = out.get(v, 0.0) + 1.0 / n
+    return out
+
+
 def verdicts(timeline) -> dict[int, str]:
     """{second: verdict} from the timeline's segments."""
     out: dict[int, str] = {}
