@@ -208,3 +208,19 @@ def test_nvidia_smi_without_index_column_numbers_gpus_by_their_place_in_each_pol
     after = s.time > s.time.min() + 1.05
     assert np.array_equal(s.util[after], 10.0 * s.gpu[after])
     assert np.bincount(s.gpu[after]).tolist() == [29, 29, 29, 29]
+
+
+def test_a_shell_loop_of_nvidia_smi_repeats_its_header_before_every_row(tmp_path):
+    """`while true; do nvidia-smi --query-gpu=utilization.gpu --format=csv; sleep 1; done`
+    writes the header before every row (a real log of this form: Unshapendwarf/SlowFast's
+    out/mvit32_base.out). The repeated headers are dropped, not counted as malformed rows, and
+    the rows (no timestamps: 1 s apart) span their own count, not the file's lines."""
+    from gpumon.logs import read_log
+    util = [0, 0, 97, 100, 100, 12, 0, 88, 100, 100] * 12
+    p = tmp_path / "loop.csv"
+    p.write_text("".join(f"utilization.gpu [%]\n{u} %\n" for u in util))
+    log = read_log(str(p))
+    assert log.malformed.count == 0
+    assert len(log.samples.util) == len(util)
+    t = log.samples.time
+    assert float(t.max() - t.min()) == len(util) - 1

@@ -55,7 +55,7 @@ def read_table(lines: Lines, names: list[str], want: Optional[list[str]] = None,
     ``typed``: column -> Arrow type alias read directly ("float64"); a cell that is not one
     raises pyarrow's ArrowInvalid (read those columns as text instead)."""
     first = lines.head(1)[0]
-    if b'"' in lines.data:
+    if b'"' in lines.data or _header_again(lines, first):
         lines = exact(lines, names, first)
     if _header_only(lines):
         return None, Rows(lines)
@@ -81,7 +81,7 @@ def stream_table(lines: Lines, names: list[str], want: list[str], make_sink: Cal
     second pass follows a row of the wrong width). The sink None when no row is left.
     Raises pyarrow's ArrowInvalid as read_table does."""
     first = lines.head(1)[0]
-    if b'"' in lines.data:
+    if b'"' in lines.data or _header_again(lines, first):
         lines = exact(lines, names, first)
     if _header_only(lines):
         return None, Rows(lines)
@@ -133,6 +133,14 @@ def _types(names: list[str], typed: Optional[dict]) -> dict:
     pa = pa_modules()[0]
     return {n: (pa.type_for_alias(typed[n]) if typed and n in typed else pa.string())
             for n in names}
+
+
+def _header_again(lines: Lines, first: str) -> bool:
+    """Whether the header line comes again later (a shell loop of `nvidia-smi --query-gpu=...
+    --format=csv; sleep 1` writes it before every row): such lines are dropped (exact), not
+    read as rows of bad values. Where every row is as wide as the header (a one-column log)
+    nothing else would send the rows to exact."""
+    return lines.data.find(b"\n" + first.encode() + b"\n") >= 0
 
 
 def _header_only(lines: Lines) -> bool:
