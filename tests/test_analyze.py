@@ -240,7 +240,7 @@ def test_evidence_windows_gathered_match_windows_over_the_whole_log(name):
     pts = np.unique(np.r_[0, 1, 5, np.linspace(0, st.nb - 1, 25).round().astype(int),
                           st.nb - 1])
     g, h = st.view(rows)
-    recent = T.kernel_recent(g, DEFAULT)
+    recent = T.kernel_recent(T.last_kernel(g), DEFAULT)
     outs, feats = T._judge_points(st, rows, False, pause, DEFAULT, pts, excl, why, recent)
     got, rgot = T._cat(feats), T._cat(outs)
     want = window_features(g, h, pts, pause, DEFAULT, excluded=excl, why=why, recent=recent)

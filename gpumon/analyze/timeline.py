@@ -22,7 +22,7 @@ from gpumon.detect import nanops as N
 from gpumon.detect.bins import GI, Store
 from gpumon.detect.pipeline import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
 from gpumon.detect.pipeline import bin_duty
-from gpumon.detect.features import kernel_recent, view_bins, window_features
+from gpumon.detect.features import kernel_recent, last_kernel, view_bins, window_features
 from gpumon.detect.cold import cold_seconds
 from gpumon.detect.pauses import host_bins, pause_flags
 from gpumon.detect.rules import judge
@@ -342,7 +342,7 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
     level = _work_level(st, rows, th)
     working = _long_runs(level >= th.busy_bin_duty, th.recover_s / th.bin_s)
     pause, excl = pause & ~working, excl & ~working
-    recent = kernel_recent(st.view(rows, raw=True)[0], th, out=excl)
+    recent = kernel_recent(last_kernel(st.view(rows, raw=True)[0], out=excl), th)
     r = _cat(_judge_chunks(st, rows, shared, pause, th, np.arange(nb), excl=excl, why=why,
                            recent=recent))
     # (The lead: hold_s, as a live verdict lags its window by the hold and a segment's

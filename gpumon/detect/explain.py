@@ -58,8 +58,8 @@ class _Window:
 def _duty_low(w: _Window) -> str:
     ev, th = w.ev, w.th
     lo, hi = ev.get("duty_min"), ev.get("duty_max")
-    if lo is not None and hi is not None and hi - lo >= 0.2:
-        # GPUs far apart: say so, the mean alone reads as if each ran that much.
+    if lo is not None and hi is not None and hi - lo > th.duty_spread:
+        # GPUs as far apart as an odd one out: the mean alone reads as if each ran that much.
         s = (f"the GPUs ran a kernel {_pct(ev.get('duty_cycle'))} of the last {w.seconds()} s "
              f"on average ({_pct(lo)} to {_pct(hi)}), under {_pct(th.duty_starved)}")
     else:

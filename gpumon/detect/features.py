@@ -206,7 +206,8 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     f["mem_last"] = N.div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])
     f["ctx_duty"] = ctx_duty
     # Whether some GPU showed a kernel within idle_after_s before the window's end.
-    f["kernel_recent"] = (recent if recent is not None else kernel_recent(g, th, out=out))[ends]
+    f["kernel_recent"] = (recent if recent is not None
+                          else kernel_recent(last_kernel(g, out=out), th))[ends]
     f["window"] = W
     f.update(_seen(g, h))
     return f
@@ -224,15 +225,9 @@ def last_kernel(g: np.ndarray, before: float = -math.inf,
     return np.maximum.accumulate(np.where(k, np.arange(k.shape[-1], dtype=float), before))
 
 
-def kernel_recent(g: np.ndarray, th: Thresholds = DEFAULT, before: float = -math.inf,
-                  out: Optional[np.ndarray] = None) -> np.ndarray:
-    """Per bin of ``g``: whether a kernel ran (see last_kernel) within idle_after_s up to
-    and including it."""
-    return recent_kernel(last_kernel(g, before, out), th)
-
-
-def recent_kernel(lk: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
-    """Per bin, from last_kernel's ``lk``: whether that kernel lies within idle_after_s."""
+def kernel_recent(lk: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
+    """Per bin, from last_kernel's ``lk``: whether a kernel ran within idle_after_s up to and
+    including it."""
     return np.arange(len(lk)) - lk < _bins(th.idle_after_s, th)
 
 

@@ -22,7 +22,7 @@ from gpumon.detect.bins import GI, Store
 from gpumon.detect.pipeline import (active_since, bin_duty, idle_diagnosis, judge_job,
                                     make_diagnosis, no_data_diagnosis, store_jobs,
                                     tick_columns)
-from gpumon.detect.features import last_kernel, recent_kernel, view_bins
+from gpumon.detect.features import kernel_recent, last_kernel, view_bins
 from gpumon.detect.jobs import GroupMemo
 from gpumon.detect.cold import cold_seconds, settle_bins
 from gpumon.detect.onesec import all_busy, cold_second, host_second, second_at
@@ -300,7 +300,7 @@ class StreamingDetector:
                          excl)
         job.last_kernel = base + float(lk[-1])
         f, r = judge_job(g, h, pause, ends, shared, self.th, keep=keep, excluded=excl,
-                         why=why, recent=recent_kernel(lk, self.th))
+                         why=why, recent=kernel_recent(lk, self.th))
         for e in range(len(ends)):
             job.feed(st.bin_time(lo + int(ends[e]) + 1), r, e)
         e = len(ends) - 1
