@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
+
 import pytest
 
 from gpumon.detect import EVIDENCE_KEYS, Hysteresis, StreamingDetector, diagnose
@@ -112,6 +114,27 @@ def test_busy_but_cold_is_a_sync_stall_naming_the_hot_gpu():
     assert d.cause == "imbalance"
     assert d.evidence["rel_power_min"] == pytest.approx(100 / 340, abs=0.02)
     assert d.evidence["busy_cold_share"] == pytest.approx(0.75)
+
+
+def test_ranks_taking_turns_to_wait_are_busy_not_a_straggler():
+    # Healthy DDP (8 A100s at 1 s, a log without the power limit): every GPU at 100%, one or
+    # another drawing ~65% of the others' power for a second in turn (step-to-step jitter): no
+    # GPU is the hottest for long, so no rank to name.
+    def power(g, t):
+        s = int(t)
+        return 260.0 if s % 3 == g % 3 else 400.0 + 8.0 * ((3 * g + 5 * s) % 4)
+    ticks = window(15, 4, lambda g, t: 100.0, power=power, limit=None)
+    [d] = diagnose(ticks)
+    assert d.verdict == "busy", d.because
+    assert d.evidence["rel_power_min"] <= 0.9         # (the old rule's ratio alone fired)
+
+
+def test_busy_but_cold_reason_counts_the_seconds_the_straggler_was_hottest():
+    ticks = window(15, 4, lambda g, t: 100.0, power=lambda g, t: 340.0 if g == 2 else 100.0)
+    [d] = diagnose(ticks)
+    assert d.rule == "busy_but_cold"
+    n = re.search(r"the hottest in (\d+) of the (\d+) s another was cold", d.because)
+    assert n and n.group(1) == n.group(2) and int(n.group(2)) >= 3, d.because
 
 
 def test_flat_plateau_is_starvation_at_a_finer_scale():

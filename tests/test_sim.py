@@ -169,6 +169,20 @@ def test_busy():
     assert {tk.truth.verdict for tk in ticks} == {dx.BUSY}
 
 
+def test_boards_differ_in_power_at_the_same_work():
+    # Real boards of one model at the same work differ by a few per cent (two TITAN X 5-6%
+    # apart); chip_power_spread draws each board's factor within +-spread.
+    base = {"compute_power_frac": 0.8, "backend": "nccl"}
+    for spread in (0.0, 0.03):
+        pf = power_frac(run("busy", gpus=8, params={**base, "chip_power_spread": spread}))
+        mean = pf[:, 5:].mean(axis=1)
+        apart = mean.max() / mean.min() - 1
+        if spread:
+            assert 0.01 < apart <= 2 * spread + 0.01, mean
+        else:
+            assert apart < 0.01, mean
+
+
 def test_a_healthy_job_is_warmed_up_at_the_start():
     """A scenario starts from a job in steady state: its loader workers' first batches
     (slow ones: 11 workers, each batch ~9 s of preprocessing, heavy jitter) landed during the

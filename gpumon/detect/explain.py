@@ -119,8 +119,12 @@ def _hang(w: _Window) -> str:
 
 def _busy_but_cold(w: _Window) -> str:
     s = w.srow
+    who = f"GPU {w.gpus[s]}" if s >= 0 else "GPU ?"
+    hot, cold = (w.f[k][..., w.e] for k in ("hot_bins", "cold_bins"))
+    turns = (f", the hottest in {hot[s] * w.th.bin_s:.0f} of the {cold * w.th.bin_s:.0f} s "
+             "another was cold" if s >= 0 else "")
     return (f"every GPU busy, but the others draw as little as "
-            f"{_pct(w.ev.get('rel_power_min'))} of GPU {w.gpus[s] if s >= 0 else '?'}'s power: "
+            f"{_pct(w.ev.get('rel_power_min'))} of {who}'s power{turns}: "
             "they spin in a collective while it computes")
 
 

@@ -357,14 +357,21 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     settled = settled_seconds(all_busy, th)
     top = N.nanmax(np.where(busy_bin, bpw, np.nan), axis=0) if bpw.shape[0] else bpw[0]
     rel = np.where(settled, N.div(bpw, top), 0.0)
-    # The four window sums in one pass (rows: power fraction while busy, busy seconds,
-    # power relative to the hottest GPU, settled seconds).
+    # The settled seconds with some GPU cold beside the hottest, and which GPU was the
+    # hottest in each (rel is exactly 1 there): a straggler is the same GPU every step.
+    cold_s = settled & (np.where(np.isnan(rel), np.inf, rel) <= th.cold_power_ratio).any(axis=0)
+    # The six window sums in one pass (rows: power fraction while busy, busy seconds,
+    # power relative to the hottest GPU, settled seconds, hottest in a cold second, cold
+    # seconds).
     sums = wsum(np.array([np.where(busy_bin, pf, 0.0), busy_bin, rel,
-                          np.broadcast_to(settled, rel.shape)], dtype=float), W, ends)
-    rs = sums[2:]
+                          np.broadcast_to(settled, rel.shape), cold_s & (rel >= 1.0),
+                          np.broadcast_to(cold_s, rel.shape)], dtype=float), W, ends)
+    rs = sums[2:4]
     # (Rows 0 / 1 and 2 / 3 in one division; rel_power (G, E): power over the hottest's,
     # all busy.)
-    f = dict(zip(("power_frac_busy", "rel_power"), N.div(sums[0::2], sums[1::2])))
+    f = dict(zip(("power_frac_busy", "rel_power"), N.div(sums[0:4:2], sums[1:4:2])))
+    f["hot_bins"] = sums[4]                        # (G, E) hottest in a cold second
+    f["cold_bins"] = sums[5][0] if len(sums[5]) else np.zeros(len(ends))
     # Seconds in a row, up to each window's end, with every GPU busy and drawing at most
     # hang_power_frac of its limit (Thresholds.hang_s), read within hang_s + 1 bins.
     cold = all_busy & (N.nanmax(pf, axis=0) <= th.hang_power_frac) \

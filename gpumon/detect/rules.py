@@ -172,9 +172,10 @@ def hang(w: Windows) -> None:
 
 
 def busy_but_cold(w: Windows) -> None:
-    """Every GPU reads ~100%, but the others draw a fraction of the hottest one's power:
-    they spin while it computes. Without a power limit (dmon) the ratio decides alone;
-    power is a 1 s average, so a few seconds of every GPU at work are needed to compare."""
+    """Every GPU reads ~100%, but the others draw a fraction of the hottest one's power, the
+    same GPU the hottest in most seconds: they spin while it computes. Without a power limit
+    (dmon) the ratio decides alone; power is a 1 s average, so a few seconds of every GPU at
+    work are needed to compare."""
     if w.G < 2:
         return
     f, th = w.f, w.th
@@ -196,7 +197,9 @@ def busy_but_cold(w: Windows) -> None:
             has.sum(axis=0) - 1, 1)
         med = np.where(has.sum(axis=0) > 1, med, np.nan)
     gap = top - med
-    cold = (maybe & ((gap >= th.power_spread) | np.isnan(gap))
+    # The same GPU the hottest whenever another is cold: a straggler, not ranks taking turns.
+    same = f["hot_bins"][hot, ar] >= th.straggler_hot_share * f["cold_bins"]
+    cold = (maybe & same & ((gap >= th.power_spread) | np.isnan(gap))
             & ~w.over_power)      # (the cold GPU spun during the stall that is over)
     w.decide("busy_but_cold", cold, SYNC_STALL,
              c=C["dataparallel"] if w.shared else C["imbalance"],

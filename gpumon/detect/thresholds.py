@@ -118,6 +118,12 @@ class Thresholds:
                                  "the hottest busy GPU's power is 'busy but cold': spinning in a "
                                  "collective (reported at 18-45% of the limit vs 60-100% "
                                  "computing).")
+    straggler_hot_share: float = th(0.7, "share", "Share of the window's seconds with a GPU "
+                                    "cold (busy_but_cold) in which the same GPU was the hottest: "
+                                    "a straggler is the same rank every step, while healthy DDP's "
+                                    "step-to-step jitter makes each rank wait a second now and "
+                                    "then (8xA100 DDP at 1 s: the hottest GPU changes every few "
+                                    "seconds).")
     power_spread: float = th(0.06, "share of limit", "Minimum gap in power fraction between the "
                              "hottest GPU and the median of the others to call a sync stall "
                              "when every GPU reads ~100% utilization.")

@@ -224,6 +224,8 @@ class Node:
         self.t_load = np.maximum(hw["temp_load_c"] + hr.uniform(-3.0, 3.0, n), self.t_amb + 10)
         self.uuids = [f"GPU-{self._hex(hr, 8)}-{self._hex(hr, 4)}-{self._hex(hr, 4)}-"
                       f"{self._hex(hr, 4)}-{self._hex(hr, 12)}" for _ in range(n)]
+        # Power at the same work differs from board to board (after the UUIDs: their draws stay).
+        self.chip = 1.0 + float(hw["chip_power_spread"]) * hr.uniform(-1.0, 1.0, n)
         straggler = hw["straggler"]
         if straggler is None:
             straggler = int(self.rng.integers(n))

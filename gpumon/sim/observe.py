@@ -107,8 +107,8 @@ class Observer:
             self.mem_job[j] = round(p["mem_used_frac"] * self.mem_total)
             comp_nominal = p["compute_power_frac"] * L
             for g in range(n):
-                idle = node.idle_w[g]
-                comp = comp_nominal
+                idle, chip = node.idle_w[g], node.chip[g]
+                comp = comp_nominal * chip
                 clock = p["clock_load_frac"] * self.smax
                 r = (node.t_load[g] - node.t_amb[g]) / comp_nominal
                 if g in ph.throttled:
@@ -121,7 +121,8 @@ class Observer:
                         comp = max(comp, p["comm_power_frac"] * L + 0.03 * L)
                         r = (p["temp_slowdown_c"] - node.t_amb[g]) / comp
                 self.power[g, j] = [0.92 * idle, idle, idle + 0.04 * L, comp,
-                                    p["spin_power_frac"] * L, idle, p["comm_power_frac"] * L,
+                                    chip * p["spin_power_frac"] * L, idle,
+                                    chip * p["comm_power_frac"] * L,
                                     idle, idle + 0.04 * L, idle + duty * (comp - idle)]
                 self.clock_on[g, j] = _clock_bin(clock)
                 self.bits[g, j] = M.event_bits(ph, g)

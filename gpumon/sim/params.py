@@ -20,6 +20,9 @@ Hardware (from a preset GPU model, constant for the whole node):
   spin_power_frac    1     0.15..0.45          power while spinning in an NCCL collective / limit
                                                (public reports: 44/250, 152/700, 77/300 W)
   comm_power_frac    1     0.35..0.65          power while the all-reduce moves data / limit
+  chip_power_spread  1     0.005..0.03         boards of one model draw up to this share more or
+                                               less at the same work (+-3%: 2x TITAN X 5-6% apart,
+                                               8x H100 TP 4%; capped boards hide it)
   mem_util_compute   1     0.20..0.80          share of compute time device memory is busy
   mem_used_frac      1     0.30..0.95          memory the job holds / total
   temp_ambient_c     C     22..40              temperature at zero power (inlet air)
@@ -167,6 +170,8 @@ PARAMS: dict[str, tuple[Any, Any]] = {
     "run_s": (45.0, None),
     "gap_s": (8.0, None),
     "launch_duty": (0.45, None),
+    # Drawn for every scenario, last so that the draws above stay what they were.
+    "chip_power_spread": (0.03, (0.005, 0.03)),
 }
 
 # Parameters of the node's hardware: the same in every phase of a run (`demo` switches the
@@ -174,7 +179,7 @@ PARAMS: dict[str, tuple[Any, Any]] = {
 HARDWARE = ("gpu_model", "power_limit_w", "sm_clock_max_mhz", "sm_clock_idle_mhz",
             "clock_load_frac", "clock_hold_s", "idle_power_frac", "compute_power_frac",
             "spin_power_frac", "comm_power_frac", "mem_util_compute", "temp_ambient_c",
-            "temp_load_c", "temp_tau_s", "host_cores", "background_cores")
+            "temp_load_c", "temp_tau_s", "host_cores", "background_cores", "chip_power_spread")
 
 # Smallest gap between the idle and the spinning power fractions: a spinning SM burns more
 # than an idle one, or the physics is wrong.
