@@ -194,6 +194,30 @@ def test_false_verdicts_after_a_healthy_job_waited_for_data_are_counted_apart():
     assert WAIT_LOOKBACK_S == 20.0 and sc.neg_after_wait == 2
 
 
+def test_seconds_beside_a_change_of_the_true_verdict_are_scored_apart():
+    """The collar: the two seconds beside each change of the true verdict leave the scored
+    confusion matrix and stay in the strict one; a second not scored makes no change."""
+    from bench.detect import Score, collar
+    assert collar(["busy", "busy", "paused", "paused", None, "busy"]) == [
+        False, True, True, False, False, False]
+    t = [100.0 + i for i in range(40)]
+    truth = ["paused" if 20 <= i < 30 else "busy" for i in range(40)]
+    # The detector holds the pause a second past its end, and adds one far from it.
+    pred = ["paused" if 20 <= i <= 30 or i == 35 else "busy" for i in range(40)]
+    res = {"name": "checkpoint", "n": 2, "seed": 1, "step_s": 0.5, "backend": "nccl",
+           "change": 100.0, "onset": 100.0, "t": t,
+           "truth": [(v, None, v == "paused", False, False) for v in truth],
+           "a": [(v, None) for v in pred]}
+    sc = Score()
+    sc.add(res, "a")
+    assert sc.collared == 4                                   # 19, 20, 29, 30
+    assert sc.strict[("busy", "paused")] == 2 and sc.cm[("busy", "paused")] == 1
+    p, r, _ = sc.precision_recall()["paused"]
+    assert (p, r) == (8 / 9, 1.0)
+    p, r, _ = sc.precision_recall(sc.strict)["paused"]
+    assert (p, r) == (10 / 12, 1.0)
+
+
 def test_truth_is_labelled_by_what_the_gpus_waited_for():
     """One rank waiting for its input while every other waits for it in the collective is
     that rank's wait (named); several ranks waiting for input is the job's. In path (b) a
