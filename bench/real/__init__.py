@@ -11,7 +11,8 @@ import tomllib
 HERE = os.path.dirname(os.path.abspath(__file__))
 MANIFEST = os.path.join(HERE, "manifest.toml")
 DATA = os.path.join(HERE, "data")
-FORMAT_EXT = {"nvidia-smi": "csv", "plain": "csv", "gpumon": "csv", "dmon": "log"}
+FORMAT_EXT = {"nvidia-smi": "csv", "plain": "csv", "gpumon": "csv", "dmon": "log",
+              "nvidia-smi-screen": "log"}
 
 
 def load_manifest(path: str = MANIFEST) -> list[dict]:

@@ -5,7 +5,8 @@
 
 ``read_log`` takes a path, ``-`` (standard input), a pipe, or a gzip file; it sniffs the
 format from the first lines (sniff.py) and hands the clean lines (lines.py: bad bytes, NULs,
-over-long lines counted as malformed) to that format's reader: gpumon_csv, nvsmi, dmon, plain.
+over-long lines counted as malformed) to that format's reader: gpumon_csv, nvsmi, dmon, plain,
+screen.
 Every malformed line, whatever is wrong with it, is skipped and counted in ``log.malformed``;
 the rest is read.
 """
@@ -44,9 +45,12 @@ def read_lines(lines: Lines, name: str, interval: Optional[float] = None) -> Log
     kind = sniff(head)
     if kind is None:
         raise UserError(f"{name}: not a log gpumon can read (want a gpumon CSV, an nvidia-smi "
-                        "--query-gpu CSV, an nvidia-smi dmon log, or a CSV with time or GPU "
-                        "and utilization columns)")
+                        "--query-gpu CSV, an nvidia-smi dmon log, nvidia-smi's screen logged "
+                        "again and again, or a CSV with time or GPU and utilization columns)")
     # Only the reader of this kind is imported.
+    if kind == "nvidia-smi-screen":
+        from gpumon.logs import screen
+        return screen.read(lines, name)
     if kind == "dmon":
         from gpumon.logs import dmon
         return dmon.read(lines, name, interval)

@@ -64,7 +64,7 @@ class Malformed:
 @dataclass
 class Log:
     path: str
-    kind: str                         # gpumon | nvidia-smi | dmon | plain
+    kind: str                         # logs.sniff.KINDS
     samples: SampleCols
     jobs: Optional[JobCols] = None
     host: Optional[HostCols] = None

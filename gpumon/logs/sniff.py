@@ -4,7 +4,8 @@
 - ``nvidia-smi``: a ``--query-gpu`` CSV (a header with ``utilization.gpu``);
 - ``dmon``: ``nvidia-smi dmon`` lines under ``# gpu ...`` headers, or without headers
   (an excerpt, ``| grep -v '#'``) when the column count is one of dmon's default sets;
-- ``plain``: a CSV with a utilization column and a time or GPU column (a person's own loop).
+- ``plain``: a CSV with a utilization column and a time or GPU column (a person's own loop);
+- ``nvidia-smi-screen``: nvidia-smi's own screen appended again and again (``nvidia-smi -l 1``).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Optional
 
 from gpumon.logs.values import key
 
-KINDS = ("gpumon", "nvidia-smi", "dmon", "plain")
+KINDS = ("gpumon", "nvidia-smi", "dmon", "plain", "nvidia-smi-screen")
 
 # nvidia-smi dmon's default columns (``-s puc``) by driver generation, keyed by their count,
 # for a log without its header lines. Options -o D / -o T put date / time columns in front.
@@ -78,6 +79,8 @@ def sniff(lines: list[str]) -> Optional[str]:
     """The kind of log these first (non-blank) lines belong to, or None."""
     if not lines:
         return None
+    if any("NVIDIA-SMI" in x and "Driver Version" in x for x in lines):
+        return "nvidia-smi-screen"
     first = lines[0].lstrip()
     if first.startswith("#"):
         words = first.lstrip("#").lower().split()
