@@ -1042,3 +1042,19 @@ def test_a_gpu_without_samples_for_a_second_stays_in_its_job():
         if t.time - T0 >= 30:
             got.append((round(t.time - T0), [(d.gpus, d.verdict) for d in ds]))
     assert all(v == [((0, 1), "busy")] for _, v in got), got
+
+
+def test_live_a_job_that_starts_on_a_flat_plateau_is_judged_after_startup_run_s():
+    """Live, a job running a flat 40% from its first kernel (batch-1 generation) is a
+    start-up for startup_run_s, then data_starvation, not paused for pause_max_s."""
+    det = StreamingDetector()
+    ticks = window(100, 1, lambda g, t: 0.0 if t < 13 else 40.0, pids=lambda g: (100,),
+                   mem=lambda g: 20000.0)
+    # No process and no memory before the job starts at 10 s (it loads for 3 s).
+    ticks = [Tick(time=tk.time, gpus=tuple(x if x.time - T0 >= 10 else dataclasses.replace(
+        x, pids=(), mem_used_mib=3.0) for x in tk.gpus)) for tk in ticks]
+    v = [det.update(tk)[0].verdict for tk in ticks]
+    assert "paused" in v[10:20], v                      # (its start-up)
+    first = v.index("data_starvation")
+    assert first <= 13 + DEFAULT.startup_run_s + DEFAULT.hold_s + 2, v
+    assert set(v[first:]) == {"data_starvation"}, v

@@ -299,20 +299,27 @@ def _tail_return(good: np.ndarray, jd: np.ndarray, s: int, bar: float, tail: int
     return e
 
 
+# recovered()'s marks per bin: the isolated dip itself, the steady work just beside it (its
+# windows hold the dip), and the rest of the steady work after it.
+DIP, LEAD, AFTER = 1, 2, 3
+
+
 def recovered(duty: np.ndarray, n: np.ndarray, th: Thresholds = DEFAULT,
               host: Optional[list] = None, starving: Optional[np.ndarray] = None
               ) -> np.ndarray:
-    """Bins (T,) of a job where starvation is over, as a log shows: the steady work (every
-    GPU at log_steady_duty or more in every second, no rank's host starving) after an
-    isolated dip, from its recover_s-th second. Isolated: steady work on either side at
-    least context_s long and ``isolation`` times as long as the dip. Such a dip was a one-off (a
-    rank's slow batch), where a starving job stops again sooner; its windows would hold
+    """Per bin (T,) of a job, where a log shows an isolated dip and the steady work after it
+    (every GPU at log_steady_duty or more in every second, no rank's host starving): DIP
+    in the dip, LEAD in the hold_s of work before it (analyze's windows lead by that much)
+    and the first recover_s after it, AFTER in the rest of that work, 0 elsewhere. Isolated: steady work on either side at least context_s long and
+    ``isolation`` times as long as the dip. Such a dip was a one-off (a rank's slow batch,
+    a short save), where a starving job stops again sooner; its windows would hold
     starvation for up to window_max_s after it. ``starving``: host_starving(host), where
     the caller has it already."""
     T = len(n)
-    out = np.zeros(T, dtype=bool)
+    out = np.zeros(T, dtype=np.int8)
     need = _need(th)
     rb = max(1, int(round(th.recover_s / th.bin_s)))
+    hb = max(0, int(round(th.hold_s / th.bin_s)))
     duty, n, _ = fill_holes(duty, n, n, th)
     good = _seconds(duty, n, th)[3]
     if starving is None:
@@ -324,5 +331,7 @@ def recovered(duty: np.ndarray, n: np.ndarray, th: Thresholds = DEFAULT,
     for (a0, b0), (a, b) in zip(runs, runs[1:]):
         span = max(need, int(th.isolation * (a - b0)))
         if b0 - a0 >= span and b - a >= span:
-            out[a + rb:b] = True
+            # (The hold_s seconds before the dip lead analyze's windows into it: LEAD too.)
+            out[b0 - hb:b0], out[a:a + rb], out[a + rb:b] = LEAD, LEAD, AFTER
+            out[b0:a] = DIP
     return out

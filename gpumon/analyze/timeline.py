@@ -30,7 +30,8 @@ from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.logs.log import Log, runs
 from gpumon.logs.memory import small_pages
-from gpumon.analyze.pauses import host_starving, not_one_off, recovered, scan, two_sided
+from gpumon.analyze.pauses import (AFTER, DIP, LEAD, host_starving, not_one_off, recovered, scan,
+                                   two_sided)
 from gpumon.logs.threads import map_threads
 
 CHUNK_BINS = 4096
@@ -46,6 +47,7 @@ _STALL = VERDICTS.index("sync_stall")
 _RANK_HOST = CAUSES.index("rank_host")
 _INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
 _PAUSED = VERDICTS.index(PAUSED)
+_UNKNOWN = CAUSES.index("unknown")
 
 
 @dataclass
@@ -350,8 +352,12 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
     r = hindsight_lead(r, [pause, excl], int(round(th.hold_s / th.bin_s)))
     v, c, s = r["verdict"], r["cause"], r["straggler"]
     # Starvation, or a stall on one rank's host, is over where steady work outlasted the
-    # dip (analyze/pauses.recovered).
-    over = rec & ((v == _STARVED) | ((v == _STALL) & (c == _RANK_HOST)))
+    # dip (analyze/pauses.recovered). Where every GPU dipped (starvation, not one rank's
+    # stall), the dip was a one-off stop between long steady work: paused, and the work
+    # after it busy at once.
+    one_off = (rec == DIP) & (v == _STARVED)
+    over = ((rec == AFTER) & ((v == _STARVED) | ((v == _STALL) & (c == _RANK_HOST)))
+            | (rec == LEAD) & (v == _STARVED))
     # A stall on one rank's host ends where every GPU is back at steady work for at least
     # recover_s: windows that end later still hold the stall's seconds, but the log shows
     # the rank back at work from that second on.
@@ -359,7 +365,10 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
     over |= (v == _STALL) & (c == _RANK_HOST) & back
     if over.any():
         v, c, s = np.where(over, _BUSY, v), np.where(over, -1, c), np.where(over, -1, s)
-    return v, c, s, r, (pause, excl, why, over, recent)
+    if one_off.any():
+        v, c, s = (np.where(one_off, _PAUSED, v), np.where(one_off, _UNKNOWN, c),
+                   np.where(one_off, -1, s))
+    return v, c, s, r, (pause, excl, why, over | one_off, recent)
 
 
 def hindsight_lead(r: dict, flags: list, k: int) -> dict:
@@ -575,6 +584,11 @@ def _reason(ds: list[Diagnosis], verdict: str, cause, relabelled: bool) -> tuple
     d = ds[len(ds) // 2]
     if same:
         return same[len(same) // 2].rule, same[len(same) // 2].because
+    if relabelled and verdict == PAUSED:     # (analyze/pauses.recovered's DIP)
+        return "hindsight", (f"its windows read {d.verdict} (rule {d.rule}), but the log "
+                             f"shows steady work on either side, {DEFAULT.context_s:.0f} s and "
+                             f"{DEFAULT.isolation:.0f} times the stop or more: a one-off stop, "
+                             "not a starved rhythm")
     if relabelled:     # analyze's hindsight relabelled these seconds (analyze/pauses.py)
         return "hindsight", (f"its windows read {d.verdict} (rule {d.rule}), but the log "
                              "shows steady work outlasting the stop after it: a one-off, over")

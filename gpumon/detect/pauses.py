@@ -126,9 +126,12 @@ class PauseTracker:
         self.startup = int(round(th.loader_startup_s / th.bin_s))
         self.resume = max(1, int(round(th.resume_s / th.bin_s)))
         self.back = max(1, int(round(th.back_s / th.bin_s)))
+        self.started = max(self.resume, int(round(th.startup_run_s / th.bin_s)))
         self.hist: deque = deque(maxlen=self.ctx)   # (n, u, stop) of bins outside pauses
         self.recent: deque = deque(maxlen=self.resume)
         self.after: deque = deque(maxlen=self.resume)   # duty since work resumed in a pause
+        self.first: deque = deque(maxlen=self.resume)   # duty of a start's last seconds
+        self.run = 0              # seconds in a row with GPU work, in a job's start
         self.in_pause = False
         self.length = 0
         self.resumed = False
@@ -166,7 +169,7 @@ class PauseTracker:
         duty = u / n
         self.recent.append(duty if all_on else 0.0)    # (work is back on every GPU)
         if self.in_pause:
-            if self._inside(duty, idle, alone, all_on, hv):
+            if self._inside(duty, idle, alone, all_on, hv, full):
                 self.hist.append((0.0, 0.0, True))
                 # A second of every GPU at warm work at the job's level before the pause
                 # (Seconds.full, the return bar) is work, whatever the tracker still waits
@@ -220,9 +223,14 @@ class PauseTracker:
         self.recent.clear()
         self.hist.append((0.0, 0.0, True))
 
-    def _inside(self, duty: float, idle: bool, alone: bool, all_on: bool, hv: _Host) -> bool:
+    def _inside(self, duty: float, idle: bool, alone: bool, all_on: bool, hv: _Host,
+                full: float) -> bool:
         """One more second of the current pause; False when the pause ends with it."""
         self.length += 1
+        if self.starting:
+            # (Every rank running kernels, none spinning for a rank still coming up.)
+            self.run = self.run + 1 if full >= self.th.trickle_duty else 0
+            self.first.append(duty)
         self._track_return(duty, alone, all_on, hv)
         hungry = self._hungry(idle, alone, hv)
         if self.length >= self.pmax or hungry or not hv.present:
@@ -279,7 +287,14 @@ class PauseTracker:
             return True
         if idle and hv.starving and self.length > self.startup:
             return True
-        return self._slow(hv)
+        return self._slow(hv) or self._running_slow()
+
+    def _running_slow(self) -> bool:
+        """A job's start with every rank's GPU at work in each of its last startup_run_s
+        seconds, the last resume_s at a starved rhythm: it runs, below the bar (a flat
+        plateau from its first kernel: a start has no level of its own to come back to)."""
+        return (self.starting and self.run >= self.started
+                and sum(self.first) / self.resume < self.bar)
 
     def _explained(self, hv: _Host) -> bool:
         """The host explains the stop. New workers explain it while they start up (at most
@@ -384,7 +399,8 @@ class PauseTracker:
         self.start = self.i + 1
         self.after.clear()
         self.recent.clear()
-        self.on_bins = 0
+        self.first.clear()
+        self.on_bins = self.run = 0
         self.worked = False
 
     def _return_bar(self) -> float:

@@ -55,6 +55,11 @@ class Thresholds:
     loader_startup_s: float = th(30.0, "s", "New DataLoader workers (an epoch boundary) may "
                                  "take this long to start, CPU-bound, while the GPUs wait; "
                                  "saturated loaders for longer during a stop are starvation.")
+    startup_run_s: float = th(20.0, "s", "A job that has run kernels on every GPU in each of "
+                              "this many seconds of its start has started, whatever its level: "
+                              "loading copies weights in bursts of a few seconds (8 s at 15% on "
+                              "an H100 server), while batch-1 generation or weights streamed "
+                              "from NVMe run a flat 20-45% from their first kernel.")
     max_sample_gap_s: float = th(2.5, "s", "A hole between two samples of one GPU longer than "
                                  "this is missing data, not a gap in the work.")
     # --- segmentation ------------------------------------------------------------------------
