@@ -158,3 +158,18 @@ def test_mutated_screens_never_raise_more_than_a_user_error(tmp_path):
             analyze_file(str(p))
         except UserError as e:
             assert "\n" not in str(e)
+
+
+def test_a_gpu_the_driver_lost_is_said_not_counted_malformed(tmp_path):
+    """nvidia-smi prints ERR! and 'GPU is lost' for a GPU fallen off the bus (a real RTX
+    3070 log, 76 such screens): a note says so, with when; no line is malformed."""
+    good = [screen(T0 + dt.timedelta(seconds=k), [(0, 5, 30, 51, None)]) for k in range(3)]
+    lost = [screen(T0 + dt.timedelta(seconds=3 + k), [(0, 5, 30, 51, None)]).replace(
+        "| N/A   53C    P0            30W /  350W |   51MiB /  46068MiB |     5%      Default |",
+        "|ERR!  ERR! ERR!              ERR! / ERR! | GPU is lost          |    ERR!         ERR! |")
+        for k in range(2)]
+    assert "GPU is lost" in lost[0]
+    log = read_log(write(tmp_path, good + lost))
+    assert log.malformed.count == 0 and len(log.samples.time) == 3
+    [note] = [n for n in log.notes if "GPU is lost" in n]
+    assert note.startswith("GPU 0: 'GPU is lost' in 2 screens (19:11:49 to 19:11:50)")

@@ -27,6 +27,8 @@ GPU = re.compile(r"^\|\s*(\d+)\s.*\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-
 POWER = re.compile(r"(\d+(?:\.\d+)?|N/A)\s*W?\s*/\s*(\d+(?:\.\d+)?|N/A)\s*W")
 MEMORY = re.compile(r"(\d+)\s*MiB\s*/\s*\d+\s*MiB")
 UTIL = re.compile(r"^\s*(\d+)\s*%")
+# What nvidia-smi prints in a GPU's line when the driver cannot reach it.
+LOST = "GPU is lost"
 # A processes-table row: GPU, [GI CI,] PID, type.
 PROC = re.compile(r"^\|\s+(\d+)\s+(?:(?:N/A|\d+)\s+(?:N/A|\d+)\s+)?(\d+)\s+(?:C|G|M|C\+G|M\+C)\s")
 
@@ -42,6 +44,7 @@ class _Screens:
         self.first = 0
         self.procs: set[int] = set()
         self.pids: dict[int, set] = {}
+        self.lost: dict[int, list] = {}    # gpu -> dates of the screens that said it is lost
 
     def start(self, t: float) -> None:
         self.end()
@@ -94,7 +97,9 @@ def read(lines: Lines, path: str) -> Log:
             continue
         if pending is not None:
             row = _metrics(line, pending)
-            if row is None:
+            if row is None and LOST in line:
+                sc.lost.setdefault(pending, []).append(sc.cur)
+            elif row is None:
                 lines.malformed.add(int(lines.line_of([k])[0]))
             else:
                 sc.rows.append([sc.cur, pending, *row, math.nan, nscreen])
@@ -124,7 +129,7 @@ def _log(sc: _Screens, lines: Lines, path: str, nscreen: int) -> Log:
         arr[:, 0] = sc.screen_of_row()
     samples = SampleCols(arr[:, 0], arr[:, 1].astype(np.int64), arr[:, 2], arr[:, 3],
                          arr[:, 4], None, None, None, arr[:, 5], arr[:, 6])
-    notes = []
+    notes = [_lost_note(g, ts) for g, ts in sorted(sc.lost.items())]
     many = sum(1 for _, _, n in sc.seconds if n > 1)
     if many:
         notes.append(f"{nscreen} screens with whole-second dates: the screens of one second "
@@ -134,6 +139,15 @@ def _log(sc: _Screens, lines: Lines, path: str, nscreen: int) -> Log:
               notes)
     kept = np.array(sc.where, dtype=np.int64)
     return finish(log, np.zeros(len(sc.rows), bool), lambda r: lines.line_of(kept[r]))
+
+
+def _lost_note(gpu: int, times: list) -> str:
+    """What a user needs to hear of screens that said 'GPU is lost'."""
+    a, b = (dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M:%S")
+            for t in (min(times), max(times)))
+    return (f"GPU {gpu}: 'GPU is lost' in {len(times)} screens ({a} to {b}): the driver could "
+            "not reach it (fallen off the bus, Xid 79, or a driver fault; see dmesg): no "
+            "samples for it there")
 
 
 def _metrics(line: str, gpu: int) -> Optional[tuple]:
