@@ -310,8 +310,9 @@ def recovered(duty: np.ndarray, n: np.ndarray, th: Thresholds = DEFAULT,
     """Per bin (T,) of a job, where a log shows an isolated dip and the steady work after it
     (every GPU at log_steady_duty or more in every second, no rank's host starving): DIP
     in the dip, LEAD in the hold_s of work before it (analyze's windows lead by that much)
-    and the first recover_s after it, AFTER in the rest of that work, 0 elsewhere. Isolated: steady work on either side at least context_s long and
-    ``isolation`` times as long as the dip. Such a dip was a one-off (a rank's slow batch,
+    and the first recover_s after it, AFTER in the rest of that work, 0 elsewhere.
+    Isolated: steady work on either side at least context_s long and ``isolation`` times as
+    long as the dip. Such a dip was a one-off (a rank's slow batch,
     a short save), where a starving job stops again sooner; its windows would hold
     starvation for up to window_max_s after it. ``starving``: host_starving(host), where
     the caller has it already."""

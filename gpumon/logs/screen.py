@@ -37,7 +37,8 @@ class _Screens:
     """The samples of the screens read so far, and the screen being read."""
 
     def __init__(self):
-        self.rows: list[list] = []      # [time (s), gpu, util, power, limit, mem, has_pid]
+        # [time (s), gpu, util, power, limit, mem, has_pid, screen number]
+        self.rows: list[list] = []
         self.where: list[int] = []      # line index of each row (for malformed counts)
         self.seconds: list[tuple[float, int, int]] = []   # (second, first row, screens)
         self.cur: Optional[float] = None
@@ -68,14 +69,11 @@ class _Screens:
         for (s, r0, n), r1 in zip(self.seconds, bounds[1:]):
             if n > 1:
                 # Screens of one second in order: their rows' times repeat the screen's index.
-                k = np.cumsum(np.r_[0, np.diff(self._screen_ids(r0, r1))])
-                t[r0:r1] = s + (k + 0.5) / n
+                k = np.array([r[7] for r in self.rows[r0:r1]])
+                t[r0:r1] = s + (k - k[0] + 0.5) / n
             else:
                 t[r0:r1] = s + 0.5
         return t
-
-    def _screen_ids(self, r0: int, r1: int) -> np.ndarray:
-        return np.array([r[7] for r in self.rows[r0:r1]])
 
 
 def read(lines: Lines, path: str) -> Log:
