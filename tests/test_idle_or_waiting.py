@@ -105,3 +105,57 @@ def test_gpus_far_apart_are_not_said_to_each_run_the_mean(tmp_path):
     low = [d for d in tl.segments if d.rule == "duty_low"]
     assert low and all("on average (6% to 100%)" in d.because for d in low), [
         (d.verdict, d.rule, d.because) for d in tl.segments]
+
+
+def _bare_ticks(util, interval: int, seconds: int, t0: float = 1_000_000.0):
+    """Ticks of one GPU as an nvidia-smi log without memory or process columns gives them
+    (h200-eval-one-loader-2s in bench/real): a sample every ``interval`` s, at ``util(k)`` %
+    at second k."""
+    from gpumon.samples import GpuSample, Tick
+    return [Tick(time=t0 + k + interval, gpus=(GpuSample(
+        time=t0 + k, gpu=0, source="replay", util_gpu_pct=float(util(k))),))
+        for k in range(0, seconds, interval)]
+
+
+def _every(n: int, until: int = 10 ** 9, after: int = -1):
+    """30 % at every ``n``-th second, none from ``until`` to ``after``."""
+    return lambda k: 30 if k % n == 0 and not until <= k <= after else 0
+
+
+def test_live_without_memory_a_job_between_rare_bursts_is_still_a_job():
+    """Live, with neither memory nor processes known, a GPU with one burst every 20 s (2 s
+    samples) stays in use between bursts, as no_kernels calls a job idle only after a minute
+    without a kernel: its verdict is data_starvation, not 'no job' from each burst's end to
+    the next (the old reading: idle for 96% of the h200 log)."""
+    from collections import Counter
+
+    from gpumon.detect import StreamingDetector
+    det = StreamingDetector()
+    seen = Counter()
+    for k, tk in enumerate(_bare_ticks(_every(20), interval=2, seconds=600)):
+        ds = det.update(tk)
+        if k * 2 >= 120:
+            seen[ds[0].verdict] += 1
+    assert seen == Counter({"data_starvation": 240}), seen
+
+
+def test_live_without_memory_a_return_after_a_quiet_minute_is_no_start_up():
+    """Without memory or processes, a job's first sign is a kernel: its start cannot be seen.
+    The same GPU back at its rare bursts after 90 s without one (idle by then) is not a job
+    starting, which would read paused (startup) for a minute: never paused."""
+    from gpumon.detect import StreamingDetector
+    det = StreamingDetector()
+    ticks = _bare_ticks(_every(20, until=201, after=290), interval=2, seconds=600)
+    verdicts = {d.verdict for tk in ticks for d in det.update(tk)}
+    assert "paused" not in verdicts, verdicts
+    assert {"idle", "data_starvation"} <= verdicts, verdicts
+
+
+def test_no_job_names_its_rule():
+    """The idle verdict given where no GPU is in use names its rule and why."""
+    from gpumon.detect import StreamingDetector
+    det = StreamingDetector()
+    for tk in _bare_ticks(lambda k: 0, interval=1, seconds=30):
+        ds = det.update(tk)
+    assert (ds[0].verdict, ds[0].rule) == ("idle", "no_job")
+    assert "in the last 60 s" in ds[0].because, ds[0].because

@@ -21,7 +21,7 @@ from gpumon.diagnosis import CAUSES, IDLE, INSUFFICIENT_DATA, PAUSED, VERDICTS, 
 from gpumon.detect import nanops as N
 from gpumon.detect.bins import GI, Store
 from gpumon.detect.pipeline import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
-from gpumon.detect.pipeline import bin_duty
+from gpumon.detect.pipeline import bin_duty, idle_diagnosis
 from gpumon.detect.features import kernel_recent, last_kernel, view_bins, window_features
 from gpumon.detect.cold import cold_seconds
 from gpumon.detect.pauses import host_bins, pause_flags
@@ -275,9 +275,7 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
     tl = Timeline(jobs=jobs, start=float(np.nanmin(log.samples.time)), end=end,
                   samples_per_s=rate)
     if not jobs:
-        tl.segments = [Diagnosis(verdict=IDLE, gpus=tuple(sorted(st.gpus)), confidence=0.9,
-                                 evidence={k: None for k in EVIDENCE_KEYS},
-                                 advice="no work on the GPUs", start=start, end=end)]
+        tl.segments = [idle_diagnosis(sorted(st.gpus), start, end, th, whole_log=True)]
         return tl
     for gpus, shared in jobs:
         tl.segments += _job_segments(st, gpus, shared, th, end)

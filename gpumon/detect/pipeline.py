@@ -203,11 +203,13 @@ def make_diagnosis(f: dict, r: dict, e: int, gpus: Sequence[int], start: Optiona
 
 def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
                th: Thresholds = DEFAULT, memo: Optional[GroupMemo] = None,
-               latest: bool = False):
+               latest: bool = False, recent: frozenset = frozenset()):
     """Jobs from the last ``w`` bins before ``stop`` (memory, activity) and the PIDs seen
     (``memo``: a GroupMemo that keeps the grouping while its inputs stay the same). With
     ``latest``, each GPU is read in its own last bin with samples among those (a GPU with
-    no sample in the last second is not thereby unused)."""
+    no sample in the last second is not thereby unused). ``recent``: GPUs that ran a kernel
+    within idle_after_s; without process or memory info they are in use (a slow loader's
+    job between its bursts), as no_kernels calls a job idle only after that long."""
     lo = max(0, stop - w)
     s = store.g[_JOB_ROWS, :, lo:stop]
     if latest:
@@ -220,7 +222,8 @@ def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
     n, quiet, memn, mem = s.tolist() if s.dtype == np.float64 else s
     act = [gpu for i, gpu in enumerate(store.gpus)
            if active(pids.get(gpu), mem[i] / memn[i] if memn[i] > 0 else NAN,
-                     (n[i] - quiet[i]) / n[i] if n[i] > 0 else NAN, th)]
+                     1.0 if gpu in recent else (n[i] - quiet[i]) / n[i] if n[i] > 0 else NAN,
+                     th)]
     return (memo or group_active)(act, pids, ppid)
 
 
@@ -238,13 +241,16 @@ def bin_duty(g: np.ndarray):
 
 def active_since(g: np.ndarray, th: Thresholds = DEFAULT) -> int:
     """First bin of the last unbroken stretch in which every GPU of the job was in use
-    (processes, memory, or without either, activity)."""
+    (processes, memory, or without either, a kernel within idle_after_s: store_jobs)."""
     with np.errstate(invalid="ignore", divide="ignore"):
         pid = N.div(g[GI["pid"]], g[GI["pidn"]])
         mem = N.div(g[GI["mem"]], g[GI["memn"]])
-        duty = N.div(g[GI["u"]], g[GI["n"]])
+    k = (g[GI["n"]] - g[GI["idle"]]) > 0                 # (G, T): a kernel in the bin
+    at = np.arange(k.shape[-1])
+    since_k = at - np.maximum.accumulate(np.where(k, at, -(1 << 30)), axis=-1)
+    ran = since_k < int(round(th.idle_after_s / th.bin_s))
     act = np.where(~np.isnan(pid), pid > 0, False) | np.where(
-        ~np.isnan(mem), mem >= th.mem_active_mib, np.isnan(pid) & (N.nan_to_num(duty) > 0))
+        ~np.isnan(mem), mem >= th.mem_active_mib, np.isnan(pid) & ran)
     allact = act.all(axis=0)
     off = np.flatnonzero(~allact)
     return int(off[-1] + 1) if len(off) else 0
@@ -260,11 +266,20 @@ def judge_job(g: np.ndarray, h: np.ndarray, pause: np.ndarray, ends: np.ndarray,
     return f, judge(f, shared, th)
 
 
-def idle_diagnosis(gpus: Sequence[int], start, end) -> Diagnosis:
+def idle_diagnosis(gpus: Sequence[int], start, end, th: Thresholds = DEFAULT,
+                   whole_log: bool = False) -> Diagnosis:
+    """No job on these GPUs (store_jobs found none): the rule ``no_job``; ``whole_log``: found
+    over a whole log (analyze), not live."""
     from gpumon.diagnosis import IDLE
+    kernels = (f"{th.active_duty:.0%} of its samples show a kernel (above "
+               f"{th.idle_util_pct:.0f}%)" if whole_log else f"it ran a kernel (a sample above "
+               f"{th.idle_util_pct:.0f}%) in the last {th.idle_after_s:.0f} s")
     return Diagnosis(verdict=IDLE, gpus=tuple(gpus), confidence=0.9,
                      evidence={k: None for k in EVIDENCE_KEYS}, advice=advice(IDLE, None, None),
-                     start=start, end=end)
+                     start=start, end=end, rule="no_job",
+                     because=f"no GPU is in use: none has a process or holds "
+                     f"{th.mem_active_mib:.0f} MiB of memory (where neither is known: "
+                     f"none where {kernels})")
 
 
 def no_data_diagnosis(gpus: Sequence[int], start, end) -> Diagnosis:
@@ -291,7 +306,7 @@ def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis
     nb = store.nb
     found = store_jobs(store, nb, nb, pids, ppid, th)
     if not found:
-        return [idle_diagnosis(sorted(store.gpus), start, end)]
+        return [idle_diagnosis(sorted(store.gpus), start, end, th, whole_log=True)]
     out = []
     for gpus, shared in found:
         g, h = store.view([store.rows[x] for x in gpus])

@@ -216,6 +216,7 @@ class StreamingDetector:
         self._ppid: dict[int, int] = {}
         self._jobs: dict[tuple, _Job] = {}
         self._groups = GroupMemo()           # the last grouping of GPUs into jobs
+        self._kernel_t: dict[int, float] = {}    # GPU -> time of its last sample with a kernel
 
     def reset(self) -> None:
         self.__init__(self.th)
@@ -242,10 +243,13 @@ class StreamingDetector:
             self.current = [no_data_diagnosis(gpus, t_end - self.th.window_s, t_end)
                             for gpus in self._jobs]
             return self.current
+        recent = frozenset(gpu for gpu, t in self._kernel_t.items()
+                           if t_end - t < self.th.idle_after_s)
         found = (store_jobs(st, stop, stop - lo, self._pids, self._ppid, self.th, self._groups,
-                            latest=True) if seen else [])
+                            latest=True, recent=recent) if seen else [])
         if not found:
-            self.current = [idle_diagnosis(sorted(st.gpus), t_end - self.th.window_s, t_end)]
+            self.current = [idle_diagnosis(sorted(st.gpus), t_end - self.th.window_s, t_end,
+                                           self.th)]
             self._jobs.clear()
             return self.current
         out = [self._judge(tuple(gpus), shared, first, last) for gpus, shared in found]
@@ -263,6 +267,11 @@ class StreamingDetector:
             self.store = Store(math.floor(float(samples.time.min())), self.th, cap=self.cap)
         st = self.store
         st.add_samples(samples)
+        k = samples.util > self.th.idle_util_pct
+        if k.any():
+            kt = self._kernel_t
+            for gpu, t in zip(samples.gpu[k].tolist(), samples.time[k].tolist()):
+                kt[gpu] = max(t, kt.get(gpu, t))
         st.add_jobs(jobs)
         st.add_host(hosts)
         for g, p in pids.items():
@@ -286,7 +295,11 @@ class StreamingDetector:
         if job is None:
             since = active_since(g, self.th)
             job = self._jobs[gpus] = _Job(self.th, st.b0 + lo + since)
-            if since > 0:               # seen starting, not already running
+            # Seen starting, not already running: a job appears when it takes its GPUs'
+            # memory or runs processes on them. Without either, its first sign is a kernel
+            # (store_jobs): a start is not seen, and a slow job's return after a minute with
+            # none is no new start.
+            if since > 0 and bool(g[[GI["memn"], GI["pidn"]]].any()):
                 job.pauses.begin()
         base = st.b0 + lo              # absolute bin of view index 0
         job.step_pauses(g, h, duty, n, u, base, last)
