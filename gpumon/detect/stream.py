@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, INSUFFICIENT_DATA, PAUSED,
+from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, INSUFFICIENT_DATA, PAUSED, SYNC_STALL,
                               VERDICTS, Diagnosis)
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
@@ -34,6 +34,7 @@ _INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
 _BUSY = VERDICTS.index(BUSY)
 _STARVED = VERDICTS.index(DATA_STARVATION)
 _PAUSED = VERDICTS.index(PAUSED)
+_STALL = VERDICTS.index(SYNC_STALL)
 
 
 class Hysteresis:
@@ -78,7 +79,8 @@ class Hysteresis:
         loaders refilling after an epoch boundary): busy gives way to data_starvation after
         ``host_hold_s`` (Thresholds.host_hold_s; 0: at its first verdict). The GPUs waiting
         and the loaders, main process or storage behind them agree; the hold is for a
-        verdict from the GPUs' counters alone.
+        verdict from the GPUs' counters alone. Also the rule stall_over: a stall gives way
+        to busy at once, as that rule has already waited recover_s of steady work.
         """
         if self._kept(t, key, sticky):
             return False
@@ -120,6 +122,8 @@ class Hysteresis:
             return 0.0
         if quick and key[0] == _STARVED and self.current[0] == _BUSY:
             return self.host_hold_s
+        if quick and key[0] == _BUSY and self.current[0] == _STALL:
+            return 0.0              # (stall_over)
         return self.hold_s
 
 
