@@ -694,7 +694,7 @@ def _verdicts(ticks, th=None, origin=T0):
 def test_a_lone_stall_with_calm_loaders_is_over_once_every_gpu_runs_full_again():
     """One slow batch stalls rank 1 for 4 s (its loaders at half their capacity). While it
     waits the verdict may say so; once both GPUs have run at full speed for recover_s (3 s)
-    the job is busy again (the hold adds 2 s), not for as long as the stall stays in a
+    the job is busy again (no hold after stall_over), not for as long as the stall stays in a
     window stretched to window_max_s. Without recovery (recover_s longer than the work after
     it) it is still starvation (or a stall naming rank 0, which spun cold meanwhile) 10 s
     after the stall."""
@@ -705,6 +705,21 @@ def test_a_lone_stall_with_calm_loaders_is_over_once_every_gpu_runs_full_again()
     assert all(v[s] == "busy" for s in range(5, 30))
     off = _verdicts(ticks, dataclasses.replace(DEFAULT, recover_s=100.0))
     assert any(off[s] != "busy" for s in range(40, 46)), off
+
+
+def test_a_rank_stall_shows_at_once_live():
+    """Rank 1 idle beside rank 0 spinning cold (rank_host) is evidence from two signals that
+    agree; a live screen shows it from the first second the rule fires, not hold_s later
+    (rules.AT_ONCE). The rank-0 saves of bench/real read busy for 2 s of each ~3 s stall
+    with the hold."""
+    from gpumon.detect.thresholds import DEFAULT
+    ticks = [dataclasses.replace(tk, host=None) for tk in _one_slow_batch(10)]
+    v = _verdicts(ticks)
+    first = min(s for s in v if s >= 30 and v[s] == "sync_stall")
+    det = StreamingDetector(dataclasses.replace(DEFAULT, hold_s=0.0))
+    raw = {round(tk.time - T0): det.update(tk)[0].verdict for tk in ticks}
+    assert first == min(s for s in raw if s >= 30 and raw[s] == "sync_stall"), (v, raw)
+    assert first <= 32, v
 
 
 def test_a_long_stall_is_over_too_but_saturated_loaders_keep_the_verdict():

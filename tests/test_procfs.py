@@ -18,12 +18,16 @@ pytestmark = pytest.mark.skipif(not procfs.available(), reason="no Linux /proc")
 
 @pytest.fixture
 def sleeper():
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                         stdin=subprocess.DEVNULL)
-    time.sleep(0.3)                    # past its start-up: its counters stand still
+    # Asleep once it says so: its counters then stand still (a fixed delay was not always
+    # past its start-up on a loaded machine: its RSS still grew between the two reads).
+    p = subprocess.Popen([sys.executable, "-c", "import time; print(flush=True); time.sleep(60)"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    p.stdout.readline()
+    time.sleep(0.05)
     yield p
     p.kill()
     p.wait()
+    p.stdout.close()
 
 
 def _same_as_psutil(pid: int) -> None:

@@ -217,6 +217,10 @@ ORDER = (job_gone, too_few_samples, pause, no_kernels, quiet_after_work, throttl
          rank_computes, rank_host_starved, stall_over, rank_host, duty_low, hang, busy_but_cold,
          busy)
 RULES = tuple(r.__name__ for r in ORDER)
+# Rules whose verdict a live screen takes at once, without the hold (Hysteresis.step's
+# ``quick``): a rank idle beside spinning ones is evidence from two signals that agree (its
+# duty, their power), and stall_over has waited recover_s of steady work itself.
+AT_ONCE = np.array([RULES.index("rank_host"), RULES.index("stall_over")])
 
 
 def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> dict:
@@ -231,4 +235,6 @@ def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> di
             rule(w)
             if w.all_decided:
                 break
-        return w.result()
+        out = w.result()
+        out["quick"] = out["quick"] | np.isin(out["rule"], AT_ONCE)
+        return out

@@ -79,8 +79,8 @@ class Hysteresis:
         loaders refilling after an epoch boundary): busy gives way to data_starvation after
         ``host_hold_s`` (Thresholds.host_hold_s; 0: at its first verdict). The GPUs waiting
         and the loaders, main process or storage behind them agree; the hold is for a
-        verdict from the GPUs' counters alone. Also the rule stall_over: a stall gives way
-        to busy at once, as that rule has already waited recover_s of steady work.
+        verdict from the GPUs' counters alone. Also a rule of rules.AT_ONCE: a rank's
+        stall (rank_host) displaces busy, and busy (stall_over) the stall, at once.
         """
         if self._kept(t, key, sticky):
             return False
@@ -122,8 +122,8 @@ class Hysteresis:
             return 0.0
         if quick and key[0] == _STARVED and self.current[0] == _BUSY:
             return self.host_hold_s
-        if quick and key[0] == _BUSY and self.current[0] == _STALL:
-            return 0.0              # (stall_over)
+        if quick and {key[0], self.current[0]} == {_BUSY, _STALL}:
+            return 0.0          # a rank's stall and its end (rules.AT_ONCE)
         return self.hold_s
 
 

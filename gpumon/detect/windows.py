@@ -86,12 +86,11 @@ class Windows:
                 # Keep a starvation verdict through a flat-out stretch only while the host
                 # still starves it and the recent context starved too.
                 "sticky": feeding & (N.nan_to_num(f["ctx_duty"], nan=1.0) < th.duty_starved),
-                # Hysteresis.step's ``quick``: the host shows the cause now, in a job that has
-                # run without a pause for window_max_s (after an epoch boundary new loader
-                # workers refill their queue flat out, however well they keep up later); or
-                # stall_over, which has itself waited recover_s of steady work.
-                "quick": (feeding & (f["since_pause"] > th.window_max_s / th.bin_s))
-                | (self.rule == self.rules.index("stall_over"))}
+                # The host shows the cause now, in a job that has run without a pause for
+                # window_max_s (after an epoch boundary new loader workers refill their queue
+                # flat out, however well they keep up later): Hysteresis.step's ``quick``
+                # (rules.judge adds the rules of rules.AT_ONCE).
+                "quick": feeding & (f["since_pause"] > th.window_max_s / th.bin_s)}
 
     # -- the job's duty cycle ----------------------------------------------------------------
     @cached_property
