@@ -527,11 +527,12 @@ def test_a_missing_second_after_the_job_ended_starts_no_job(tmp_path):
                                                  for d in tl.segments]
 
 
-def _fast_smi(tmp_path, util, name="fast.csv"):
-    """An nvidia-smi --query-gpu log at 0.1 s, 2 GPUs alike: util(t) in %, t in s."""
+def _fast_smi(tmp_path, util, name="fast.csv", dt=0.1):
+    """An nvidia-smi --query-gpu log at ``dt`` s (0.1 s), 2 GPUs alike: util[k] in % at
+    k * dt s."""
     rows = ["timestamp, index, utilization.gpu [%], memory.used [MiB]"]
     for k in range(len(util)):
-        t = k / 10
+        t = k * dt
         stamp = f"2024/05/01 00:{int(t) // 60:02d}:{t % 60:06.3f}"
         rows += [f"{stamp}, {g}, {util[k]:.0f} %, 20000 MiB" for g in (0, 1)]
     p = tmp_path / name
@@ -541,17 +542,22 @@ def _fast_smi(tmp_path, util, name="fast.csv"):
 
 def test_a_sub_second_stop_between_long_steady_work_is_a_one_off_pause(tmp_path):
     """A 0.7 s save every 40 s (a BERT fine-tune on one L40S, nvidia-smi's screen ~7 times a
-    second): no second is a stop, and the 6 s windows that hold one read 83-84%, starvation.
-    The log shows steady work on either side: a one-off stop, paused, and busy after it."""
+    second): no second is under trickle_duty, and the 6 s windows that hold one read 83-84%,
+    starvation. At 10 samples a second the pause tracker sees the stop (every GPU in a 0.7 s
+    gap: pauses.gap_stops): paused, rule pause, its evidence read in the pause itself; at 2
+    a second the gap is one sample and the log's hindsight finds it: steady work on either
+    side, a one-off stop. Either way paused, and busy after it."""
     util = np.full(1300, 95.0)
-    for s in (400, 800):                        # stops at 40 s and 80 s, 0.7 s each
+    for s in (405, 805):                        # stops at 40.5 s and 80.5 s, 0.7 s each
         util[s:s + 7] = 5.0
-    _, tl = analyze_file(_fast_smi(tmp_path, util))
-    segs = [(d.verdict, d.rule) for d in tl.segments]
-    assert not [d for d in tl.segments if d.verdict == "data_starvation"], segs
-    one_offs = [d for d in tl.segments if d.verdict == "paused" and d.rule == "hindsight"]
-    assert len(one_offs) == 2 and "one-off stop" in one_offs[0].because
-    assert all(d.end - d.start <= 3 for d in one_offs)
+    for dt, rule in ((0.1, "pause"), (0.5, "hindsight")):
+        _, tl = analyze_file(_fast_smi(tmp_path, util[::int(dt * 10)], f"fast{dt}.csv", dt))
+        segs = [(d.verdict, d.rule) for d in tl.segments]
+        assert not [d for d in tl.segments if d.verdict == "data_starvation"], segs
+        stops = [d for d in tl.segments if d.verdict == "paused"]
+        assert len(stops) == 2 and {d.rule for d in stops} == {rule}, (dt, segs)
+        assert all(d.end - d.start <= 3 for d in stops)
+        assert rule != "hindsight" or "one-off stop" in stops[0].because
 
 
 def test_stops_that_recur_are_starvation_not_one_off_pauses(tmp_path):

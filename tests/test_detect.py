@@ -1073,3 +1073,57 @@ def test_live_a_job_that_starts_on_a_flat_plateau_is_judged_after_startup_run_s(
     first = v.index("data_starvation")
     assert first <= 13 + DEFAULT.startup_run_s + DEFAULT.hold_s + 2, v
     assert set(v[first:]) == {"data_starvation"}, v
+
+
+# -- stops shorter than a second (pauses.gap_stops), and a pause that turns into a rank's stall
+def _save_every(period: float, lasting: float, start: float = 40.0):
+    """True within the ``lasting`` s of a stop every ``period`` s from ``start``."""
+    return lambda t: t >= start and (t - start) % period < lasting
+
+
+def test_a_stop_under_a_second_between_steady_seconds_is_a_pause_not_starvation():
+    """One GPU at 87-94% (a BERT fine-tune's level on an L40S, l40s-bert-trainer-screens in
+    bench/real) stops for 0.7 s every 40 s to save: no second's duty falls under
+    trickle_duty, but each 6 s window holding a save reads under duty_starved. Every GPU in
+    a gap of 0.5 s or more, seen in 6 samples a second, is a stop: live, the saves read busy
+    or paused, never data_starvation (they read it for ~5 s each)."""
+    save = _save_every(40.0, 0.7)
+
+    def util(g, t):
+        return 6.0 if save(t) else (87.0 if int(t * 6) % 3 == 0 else 94.0)
+    ticks = window(200, 1, util, power=lambda g, t: 120.0 if save(t) else 340.0,
+                   pids=lambda g: (100,))
+    v = _verdicts(ticks)
+    assert "data_starvation" not in {v[s] for s in range(20, 200)}, v
+    off = _verdicts(ticks, dataclasses.replace(DEFAULT, stop_gap_s=10.0))
+    assert "data_starvation" in {off[s] for s in range(20, 200)}, off
+
+
+def test_a_job_starving_in_sub_second_gaps_is_still_starving():
+    """The same signal on a starving job: every step waits 0.6 s for its batch. Its stops
+    recur every second, so none is a one-off pause: data_starvation once the rhythm shows."""
+    def util(g, t):
+        return 100.0 if t < 40 or (t % 1.0) < 0.4 else 0.0
+    v = _verdicts(window(100, 2, util, power=lambda g, t: 300.0, pids=lambda g: (100 + g,)))
+    assert all(v[s] == "data_starvation" for s in range(50, 100)), v
+
+
+def test_a_pause_that_turns_into_one_rank_holding_the_others_is_a_stall():
+    """Every rank stops for 0.7 s (a step's end before a save), comes back for a moment, then
+    rank 0 alone saves at a trickle while ranks 1-3 spin in the next all-reduce at 100% and a
+    quarter of their power (h100-ddp8-ckpt500-job1 in bench/real), 10 s, no host counters:
+    the stop began as a pause, but once the others spin it is a stall on rank 0's host,
+    sync_stall (rank_host), not a pause of the whole job (pauses.PauseTracker: ``held``)."""
+    def util(g, t):
+        if 40 <= t < 40.7:
+            return 0.0
+        if 41 <= t < 50:
+            return 8.0 if g == 0 else 100.0
+        return 88.0 if int(t * 6 + g) % 2 else 92.0
+
+    def power(g, t):
+        if 41 <= t < 50:
+            return 90.0 if g == 0 else 150.0
+        return 120.0 if 40 <= t < 40.7 else 560.0
+    v = _verdicts(window(80, 4, util, power=power, limit=700.0, pids=lambda g: (100 + g,)))
+    assert all(v[s] == "sync_stall" for s in range(44, 50)), v

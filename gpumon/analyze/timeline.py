@@ -23,8 +23,8 @@ from gpumon.detect.bins import GI, Store
 from gpumon.detect.pipeline import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
 from gpumon.detect.pipeline import bin_duty, idle_diagnosis
 from gpumon.detect.features import kernel_recent, last_kernel, view_bins, window_features
-from gpumon.detect.cold import cold_seconds
-from gpumon.detect.pauses import host_bins, pause_flags
+from gpumon.detect.cold import cold_seconds, spin_seconds
+from gpumon.detect.pauses import gap_stops, host_bins, pause_flags
 from gpumon.detect.rules import judge
 from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
@@ -312,20 +312,23 @@ def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> 
     # hold_s; a log knows when the new one first appeared: date each change from there.
     bounds = [0] + _first_seen(held, keys, v, c, s) + [nb]
     spans = list(zip(bounds[:-1], bounds[1:]))
-    # Evidence from windows L bins into each segment (a window's evidence lags its end).
+    # Evidence from windows L bins into each segment (a window's evidence lags its end); a
+    # pause's own (paused seconds keep their own windows: hindsight_lead).
     L = min(int(round(th.hold_s / th.bin_s)), nb - 1)
+    leads = [0 if keys[held[b - 1]][0] == _PAUSED else L for a, b in spans]
     picks = [np.unique(np.minimum(np.linspace(a, b - 1, min(EVIDENCE_POINTS, b - a))
-                                  .round().astype(int) + L, nb - 1)) for a, b in spans]
+                                  .round().astype(int) + lead, nb - 1))
+             for (a, b), lead in zip(spans, leads)]
     pts = np.unique(np.concatenate(picks))
     outs2, feats = _judge_points(st, rows, shared, pause, th, pts, excl, why, recent)
     f_all, r_all = _cat(feats), _cat(outs2)
     where = {int(p): i for i, p in enumerate(pts)}
     out = []
-    for (a, b), pk in zip(spans, picks):
+    for (a, b), pk, lead in zip(spans, picks, leads):
         key = keys[held[b - 1]]      # (held changes at or after a)
         ds = [make_diagnosis(f_all, r_all, where[int(p)], gpus, None, None, th) for p in pk]
         vcode, ccode, scode = key
-        a2, b2 = min(a + L, nb - 1), min(b + L, nb)
+        a2, b2 = min(a + lead, nb - 1), min(b + lead, nb)
         same = (v[a2:b2] == vcode) & (c[a2:b2] == ccode) & (s[a2:b2] == scode)
         conf = r["confidence"][a2:b2][same].tolist()
         out.append(_merge(ds, key, gpus, st.bin_time(a), min(st.bin_time(b), end), conf,
@@ -492,7 +495,8 @@ def job_flags(st: Store, rows: list[int], th: Thresholds
     # as it does live.
     present = np.fromiter(map(itemgetter(3), hostb), bool, len(hostb))
     starts = present & ~np.concatenate(([False], present[:-1]))
-    pause, excl, why = pause_flags(duty, n, u, th, hostb, starts, cold_seconds(g, th))
+    pause, excl, why = pause_flags(duty, n, u, th, hostb, starts, cold_seconds(g, th),
+                                   gap_stops(g, th), spin_seconds(g, th))
     # Live, a stop is a pause until the tracker finds it was starvation (the stop came
     # again, or work came back at a starved rhythm), and then only its bins go back into
     # the windows; a log knows that from the start: those bins are no pause.

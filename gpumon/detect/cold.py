@@ -63,6 +63,47 @@ def settled(all_busy: np.ndarray, th: Thresholds) -> np.ndarray:
     return out
 
 
+# Bins whose context is gathered at once by spin_seconds (bounds its scratch memory).
+SPIN_CHUNK = 4096
+
+
+def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT, first: int = 0,
+                 duty: Optional[np.ndarray] = None) -> np.ndarray:
+    """Per bin of a job's bins ``g`` (T,): one GPU stopped (under trickle_duty) beside GPUs at
+    work (busy_bin_duty or more) that each draw at most stop_power_frac of their own highest
+    power over the context_s before: they spin in a collective (NCCL keeps a kernel running
+    while it waits, at a fraction of its computing power), they do not compute. Power
+    unknown: False. Bins from ``first`` on (the bins before are context only; ``duty``: their
+    per-GPU duty where the caller has it); only bins with a GPU stopped beside one at work
+    are read (a day-long log has few; a live second rarely is one)."""
+    T = g.shape[-1]
+    out = np.zeros(T - first, bool)
+    if duty is not None and duty.shape == (g.shape[1], 1):
+        d = [x for x in duty[:, 0].tolist() if x == x]
+        if not d or min(d) >= th.trickle_duty or max(d) < th.busy_bin_duty:
+            return out
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if duty is None:
+            duty = N.div(g[GI["u"], :, first:], g[GI["n"], :, first:])
+        busy = duty >= th.busy_bin_duty
+        idx = np.flatnonzero((duty < th.trickle_duty).any(axis=0) & busy.any(axis=0))
+        if not len(idx):
+            return out
+        power = N.div(g[GI["pw"]], g[GI["pn"]])
+    busy, idx = busy[:, idx], idx + first
+    idx, busy = idx[idx > 0], busy[:, idx > 0]
+    ctx = np.arange(1, max(1, int(round(th.context_s / th.bin_s))) + 1)
+    for a in range(0, len(idx), SPIN_CHUNK):
+        i, b = idx[a:a + SPIN_CHUNK], busy[:, a:a + SPIN_CHUNK]
+        back = i[:, None] - ctx[None, :]                       # (k, ctx)
+        before = np.where(back >= 0, power[:, np.maximum(back, 0)], np.nan)
+        ref = np.fmax.reduce(before, axis=2)                   # (G, k): NaN where unknown
+        with np.errstate(invalid="ignore"):
+            spin = power[:, i] <= th.stop_power_frac * ref
+        out[i - first] = np.where(b, spin, True).all(axis=0)
+    return out
+
+
 def cold_seconds(g: np.ndarray, th: Thresholds = DEFAULT, lead: int = 0) -> np.ndarray:
     """Per bin of a job's bins ``g`` (bins.GPU_FIELDS x G x T): some GPU busy but cold, on
     each second's mean duty, power and limit, in seconds where power is compared (settled);

@@ -29,29 +29,43 @@ def _rows(col: list, num: str, den: str) -> list:
     return [a / b if b > 0 else NAN for a, b in zip(col[GI[num]], col[GI[den]])]
 
 
-def second_at(duty: list, n: float, u: float, th: Thresholds, cold: bool) -> tuple:
+def gap_second(col: list, th: Thresholds) -> bool:
+    """pauses.gap_stops of one second (``col``: bins.GPU_FIELDS x GPUs, as lists)."""
+    return bool(col[GI["n"]]) and all(
+        n >= th.stop_gap_samples and gn > 0 and gs >= th.stop_gap_s * gn
+        for n, gn, gs in zip(col[GI["n"]], col[GI["gapn"]], col[GI["gaps"]]))
+
+
+def second_at(duty: list, n: float, u: float, th: Thresholds, cold: bool,
+              gap: bool = False, spin: bool = False) -> tuple:
     """pauses.Seconds(...).at(i) of one second: per-GPU ``duty`` (NaN: no data), the job's
-    sample count ``n`` and busy sum ``u``, ``cold`` (cold_second)."""
-    known = [d == d for d in duty]
-    nk = sum(known)
+    sample count ``n`` and busy sum ``u``, ``cold`` (cold_second), ``gap`` (gap_second),
+    ``spin`` (cold.spin_seconds)."""
+    nk, low, stopped, trickle, on, floor = _tally(duty, th)
     G = len(duty)
-    low = stopped = on = trickle = 0
-    all_on = True
-    floor = 1.0          # (Seconds.full: the least busy known GPU's duty)
-    for d, k in zip(duty, known):
-        if not k:
+    lone = nk > 1 and stopped == 1 and on == nk - 1
+    return (nk > 0 and n > 0, (stopped == G or gap) and nk == G,
+            nk > 1 and low == nk - 1 and trickle == 1, lone, on == nk,
+            floor if nk > 0 and not cold else 0.0, float(n), float(u), lone and spin)
+
+
+def _tally(duty: list, th: Thresholds) -> tuple:
+    """Over the GPUs with data (duty not NaN): how many, how many below idle_duty, below
+    trickle_duty, below trickle_duty but not idle_duty, at all_on_duty or more, and the least
+    duty (1.0 where none: Seconds.full)."""
+    nk = low = stopped = trickle = on = 0
+    floor = 1.0
+    for d in duty:
+        if d != d:
             continue
         lo, st = d < th.idle_duty, d < th.trickle_duty
+        nk += 1
         low += lo
         stopped += st
         trickle += st and not lo
         on += d >= th.all_on_duty
-        all_on = all_on and d >= th.all_on_duty
         floor = d if d < floor else floor
-    return (nk > 0 and n > 0, stopped == G and nk == G,
-            nk > 1 and low == nk - 1 and trickle == 1,
-            nk > 1 and stopped == 1 and on == nk - 1, all_on,
-            floor if nk > 0 and not cold else 0.0, float(n), float(u))
+    return nk, low, stopped, trickle, on, floor
 
 
 def all_busy(col: list, th: Thresholds) -> bool:

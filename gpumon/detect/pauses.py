@@ -33,13 +33,16 @@ class Seconds:
     (G, T) and the job's sample count and busy sum per bin (T,); NaN duty: no data.
 
     has       the job has data
-    idle      every GPU below trickle_duty: the job stopped
+    idle      every GPU below trickle_duty, or (``gap``: gap_stops) every GPU in a gap of
+              stop_gap_s or more: the job stopped
     alone     one GPU at idle_duty..trickle_duty while every other is below idle_duty: one
               rank works alone, at a trickle, while the others run nothing (rank 0 copying a
               checkpoint off the GPU, or evaluating, while the others wait for it). A
               synchronous job's ranks cannot do that while training: a rank waiting for its
               input holds every other in the next collective
     lone_idle one GPU below trickle_duty while every other works (all_on_duty or more)
+    held      lone_idle, the others spinning (``spin``: cold.spin_seconds): a rank holding
+              the others up in a collective
     all_on    every GPU at all_on_duty or more
     full      the least busy GPU's duty where none of them is busy but cold (``cold``:
               cold.cold_seconds; a rank spinning in a collective for a peer is no work), 0
@@ -47,7 +50,8 @@ class Seconds:
     """
 
     def __init__(self, duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds,
-                 cold: Optional[np.ndarray] = None):
+                 cold: Optional[np.ndarray] = None, gap: Optional[np.ndarray] = None,
+                 spin: Optional[np.ndarray] = None):
         with np.errstate(invalid="ignore"):
             known = ~np.isnan(duty)
             d = np.where(known, duty, 0.0)
@@ -59,9 +63,12 @@ class Seconds:
             self.has = known.any(axis=0) & (n > 0)
             # (Seen on every GPU: a second in which some GPUs sent no sample is no stop.)
             self.idle = (stopped.sum(axis=0) == len(d)) & (nk == len(d))
+            if gap is not None:
+                self.idle |= gap & (nk == len(d))     # (gap_stops: a stop under a second)
             self.dead = (nlow == len(d)) & (nk == len(d))     # every GPU below idle_duty
             self.alone = (nk > 1) & (nlow == nk - 1) & (trickle.sum(axis=0) == 1)
             self.lone_idle = (nk > 1) & (stopped.sum(axis=0) == 1) & (on.sum(axis=0) == nk - 1)
+            self.held = self.lone_idle & (spin if spin is not None else False)
             self.all_on = (on | ~known).all(axis=0)
             self.full = np.where(nk > 0, np.where(known, d, 1.0).min(axis=0), 0.0)
             if cold is not None:
@@ -70,11 +77,21 @@ class Seconds:
         self.n, self.u = n, u
 
     def at(self, i: int) -> tuple:
-        """(has, idle, alone, lone_idle, all_on, full, n, u) of second ``i``, as Python
-        values."""
+        """(has, idle, alone, lone_idle, all_on, full, n, u, held) of second ``i``, as
+        Python values."""
         return (bool(self.has[i]), bool(self.idle[i]), bool(self.alone[i]),
                 bool(self.lone_idle[i]), bool(self.all_on[i]), float(self.full[i]),
-                float(self.n[i]), float(self.u[i]))
+                float(self.n[i]), float(self.u[i]), bool(self.held[i]))
+
+
+def gap_stops(g: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
+    """Per bin of a job's bins ``g`` (T,): every GPU sampled stop_gap_samples times or more
+    in the second, and a gap of its samples (below seg_util_pct) of stop_gap_s or more on
+    average ended in it: a stop shorter than a second, which the second's duty hides."""
+    n, gn, gs = g[GI["n"]], g[GI["gapn"]], g[GI["gaps"]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        one = (n >= th.stop_gap_samples) & (gn > 0) & (gs >= th.stop_gap_s * gn)
+    return one.all(axis=0) & (g.shape[1] > 0)
 
 
 NO_HOST = (math.nan, False, False, True, math.nan, False)
@@ -155,7 +172,7 @@ class PauseTracker:
     def step(self, sec: tuple, host: Optional[tuple] = None) -> bool:
         """Feed one second (``Seconds.at``) and the host's view of it (``host_bins``); True
         when the second is part of a pause."""
-        has, idle, alone, lone_idle, all_on, full, n, u = sec
+        has, idle, alone, lone_idle, all_on, full, n, u, held = sec
         self.i += 1
         self.cooldown -= 1
         self.unmark = self.lead_in = range(0)
@@ -169,6 +186,12 @@ class PauseTracker:
         duty = u / n
         self.recent.append(duty if all_on else 0.0)    # (work is back on every GPU)
         if self.in_pause:
+            if held and not (hv.writing or self.starting):
+                # One rank stopped while the others spin cold in a collective: no longer a
+                # stop of the job but a rank holding the others up (rules.rank_host).
+                self.in_pause = False
+                self._outside(n, u, True, all_on, hv)
+                return False
             if self._inside(duty, idle, alone, all_on, hv, full):
                 self.hist.append((0.0, 0.0, True))
                 # A second of every GPU at warm work at the job's level before the pause
@@ -532,7 +555,8 @@ def _held_only(g: np.ndarray, th: Thresholds) -> list:
 
 def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
                 th: Thresholds = DEFAULT, host: Optional[list] = None,
-                starts: Optional[np.ndarray] = None, cold: Optional[np.ndarray] = None
+                starts: Optional[np.ndarray] = None, cold: Optional[np.ndarray] = None,
+                gap: Optional[np.ndarray] = None, spin: Optional[np.ndarray] = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pause, excluded, why) per bin of a job from per-GPU duty (G, T) and job n, u sums
     (T,); ``why``: the pause's cause (an index into diagnosis.CAUSES), -1 outside pauses.
@@ -540,14 +564,16 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     ``pause`` is what was known at each bin (the verdict there is busy); ``excluded`` drops
     the bins of pauses later found to be starvation, so windows after that see the gaps.
     ``starts``: bins at which the job is seen starting (PauseTracker.begin), as live;
-    ``cold``: bins with a GPU busy but cold (cold.cold_seconds).
+    ``cold``: bins with a GPU busy but cold (cold.cold_seconds); ``gap``: bins with a stop
+    shorter than a second (gap_stops); ``spin``: bins whose GPUs at work spin
+    (cold.spin_seconds).
     """
     tr = PauseTracker(th)
     T = len(n)
     out = np.zeros(T, dtype=bool)
     excl = np.zeros(T, dtype=bool)
     why = np.full(T, -1, dtype=np.int64)
-    sec = Seconds(duty, n, u, th, cold)
+    sec = Seconds(duty, n, u, th, cold, gap, spin)
     begin = set() if starts is None else set(np.flatnonzero(starts).tolist())
     # Runs of bins that outside a pause cannot start one (see PauseTracker.quiet) are fed
     # at once: per bin, the end (exclusive) of its run of such bins, and the next stop that

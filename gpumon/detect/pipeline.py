@@ -23,8 +23,8 @@ from gpumon.detect.advice import advice
 from gpumon.detect.bins import GI, HostCols, JobCols, SampleCols, Store
 from gpumon.detect.features import window_features
 from gpumon.detect.jobs import GroupMemo, active, group_active
-from gpumon.detect.cold import cold_seconds
-from gpumon.detect.pauses import host_bins, pause_flags
+from gpumon.detect.cold import cold_seconds, spin_seconds
+from gpumon.detect.pauses import gap_stops, host_bins, pause_flags
 from gpumon.detect.explain import because
 from gpumon.detect.rules import CAUSE_NAMES, RULES, judge
 from gpumon.detect.thresholds import DEFAULT, Thresholds
@@ -312,7 +312,8 @@ def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis
         g, h = store.view([store.rows[x] for x in gpus])
         duty, n, u = bin_duty(g)
         pause, excl, why = pause_flags(duty, n, u, th, host_bins(g, h, th),
-                                       cold=cold_seconds(g, th))
+                                       cold=cold_seconds(g, th), gap=gap_stops(g, th),
+                                       spin=spin_seconds(g, th))
         f, r = judge_job(g, h, pause, np.array([nb - 1]), shared, th, w=nb, excluded=excl,
                          why=why)
         out.append(make_diagnosis(f, r, 0, gpus, start, end, th))

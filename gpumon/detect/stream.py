@@ -24,9 +24,9 @@ from gpumon.detect.pipeline import (active_since, bin_duty, idle_diagnosis, judg
                                     tick_columns)
 from gpumon.detect.features import kernel_recent, last_kernel, view_bins
 from gpumon.detect.jobs import GroupMemo
-from gpumon.detect.cold import cold_seconds, settle_bins
-from gpumon.detect.onesec import all_busy, cold_second, host_second, second_at
-from gpumon.detect.pauses import PauseTracker, Seconds, host_bins
+from gpumon.detect.cold import cold_seconds, settle_bins, spin_seconds
+from gpumon.detect.onesec import all_busy, cold_second, gap_second, host_second, second_at
+from gpumon.detect.pauses import PauseTracker, Seconds, gap_stops, host_bins
 from gpumon.detect.rules import CAUSE_NAMES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
@@ -149,8 +149,9 @@ class _Job:
         if b_first <= last:
             i0 = b_first - base
             lead = min(i0, settle_bins(self.th))    # (bins that settle the first one's power)
+            # (Whether GPUs spin compares their power with the context before: the view.)
             at, hb = _seconds(g[:, :, i0 - lead:], h[:, i0:], duty[:, i0:], n[i0:], u[i0:],
-                              self.th, lead)
+                              self.th, lead, spin_seconds(g, self.th, i0, duty[:, i0:]))
         tr = self.pauses
         for b in range(b_first, last + 1):
             k = b - base - i0
@@ -185,20 +186,23 @@ class _Job:
             self.conf = float(r["confidence"][e])
 
 
-def _seconds(g, h, duty, n, u, th: Thresholds, lead: int = 0):
+def _seconds(g, h, duty, n, u, th: Thresholds, lead: int = 0, spin=None):
     """(at, host): the pause tracker's inputs for the bins of ``h``, ``duty`` (Seconds.at,
     and host_bins' list); ``g`` holds ``lead`` bins more before them (they settle the first
-    one's power: cold.settled). One second (a tick at 1 s) in plain Python (onesec.py), the
-    same values at a fraction of numpy's cost."""
+    one's power: cold.settled); ``spin``: cold.spin_seconds of the bins of ``h``. One second
+    (a tick at 1 s) in plain Python (onesec.py), the same values at a fraction of numpy's
+    cost."""
     if duty.shape[-1] == 1 and duty.shape[0]:
         cols = [g[:, :, k].tolist() for k in range(g.shape[-1])]
         col, hcol = cols[-1], h[:, 0].tolist()
         cold = cold_second(col, th) and all(all_busy(c, th) for c in cols[-1 - settle_bins(th):])
         sec = second_at(duty[:, 0].tolist(), float(n[0]), float(u[0]), th,
-                        cold and len(cols) > settle_bins(th))
+                        cold and len(cols) > settle_bins(th), gap_second(col, th),
+                        spin is not None and bool(spin[0]))
         return (lambda k: sec), [host_second(col, hcol, th)]
     hb = host_bins(g[:, :, lead:], h, th)
-    return Seconds(duty, n, u, th, cold_seconds(g, th, lead)).at, hb
+    return Seconds(duty, n, u, th, cold_seconds(g, th, lead), gap_stops(g[:, :, lead:], th),
+                   spin).at, hb
 
 
 class StreamingDetector:
@@ -271,11 +275,10 @@ class StreamingDetector:
             self.store = Store(math.floor(float(samples.time.min())), self.th, cap=self.cap)
         st = self.store
         st.add_samples(samples)
-        k = samples.util > self.th.idle_util_pct
-        if k.any():
-            kt = self._kernel_t
-            for gpu, t in zip(samples.gpu[k].tolist(), samples.time[k].tolist()):
-                kt[gpu] = max(t, kt.get(gpu, t))
+        k = np.flatnonzero(samples.util > self.th.idle_util_pct)
+        if len(k):
+            k = k[np.argsort(samples.time[k], kind="stable")]   # (the latest one last)
+            self._kernel_t.update(zip(samples.gpu[k].tolist(), samples.time[k].tolist()))
         st.add_jobs(jobs)
         st.add_host(hosts)
         for g, p in pids.items():

@@ -181,6 +181,13 @@ class Thresholds:
                        "counts as starvation.")
     return_tol: float = th(0.04, "share", "Work is back after a pause at the job's level before "
                            "it less this (a job whose steady work sits at 83% is back at 83%).")
+    stop_gap_s: float = th(0.5, "s", "Every GPU below seg_util_pct this long in a row (a gap "
+                           "ending in the second), sampled stop_gap_samples times or more in "
+                           "the second, is a stop though the second's duty stays up: a 0.7 s "
+                           "checkpoint save between seconds at 90% (a BERT fine-tune on an "
+                           "L40S, bench/real) is a stop, not a window under duty_starved.")
+    stop_gap_samples: float = th(3.0, "samples", "Samples of a GPU in a second for its gaps "
+                                 "to show a stop shorter than the second (1 Hz logs cannot).")
     resume_s: float = th(4.0, "s", "Steady work this long (its mean duty at the return level) "
                          "ends a pause.")
     fresh_slack_s: float = th(3.0, "s", "Loader workers younger than the stop plus this were "
