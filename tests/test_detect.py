@@ -1127,3 +1127,29 @@ def test_a_pause_that_turns_into_one_rank_holding_the_others_is_a_stall():
         return 120.0 if 40 <= t < 40.7 else 560.0
     v = _verdicts(window(80, 4, util, power=power, limit=700.0, pids=lambda g: (100 + g,)))
     assert all(v[s] == "sync_stall" for s in range(44, 50)), v
+
+
+def test_a_rank_that_stops_after_the_start_while_the_others_spin_ends_the_start_up():
+    """A job seen starting (its memory appears at 10 s), idle while it loads, then every rank
+    works for 3 s and rank 0 stops (saving every 10 steps) while ranks 1-3 spin at 100% and a
+    quarter of their power, 10 s (h100-ddp8-ckpt10-messy in bench/real). Ranks coming up one
+    by one are a start-up; once every rank has worked back_s, one holding the others is a
+    stall: sync_stall, not paused (startup) until the start-up's minute is out."""
+    def util(g, t):
+        if t < 20:
+            return 0.0
+        if 23 <= t < 33:
+            return 5.0 if g == 0 else 100.0
+        return 88.0 if int(t * 6 + g) % 2 else 92.0
+
+    def power(g, t):
+        if 23 <= t < 33:
+            return 90.0 if g == 0 else 150.0
+        return 120.0 if t < 20 else 560.0
+    ticks = window(60, 4, util, power=power, limit=700.0)
+    ticks = [dataclasses.replace(tk, gpus=tuple(
+        dataclasses.replace(s, mem_used_mib=0.0 if s.time - T0 < 10 else 30000.0)
+        for s in tk.gpus)) for tk in ticks]
+    v = _verdicts(ticks)
+    assert v[15] == "paused", v
+    assert all(v[s] == "sync_stall" for s in range(27, 33)), v

@@ -186,10 +186,7 @@ class PauseTracker:
         duty = u / n
         self.recent.append(duty if all_on else 0.0)    # (work is back on every GPU)
         if self.in_pause:
-            if held and not (hv.writing or self.starting):
-                # One rank stopped while the others spin cold in a collective: no longer a
-                # stop of the job but a rank holding the others up (rules.rank_host).
-                self.in_pause = False
+            if self._held_up(held, hv):
                 self._outside(n, u, True, all_on, hv)
                 return False
             if self._inside(duty, idle, alone, all_on, hv, full):
@@ -204,6 +201,16 @@ class PauseTracker:
             return True
         self._outside(n, u, stop, all_on, hv)
         return False
+
+    def _held_up(self, held: bool, hv: _Host) -> bool:
+        """One rank stopped while the others spin in a collective (``held``): no longer a stop
+        of the job but a rank holding the others up (rules.rank_host), unless checkpoint
+        writes show; in a start, only once every rank has worked back_s (before, ranks come
+        up one by one and the first wait for the last). Ends the pause when so."""
+        if not held or hv.writing or (self.starting and self.run < self.back):
+            return False
+        self.in_pause = self.starting = False
+        return True
 
     def _outside(self, n: float, u: float, stop: bool, all_on: bool, hv: _Host) -> None:
         """One more second outside a pause: the history a pause is judged against."""
