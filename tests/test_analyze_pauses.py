@@ -590,3 +590,13 @@ def test_a_start_up_that_ramps_to_full_work_stays_a_start_up(tmp_path):
     assert not [d for d in tl.segments if d.verdict == "data_starvation"], [
         (d.verdict, d.cause, d.end - d.start) for d in tl.segments]
     assert summary(tl)["verdict"] == "busy"
+
+
+def test_a_one_gpu_job_that_let_go_of_its_gpu_says_so_in_the_singular(tmp_path):
+    """One GPU whose job freed its memory: 'GPU 0 holds ... let go of it'."""
+    util = [[95]] * 30 + [[0]] * 30
+    mem = [[20000]] * 30 + [[2]] * 30
+    _, tl = analyze_file(_smi_mem(tmp_path, util, mem))
+    gone = [d for d in tl.segments if d.rule == "job_gone"]
+    assert gone and gone[-1].because == ("GPU 0 holds less than 256 MiB of memory: the job "
+                                         "let go of it"), [(d.rule, d.because) for d in tl.segments]

@@ -191,9 +191,10 @@ def _busy(w: _Window) -> str:
 def _job_gone(w: _Window) -> str:
     mib = w.th.mem_active_mib
     gone = [g for g, m in zip(w.gpus, w.col("mem_last").tolist()) if m < mib]
-    if len(gone) == len(w.gpus):
-        return f"{_gpus(gone)} hold less than {mib:.0f} MiB of memory: the job let go of them"
     verb = "holds" if len(gone) == 1 else "hold"
+    if len(gone) == len(w.gpus):
+        return (f"{_gpus(gone)} {verb} less than {mib:.0f} MiB of memory: the job let go of "
+                f"{'it' if len(gone) == 1 else 'them'}")
     return (f"{_gpus(gone)} of the job's {_gpus(w.gpus)} {verb} less than {mib:.0f} MiB of "
             "memory: the job is not (or no longer) running on all of them")
 
