@@ -271,7 +271,7 @@ def idle_diagnosis(gpus: Sequence[int], start, end, th: Thresholds = DEFAULT,
     """No job on these GPUs (store_jobs found none): the rule ``no_job``; ``whole_log``: found
     over a whole log (analyze), not live."""
     from gpumon.diagnosis import IDLE
-    kernels = (f"{th.active_duty:.0%} of its samples show a kernel (above "
+    kernels = (f"{th.active_duty:.0%} or more of its samples show a kernel (above "
                f"{th.idle_util_pct:.0f}%)" if whole_log else f"it ran a kernel (a sample above "
                f"{th.idle_util_pct:.0f}%) in the last {th.idle_after_s:.0f} s")
     return Diagnosis(verdict=IDLE, gpus=tuple(gpus), confidence=0.9,

@@ -31,7 +31,7 @@ from gpumon.detect.hostview import CALM
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.detect.windows import Windows, clip, low_nan
 from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, PAUSED,
-                              SYNC_STALL, THROTTLED)
+                              SYNC_STALL, THROTTLED, VERDICTS)
 
 CAUSE_NAMES = CAUSES
 C = {c: i for i, c in enumerate(CAUSE_NAMES)}
@@ -236,5 +236,8 @@ def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> di
             if w.all_decided:
                 break
         out = w.result()
-        out["quick"] = out["quick"] | np.isin(out["rule"], AT_ONCE)
+        # ``quick`` as Hysteresis reads it: a starvation verdict the host confirms, or a rule
+        # of AT_ONCE (the host's flag alone must not rush a stall past the hold).
+        out["quick"] = ((out["quick"] & (out["verdict"] == VERDICTS.index(DATA_STARVATION)))
+                        | np.isin(out["rule"], AT_ONCE))
         return out

@@ -201,7 +201,10 @@ class Thresholds:
     dip_deep_duty: float = th(0.3, "share", "A dip goes this low on some GPU in some second (the "
                               "rest is noise around steady work, such as a DataParallel job's "
                               "second GPU hovering at 70%).")
-    stop_power_frac: float = th(0.7, "share", "A GPU below dip_deep_duty has stopped only if its "
+    stop_power_frac: float = th(0.7, "share", "(Also cold.spin_seconds: a GPU at work at most "
+                                "this share of its own highest power in the context_s before "
+                                "spins in a collective, it does not compute.) "
+                                "A GPU below dip_deep_duty has stopped only if its "
                                 "power is at most this share of its own over the context_s of "
                                 "steady work before (an idle GPU draws a fraction of its busy "
                                 "power: 0.1-0.3 on recent GPUs, ~0.4-0.5 on a Titan X holding "
