@@ -171,3 +171,27 @@ def test_steady_stretches_of_long_runs_match_counting_them():
     assert checked > 300
     assert st.runs(0, P._Steady.SHORT) is None
     assert P._steady_runs([True, True, False, True, True, True, False, True]) == (2, 3, 1)
+
+
+def test_a_pause_leaves_out_the_seconds_its_stop_ran_before_it_was_told():
+    """Saves 15 s apart: each a second half-spent (the stop began inside it), then rank 0
+    alone at a trickle. With the first save within context_s, the second is told from a
+    starved rank's late batch only once rank 0 was alone two seconds; the seconds its stop
+    ran before that are left out of the windows too (not only the one just before the
+    pause): otherwise they stay in the windows after it and read as starvation
+    (titanx-ddp2-ckpt-paused-125m in bench/real)."""
+    work = [0.95] * 40
+    save = [0.5, 0.1, 0.1, 0.1, 0.3]          # rank 0: half a second, then alone
+    wait = [0.5, 0.0, 0.0, 0.0, 0.2]          # rank 1
+    duty = np.array([work + save + work[:10] + save + work,
+                     work + wait + work[:10] + wait + work])
+    T = duty.shape[1]
+    n = np.full(T, 12.0)
+    u = duty.sum(axis=0) * 6
+    pause, excl, why = P.pause_flags(duty, n, u, DEFAULT)
+    second = 55                               # the second save's half-spent second
+    first = second + int(np.flatnonzero(pause[second:])[0])
+    assert first == second + 2                # told once rank 0 was alone two seconds
+    assert excl[second:first].all()           # the stop's own seconds before it, left out
+    assert not excl[second - 10:second].any()   # the work before it kept
+    assert why[first] == P.CAUSES.index("checkpoint")

@@ -157,7 +157,9 @@ class PauseTracker:
         self.unmark: range = range(0)   # bins of a "pause" just found to be starvation
         self.lead_in: range = range(0)  # the bin before a pause that just started, when the
         # stop began inside it (it is part of the pause: its duty is not the job's work)
-        self.last = (-2, 1.0)     # (bin, duty) of the last bin with data outside a pause
+        # (bin, duty) of the last bins with data outside a pause (the last one last): the
+        # seconds a stop had run before a pause was told from it (see _start).
+        self.tail: deque = deque([(-2, 1.0)], maxlen=self.resume)
         self.alone = False        # the last bin had one rank alone at a trickle
         self.workers: Optional[float] = None   # loader workers during steady work
         self.cooldown = 0
@@ -217,7 +219,7 @@ class PauseTracker:
         duty = u / n
         # (A second with a GPU not at work is no steady work for a pause to follow.)
         self.hist.append((n, u, stop or not all_on))
-        self.last = (self.i, duty)
+        self.tail.append((self.i, duty))
         self._steady(not stop and duty >= self.th.duty_starved)
         if hv.known and duty >= self.th.duty_starved:
             self.workers = hv.workers              # the loader of steady work
@@ -247,9 +249,14 @@ class PauseTracker:
         self.after.clear()
         self.on_bins = 0
         self.start = self.i
-        b, d = self.last
-        if b == self.i - 1 and d < self.bar:
-            self.lead_in = range(b, self.i)
+        # The stop's own seconds before this one (it began inside a second, or a rank alone
+        # takes two seconds to tell): the bins just before, below the bar, back to resume_s.
+        lead = self.i
+        for b, d in reversed(self.tail):
+            if b != lead - 1 or d >= self.bar:
+                break
+            lead = b
+        self.lead_in = range(lead, self.i)
         self.recent.clear()
         self.hist.append((0.0, 0.0, True))
 
@@ -366,8 +373,9 @@ class PauseTracker:
             return
         on = [True] * k if on is None else on
         stops = [False] * k if stops is None else stops
-        self.last = (self.i, us[-1] / ns[-1])
         r = self.resume
+        self.tail.extend((self.i - len(ns[-r:]) + 1 + j, u / n)
+                         for j, (n, u) in enumerate(zip(ns[-r:], us[-r:])))
         self.recent.extend(u / n if a else 0.0 for n, u, a in zip(ns[-r:], us[-r:], on[-r:]))
         c = self.ctx
         self.hist.extend((n, u, s or not a)
@@ -393,7 +401,8 @@ class PauseTracker:
         data = [j for j in range(k) if has[j]]
         if data:
             last = data[-1]
-            self.last = (self.i - (k - 1 - last), us[last] / ns[last])
+            self.tail.extend((self.i - (k - 1 - j), us[j] / ns[j])
+                             for j in data[-self.resume:])
             self.hist.extend((ns[j], us[j], True) for j in data[-self.ctx:])
             self.recent.extend(0.0 for _ in data[-self.resume:])
             self.steady = 0
