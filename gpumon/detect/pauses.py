@@ -155,11 +155,11 @@ class PauseTracker:
         self.i = -1                  # bins fed so far - 1
         self.start = 0               # first bin of the current pause
         self.unmark: range = range(0)   # bins of a "pause" just found to be starvation
-        self.lead_in: range = range(0)  # the bin before a pause that just started, when the
-        # stop began inside it (it is part of the pause: its duty is not the job's work)
+        self.lead_in: range = range(0)  # the bins before a pause that just started in which
+        # its stop had already run (part of the pause: their duty is not the job's work)
         # (bin, duty) of the last bins with data outside a pause (the last one last): the
         # seconds a stop had run before a pause was told from it (see _start).
-        self.tail: deque = deque([(-2, 1.0)], maxlen=self.resume)
+        self.tail: deque = deque(maxlen=self.resume)
         self.alone = False        # the last bin had one rank alone at a trickle
         self.workers: Optional[float] = None   # loader workers during steady work
         self.cooldown = 0
@@ -374,8 +374,8 @@ class PauseTracker:
         on = [True] * k if on is None else on
         stops = [False] * k if stops is None else stops
         r = self.resume
-        self.tail.extend((self.i - len(ns[-r:]) + 1 + j, u / n)
-                         for j, (n, u) in enumerate(zip(ns[-r:], us[-r:])))
+        first = self.i - k + 1                      # the run's first bin
+        self.tail.extend((first + j, us[j] / ns[j]) for j in range(max(0, k - r), k))
         self.recent.extend(u / n if a else 0.0 for n, u, a in zip(ns[-r:], us[-r:], on[-r:]))
         c = self.ctx
         self.hist.extend((n, u, s or not a)
@@ -400,7 +400,6 @@ class PauseTracker:
             return
         data = [j for j in range(k) if has[j]]
         if data:
-            last = data[-1]
             self.tail.extend((self.i - (k - 1 - j), us[j] / ns[j])
                              for j in data[-self.resume:])
             self.hist.extend((ns[j], us[j], True) for j in data[-self.ctx:])
