@@ -11,9 +11,12 @@ Understood: ``tls_server_config`` with ``cert_file``, ``key_file``, ``client_ca_
 ``client_auth_type`` (``NoClientCert``, ``VerifyClientCertIfGiven``,
 ``RequireAndVerifyClientCert``), ``min_version``, ``max_version`` (``TLS12``, ``TLS13``); and
 ``basic_auth_users``. Any other setting is refused with a line naming it, never ignored: a
-security setting that silently does nothing is worse than none. The file is read once, at
-start. It is read as the block-style YAML the toolkit's examples use (mappings, lists,
-quoted or plain scalars, comments); flow style, anchors and multi-line strings are refused.
+security setting that silently does nothing is worse than none. For the same reason a file
+that asks for protection and yields none is refused: an empty file, an empty section
+(``basic_auth_users: {}``, a bare ``tls_server_config:``), a key given twice in one mapping
+(the second, empty ``basic_auth_users:`` would replace the first), ``min_version`` above
+``max_version``, and a key file that wants a pass phrase (never asked for on the terminal).
+The file is read once, at start, with PyYAML's safe loader.
 
 Passwords are checked with the ``bcrypt`` package (``pip install 'gpumon-dl[webconfig]'``) or,
 without it, the C library's crypt(3) where that knows bcrypt (glibc with libxcrypt, Python
@@ -35,6 +38,8 @@ from typing import Callable, Optional
 
 from gpumon.errors import UserError
 
+_SECTIONS = {"tls_server_config": "TLS needs cert_file and key_file",
+             "basic_auth_users": "it names no user"}
 _TLS_KEYS = {"cert_file", "key_file", "client_ca_file", "client_auth_type", "min_version",
              "max_version"}
 _TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
@@ -56,7 +61,8 @@ class WebConfig:
 
 def load_web_config(path: str) -> WebConfig:
     """The TLS context and basic auth a web config file asks for; UserError (one line) if
-    the file cannot be read, is malformed, or asks for what gpumon does not do."""
+    the file cannot be read, is malformed, asks for what gpumon does not do, or asks for
+    protection and yields none (an empty file, an empty section, a key given twice)."""
     def fail(msg: str):
         raise UserError(f"--web-config {path}: {msg}", 2)
     try:
@@ -66,17 +72,27 @@ def load_web_config(path: str) -> WebConfig:
         fail(exc.strerror or str(exc))
     except ValueError as exc:
         fail(str(exc))
-    doc = doc or {}
-    if not isinstance(doc, dict):
-        fail("expected a mapping with tls_server_config and/or basic_auth_users")
-    for key in doc:
-        if key not in ("tls_server_config", "basic_auth_users"):
-            fail(f"{key}: not supported by gpumon (it reads tls_server_config and "
-                 "basic_auth_users)")
+    _check_sections(doc, fail)
     base = os.path.dirname(os.path.abspath(path))
     ctx = _tls_context(doc.get("tls_server_config"), base, fail)
     auth = _basic_auth(doc.get("basic_auth_users"), fail)
     return WebConfig(ctx, auth)
+
+
+def _check_sections(doc, fail) -> None:
+    """Refuses a document that is empty, not a mapping, has a section gpumon does not read,
+    or an empty one: each asks for protection and would yield none."""
+    if doc is None or doc == {}:
+        fail("the file is empty: it asks for nothing (neither tls_server_config nor "
+             "basic_auth_users); leave --web-config out to serve without TLS or auth")
+    if not isinstance(doc, dict):
+        fail("expected a mapping with tls_server_config and/or basic_auth_users")
+    for key, value in doc.items():
+        if key not in _SECTIONS:
+            fail(f"{key}: not supported by gpumon (it reads tls_server_config and "
+                 "basic_auth_users)")
+        if value is None or value == {} or value == []:
+            fail(f"{key} is empty: {_SECTIONS[key]}, so it would protect nothing")
 
 
 def _tls_context(tls, base: str, fail) -> Optional[ssl.SSLContext]:
@@ -94,38 +110,71 @@ def _tls_context(tls, base: str, fail) -> Optional[ssl.SSLContext]:
     def file_of(key):
         return os.path.join(base, os.path.expanduser(str(tls[key])))
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    for key, attr, default in (("min_version", "minimum_version", "TLS12"),
-                               ("max_version", "maximum_version", "TLS13")):
-        name = str(tls.get(key) or default)
-        if name not in _TLS_VERSIONS:
-            fail(f"tls_server_config.{key}: expected one of {', '.join(_TLS_VERSIONS)}, "
-                 f"got {name!r}")
-        setattr(ctx, attr, _TLS_VERSIONS[name])
+    lowest, highest = (_tls_version(tls, key, default, fail)
+                       for key, default in (("min_version", "TLS12"), ("max_version", "TLS13")))
+    if lowest > highest:
+        fail(f"tls_server_config: min_version {tls.get('min_version') or 'TLS12'} is above "
+             f"max_version {tls.get('max_version') or 'TLS13'}: no client could connect")
+    ctx.minimum_version, ctx.maximum_version = lowest, highest
+    _load_pair(ctx, tls, file_of, fail)
+    _client_auth(ctx, tls, file_of, fail)
+    return ctx
+
+
+def _load_pair(ctx: ssl.SSLContext, tls: dict, file_of, fail) -> None:
+    """cert_file and key_file onto ``ctx``; a key that wants a pass phrase is refused (OpenSSL
+    would otherwise ask for it on the terminal, or fail without saying why)."""
     try:
-        ctx.load_cert_chain(file_of("cert_file"), file_of("key_file"))
+        ctx.load_cert_chain(file_of("cert_file"), file_of("key_file"), password=_no_passphrase)
+    except _Encrypted:
+        fail(f"key_file {tls['key_file']} is protected by a pass phrase, which gpumon cannot "
+             "ask for: give it the key without one (openssl pkey -in KEY -out KEY.plain)")
     except (OSError, ssl.SSLError) as exc:
         fail(f"cannot load cert_file/key_file: {exc.strerror or exc}")
+
+
+def _client_auth(ctx: ssl.SSLContext, tls: dict, file_of, fail) -> None:
+    """client_auth_type and client_ca_file onto ``ctx``."""
     mode = str(tls.get("client_auth_type") or "NoClientCert")
     if mode not in _CLIENT_AUTH:
         fail(f"tls_server_config.client_auth_type: gpumon supports {', '.join(_CLIENT_AUTH)}, "
              f"got {mode!r} (Python's ssl verifies every client certificate it asks for)")
-    if _CLIENT_AUTH[mode] != ssl.CERT_NONE:
-        if not tls.get("client_ca_file"):
-            fail(f"tls_server_config.client_auth_type {mode} needs client_ca_file")
-        try:
-            ctx.load_verify_locations(file_of("client_ca_file"))
-        except (OSError, ssl.SSLError) as exc:
-            fail(f"cannot load client_ca_file: {exc.strerror or exc}")
-        ctx.verify_mode = _CLIENT_AUTH[mode]
-    return ctx
+    if _CLIENT_AUTH[mode] == ssl.CERT_NONE:
+        return
+    if not tls.get("client_ca_file"):
+        fail(f"tls_server_config.client_auth_type {mode} needs client_ca_file")
+    try:
+        ctx.load_verify_locations(file_of("client_ca_file"))
+    except (OSError, ssl.SSLError) as exc:
+        fail(f"cannot load client_ca_file: {exc.strerror or exc}")
+    ctx.verify_mode = _CLIENT_AUTH[mode]
+
+
+class _Encrypted(Exception):
+    """The key file asks for a pass phrase."""
+
+
+def _no_passphrase():
+    raise _Encrypted        # instead of OpenSSL's prompt on the terminal
+
+
+def _tls_version(tls: dict, key: str, default: str, fail) -> ssl.TLSVersion:
+    name = str(tls.get(key) or default)
+    if name not in _TLS_VERSIONS:
+        fail(f"tls_server_config.{key}: expected one of {', '.join(_TLS_VERSIONS)}, "
+             f"got {name!r}")
+    return _TLS_VERSIONS[name]
 
 
 def _basic_auth(users, fail) -> Optional["BasicAuth"]:
-    if not users:
+    if users is None:
         return None
     if not isinstance(users, dict):
         fail("basic_auth_users: expected a mapping of user names to bcrypt hashes")
     for user, hashed in users.items():
+        if ":" in str(user):
+            fail(f"basic_auth_users.{user}: a user name with ':' can never log in (basic auth "
+                 "ends the name at the first ':')")
         if not isinstance(hashed, str) or not _BCRYPT.match(hashed):
             fail(f"basic_auth_users.{user}: not a bcrypt hash ($2y$10$... from "
                  "htpasswd -nBC 10 \"\" | tr -d ':\\n')")
@@ -199,16 +248,41 @@ class BasicAuth:
 
 # -- the file (YAML, as the toolkit reads it) -------------------------------------------
 def parse_yaml(text: str):
-    """The document of a web config file (PyYAML's safe loader); ValueError with the line."""
+    """The document of a web config file (PyYAML's safe loader, refusing a key given twice in
+    one mapping: YAML forbids it, and the last value winning silently is how a second, empty
+    ``basic_auth_users:`` would switch authentication off); ValueError with the line."""
     try:
         import yaml
     except ImportError:
         raise UserError("--web-config needs PyYAML: pip install 'gpumon-dl[webconfig]'", 2) \
             from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_unique_key_loader(yaml))   # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ValueError(f"{where}{problem}") from None
+
+
+def _unique_key_loader(yaml):
+    """yaml.SafeLoader, less its tolerance of duplicate keys."""
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen = set()
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue            # '<<: *base' keys may be overridden, as YAML says
+                    key = self.construct_object(key_node, deep=deep)
+                    try:
+                        twice = key in seen
+                        seen.add(key)
+                    except TypeError:       # unhashable: the safe loader says so itself
+                        continue
+                    if twice:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"{key} is given twice (the second would silently "
+                            "replace the first)", key_node.start_mark)
+            return super().construct_mapping(node, deep)
+    return UniqueKeyLoader

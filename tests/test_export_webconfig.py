@@ -2,6 +2,7 @@
 file format, checked with a real client (urllib over TLS, a self-signed certificate made
 here with the `cryptography` package or the `openssl` command)."""
 import base64
+import shlex
 import shutil
 import socket
 import ssl
@@ -135,6 +136,84 @@ def test_web_config_errors_are_one_line(tmp_path, text, says):
     assert says in str(e.value) and "\n" not in str(e.value) and e.value.code == 2
     with pytest.raises(UserError, match="No such file"):
         load_web_config(str(tmp_path / "missing.yml"))
+
+
+@pytest.mark.parametrize("text,says", [
+    ("", "the file is empty: it asks for nothing"),
+    ("# TLS and auth to come\n", "the file is empty"),
+    ("{}\n", "the file is empty"),
+    ("basic_auth_users:\n", "basic_auth_users is empty: it names no user"),
+    ("basic_auth_users: {}\n", "basic_auth_users is empty"),
+    ("basic_auth_users: []\n", "basic_auth_users is empty"),
+    ("tls_server_config:\n", "tls_server_config is empty: TLS needs cert_file and key_file"),
+    ("tls_server_config: {}\n", "tls_server_config is empty"),
+    # The second, empty key would replace the first: no authentication at all.
+    (f"basic_auth_users:\n  alice: {HASH}\nbasic_auth_users:\n",
+     "line 3: basic_auth_users is given twice"),
+    (f"basic_auth_users:\n  alice: {HASH}\n  alice: {HASH}\n", "line 3: alice is given twice"),
+    ("basic_auth_users: 0\n", "basic_auth_users: expected a mapping"),
+    (f"basic_auth_users:\n  'a:b': {HASH}\n", "can never log in"),
+])
+def test_a_config_that_protects_nothing_is_refused(tmp_path, text, says):
+    """A web config asks for protection: one that yields none is refused, never run open."""
+    path = tmp_path / "web.yml"
+    path.write_text(text)
+    with pytest.raises(UserError) as e:
+        load_web_config(str(path))
+    assert says in str(e.value) and "\n" not in str(e.value) and e.value.code == 2
+
+
+def test_yaml_merge_keys_may_still_be_overridden():
+    doc = parse_yaml("base: &b {x: 1, y: 2}\nmine:\n  <<: *b\n  y: 3\n")
+    assert doc["mine"] == {"x": 1, "y": 3}
+
+
+def test_tls_versions_that_cannot_meet_are_refused(tmp_path):
+    cert, key = make_cert(tmp_path)
+    (tmp_path / "web.yml").write_text(f"tls_server_config:\n  cert_file: {cert}\n"
+                                      f"  key_file: {key}\n  min_version: TLS13\n"
+                                      "  max_version: TLS12\n")
+    with pytest.raises(UserError, match="min_version TLS13 is above max_version TLS12"):
+        load_web_config(str(tmp_path / "web.yml"))
+
+
+def test_a_key_with_a_pass_phrase_is_refused_without_a_prompt(gpumon_cmd, clean_env,
+                                                               tmp_path):
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl command to make an encrypted key")
+    subprocess.run([openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-passout", "pass:hunter2", "-keyout",
+                    str(tmp_path / "enc.key"), "-out", str(tmp_path / "enc.crt"), "-days", "2",
+                    "-subj", "/CN=enc"], check=True, capture_output=True, timeout=60)
+    (tmp_path / "web.yml").write_text("tls_server_config:\n  cert_file: enc.crt\n"
+                                      "  key_file: enc.key\n")
+    with pytest.raises(UserError, match="enc.key is protected by a pass phrase"):
+        load_web_config(str(tmp_path / "web.yml"))
+    # On a terminal OpenSSL would have asked on it; under `script` stdin and stderr are one.
+    script = shutil.which("script")
+    cmd = gpumon_cmd + ["export", "--sim", "busy:1", "--port", "0", "--web-config",
+                        str(tmp_path / "web.yml")]
+    if script is not None:
+        cmd = [script, "-qec", " ".join(map(shlex.quote, cmd)), "/dev/null"]
+    r = subprocess.run(cmd, env=clean_env, capture_output=True, text=True, timeout=30,
+                       stdin=subprocess.DEVNULL)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "pass phrase" in out and "Enter PEM" not in out, out
+    assert len(out.strip().splitlines()) == 1, out
+
+
+def test_cli_refuses_a_second_empty_basic_auth_users(gpumon_cmd, clean_env, tmp_path):
+    """The file that served /metrics with 200 and no credentials: refused before listening."""
+    (tmp_path / "web.yml").write_text(f"basic_auth_users:\n  prometheus: {HASH}\n"
+                                      "basic_auth_users:\n")
+    port = free_port()
+    r = subprocess.run(gpumon_cmd + ["export", "--sim", "busy:1", "--port", str(port),
+                                     "--web-config", str(tmp_path / "web.yml"), "--duration",
+                                     "3"], env=clean_env, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "basic_auth_users is given twice" in r.stderr
 
 
 def test_tls_options_checked(tmp_path):
