@@ -55,6 +55,22 @@ class _Window:
         return ", ".join(parts) if parts else "no host counters"
 
 
+def _too_few(w: _Window) -> str:
+    """Too few samples; a GPU that sent none in the whole window (MIG, vGPU) is named."""
+    s = (f"{int(np.nanmin(w.col('n'))) if len(w.gpus) else 0} utilization samples in the "
+         f"window, fewer than {w.th.min_samples:.0f}")
+    none = [g for g, n in zip(w.gpus, w.col("n_all").tolist()) if not n > 0] \
+        if "n_all" in w.f else []
+    return s + f"; {no_util_text(none)}" if none else s
+
+
+def no_util_text(gpus: Sequence[int]) -> str:
+    """Why GPUs that sent no utilization sample have no verdict."""
+    verb = "reports" if len(gpus) == 1 else "report"
+    return (f"{_gpus(gpus)} {verb} no utilization (a MIG instance or vGPU, or a driver that "
+            "does not support it): idle cannot be told from busy without it")
+
+
 def _duty_low(w: _Window) -> str:
     ev, th = w.ev, w.th
     lo, hi = ev.get("duty_min"), ev.get("duty_max")
@@ -201,9 +217,7 @@ def _job_gone(w: _Window) -> str:
 
 BECAUSE: dict[str, Callable[[_Window], str]] = {
     "job_gone": _job_gone,
-    "too_few_samples": lambda w: (f"{int(np.nanmin(w.col('n'))) if len(w.gpus) else 0} "
-                                  f"utilization samples in the window, fewer than "
-                                  f"{w.th.min_samples:.0f}"),
+    "too_few_samples": _too_few,
     "pause": _pause,
     "no_kernels": _no_kernels,
     "quiet_after_work": _quiet_after_work,

@@ -25,7 +25,7 @@ from gpumon.detect.features import window_features
 from gpumon.detect.jobs import GroupMemo, active, group_active
 from gpumon.detect.cold import cold_seconds, spin_seconds
 from gpumon.detect.pauses import gap_stops, host_bins, pause_flags
-from gpumon.detect.explain import because
+from gpumon.detect.explain import because, no_util_text
 from gpumon.detect.rules import CAUSE_NAMES, RULES, judge
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
@@ -203,13 +203,16 @@ def make_diagnosis(f: dict, r: dict, e: int, gpus: Sequence[int], start: Optiona
 
 def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
                th: Thresholds = DEFAULT, memo: Optional[GroupMemo] = None,
-               latest: bool = False, recent: frozenset = frozenset()):
+               latest: bool = False, recent: frozenset = frozenset(),
+               gone: frozenset = frozenset()):
     """Jobs from the last ``w`` bins before ``stop`` (memory, activity) and the PIDs seen
     (``memo``: a GroupMemo that keeps the grouping while its inputs stay the same). With
     ``latest``, each GPU is read in its own last bin with samples among those (a GPU with
     no sample in the last second is not thereby unused). ``recent``: GPUs that ran a kernel
     within idle_after_s; without process or memory info they are in use (a slow loader's
-    job between its bursts), as no_kernels calls a job idle only after that long."""
+    job between its bursts), as no_kernels calls a job idle only after that long. ``gone``:
+    GPUs lost (NVML: GPU is lost): they have left every job (their missing samples are no
+    idle rank, and never a straggler)."""
     lo = max(0, stop - w)
     s = store.g[_JOB_ROWS, :, lo:stop]
     if latest:
@@ -221,7 +224,7 @@ def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
     # (Python floats where the store is float64: the same quotients, computed faster.)
     n, quiet, memn, mem = s.tolist() if s.dtype == np.float64 else s
     act = [gpu for i, gpu in enumerate(store.gpus)
-           if active(pids.get(gpu), mem[i] / memn[i] if memn[i] > 0 else NAN,
+           if gpu not in gone and active(pids.get(gpu), mem[i] / memn[i] if memn[i] > 0 else NAN,
                      1.0 if gpu in recent else (n[i] - quiet[i]) / n[i] if n[i] > 0 else NAN,
                      th)]
     return (memo or group_active)(act, pids, ppid)
@@ -282,18 +285,36 @@ def idle_diagnosis(gpus: Sequence[int], start, end, th: Thresholds = DEFAULT,
                      f"none where {kernels})")
 
 
-def no_data_diagnosis(gpus: Sequence[int], start, end) -> Diagnosis:
+def no_data_diagnosis(gpus: Sequence[int], start, end,
+                      because: str = "no utilization sample from any GPU of the job in the "
+                      "window") -> Diagnosis:
     """A window in which no GPU of the job sent a sample."""
     return Diagnosis(verdict=INSUFFICIENT_DATA, gpus=tuple(gpus), confidence=0.0,
                      evidence={k: None for k in EVIDENCE_KEYS},
                      advice=advice(INSUFFICIENT_DATA, None, None), start=start, end=end,
-                     rule="too_few_samples", because="no utilization sample from any GPU of "
-                     "the job in the window")
+                     rule="too_few_samples", because=because)
+
+
+def no_job_diagnoses(store: Store, lo: int, stop: int, start, end, th: Thresholds = DEFAULT,
+                     gone: frozenset = frozenset(), whole_log: bool = False) -> list[Diagnosis]:
+    """No GPU in use (store_jobs found no job in bins lo..stop): idle, said only of the GPUs
+    that sent utilization samples there; one that sent none (a MIG instance, a vGPU, the
+    metric unsupported) has no verdict: its processes and memory alone cannot tell idle
+    from busy. Lost GPUs (``gone``) are left out."""
+    n = store.g[GI["n"], :, lo:stop].sum(axis=1).tolist()
+    gpus = sorted(g for g in store.gpus if g not in gone)
+    blind = [g for g in gpus if not n[store.rows[g]] > 0]
+    out = [idle_diagnosis([g for g in gpus if g not in blind], start, end, th, whole_log)] \
+        if len(blind) < len(gpus) else []
+    if blind:
+        out.append(no_data_diagnosis(blind, start, end, no_util_text(blind)))
+    return out
 
 
 def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis]:
     """One Diagnosis per job, judged on the whole window (no hysteresis, no state)."""
     samples, jobs, hosts, pids, ppid = tick_columns(window)
+    gone = frozenset(g for t in window for g in t.lost)
     if len(samples.time) == 0:
         return [Diagnosis(verdict=INSUFFICIENT_DATA, confidence=0.0,
                           evidence={k: None for k in EVIDENCE_KEYS},
@@ -304,9 +325,9 @@ def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis
     store.add_jobs(jobs)
     store.add_host(hosts)
     nb = store.nb
-    found = store_jobs(store, nb, nb, pids, ppid, th)
+    found = store_jobs(store, nb, nb, pids, ppid, th, gone=gone)
     if not found:
-        return [idle_diagnosis(sorted(store.gpus), start, end, th, whole_log=True)]
+        return no_job_diagnoses(store, 0, nb, start, end, th, gone, whole_log=True)
     out = []
     for gpus, shared in found:
         g, h = store.view([store.rows[x] for x in gpus])

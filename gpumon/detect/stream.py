@@ -19,8 +19,8 @@ from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, INSUFFICIENT_DATA, 
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
 from gpumon.detect.bins import GI, Store
-from gpumon.detect.pipeline import (active_since, bin_duty, idle_diagnosis, judge_job,
-                                    make_diagnosis, no_data_diagnosis, store_jobs,
+from gpumon.detect.pipeline import (active_since, bin_duty, judge_job, make_diagnosis,
+                                    no_data_diagnosis, no_job_diagnoses, store_jobs,
                                     tick_columns)
 from gpumon.detect.features import kernel_recent, last_kernel, view_bins
 from gpumon.detect.jobs import GroupMemo
@@ -225,11 +225,14 @@ class StreamingDetector:
         self._jobs: dict[tuple, _Job] = {}
         self._groups = GroupMemo()           # the last grouping of GPUs into jobs
         self._kernel_t: dict[int, float] = {}    # GPU -> time of its last sample with a kernel
+        self._lost: frozenset = frozenset()      # GPUs lost (they leave their job)
 
     def reset(self) -> None:
         self.__init__(self.th)
 
     def update(self, tick: Tick) -> list[Diagnosis]:
+        if tick.lost and not self._lost.issuperset(tick.lost):
+            self._lost = self._lost.union(tick.lost)
         if not tick.gpus:
             return self.current
         last = self._ingest(tick)
@@ -254,10 +257,10 @@ class StreamingDetector:
         recent = frozenset(gpu for gpu, t in self._kernel_t.items()
                            if t_end - t < self.th.idle_after_s)
         found = (store_jobs(st, stop, stop - lo, self._pids, self._ppid, self.th, self._groups,
-                            latest=True, recent=recent) if seen else [])
+                            latest=True, recent=recent, gone=self._lost) if seen else [])
         if not found:
-            self.current = [idle_diagnosis(sorted(st.gpus), t_end - self.th.window_s, t_end,
-                                           self.th)]
+            self.current = no_job_diagnoses(st, lo, stop, t_end - self.th.window_s, t_end,
+                                            self.th, self._lost)
             self._jobs.clear()
             return self.current
         out = [self._judge(tuple(gpus), shared, first, last) for gpus, shared in found]

@@ -85,6 +85,12 @@ def status_json(v: View, hostname: str, uuids: dict[int, str], seconds: float) -
     }
 
 
+def no_util_gpus(v: View) -> list[int]:
+    """GPUs read but without a utilization value (a MIG instance, a vGPU): no verdict."""
+    return [g.index for g in v.gpus
+            if not g.lost and g.sample is not None and g.util is None]
+
+
 def no_verdict_text(v: View, seconds: float) -> str:
     if v.gpus and all(g.lost for g in v.gpus):
         return "no verdict: every GPU is lost"
@@ -92,6 +98,11 @@ def no_verdict_text(v: View, seconds: float) -> str:
         return "no verdict: --sample 0 reads the current values only"
     if not v.detector:
         return "no verdict: the detector is not available in this build"
+    blind = no_util_gpus(v)
+    if blind:
+        verb = "does" if len(blind) == 1 else "do"
+        return (f"no verdict: GPU{'s' if len(blind) > 1 else ''} {','.join(map(str, blind))} "
+                f"{verb} not report utilization (MIG or vGPU): idle cannot be told from busy")
     return (f"no verdict yet: {seconds:.1f} s of samples are not enough to judge "
             "(sample longer with --sample S)")
 
