@@ -11,13 +11,15 @@ import os
 import time
 from typing import Callable, Iterator, Optional
 
+import numpy as np
+
 from gpumon.errors import UserError
 from gpumon.logs import gpumon_csv
 from gpumon.logs.lines import clean
 from gpumon.logs.log import Malformed
 from gpumon.logs.source import display_name, read_bytes
 from gpumon.logs.table import header
-from gpumon.samples import GpuInfo, GpuSample, Tick
+from gpumon.samples import GpuInfo, Tick
 
 
 class ReplaySource:
@@ -46,16 +48,26 @@ class ReplaySource:
         self._log_start = min(s.time for s in first.gpus)
         self._wall_start: Optional[float] = None
         self._last_time = self._log_start
-        self._infos = self._infos_from(first.gpus)
+        self._infos = self._infos_from(cols)
 
     @staticmethod
-    def _infos_from(samples: tuple[GpuSample, ...]) -> list[GpuInfo]:
-        seen: dict[int, GpuSample] = {}
-        for s in samples:
-            seen.setdefault(s.gpu, s)
-        return [GpuInfo(index=g, name="logged GPU", uuid="", mem_total_mib=s.mem_total_mib,
-                        power_limit_w=s.power_limit_w, sm_clock_max_mhz=s.sm_clock_max_mhz)
-                for g, s in sorted(seen.items())]
+    def _infos_from(cols: gpumon_csv.Columns) -> list[GpuInfo]:
+        """Every GPU of the whole log (its rows read, the malformed ones left out), with
+        what its first row says: a log written through NVML holds one GPU's samples of a
+        poll before the next GPU's, so its first tick may hold one GPU alone."""
+        gpu = cols.num("gpu")
+        ok = ~cols.bad & np.isfinite(gpu)
+        index, first = np.unique(gpu[ok], return_index=True)
+        rows = np.flatnonzero(ok)[first]
+
+        def value(name: str, row: int) -> Optional[float]:
+            v = float(cols.num(name)[row])
+            return None if v != v else v
+        return [GpuInfo(index=int(g), name="logged GPU", uuid="",
+                        mem_total_mib=value("mem_total_mib", r),
+                        power_limit_w=value("power_limit_w", r),
+                        sm_clock_max_mhz=value("sm_clock_max_mhz", r))
+                for g, r in zip(index.tolist(), rows.tolist())]
 
     @property
     def name(self) -> str:

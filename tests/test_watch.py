@@ -250,3 +250,26 @@ def test_every_gpu_lost_drops_the_verdict_and_says_so_once(gpumon_cmd, clean_env
     assert said[-1].startswith("gpumon: GPU ") and said[-1].endswith(
         "lost (NVML: GPU is lost, it fell off the bus): no GPU is left; no verdict from now on")
     assert sum("no GPU is left" in x for x in said) == 1 and len(said) <= 2, said
+
+
+def test_replay_names_every_gpu_of_an_nvml_log(tmp_path):
+    """A poll through NVML writes one GPU's samples before the next GPU's, and a first read
+    reaches back into the driver's history: GPU 0's first rows span more than a tick, so the
+    log's first tick holds GPU 0 alone. Every GPU of the log is replayed all the same."""
+    from dataclasses import replace
+    from gpumon.commands.common import SelectGpus
+    path = tmp_path / "nvml.csv"
+    sink = CsvSink(str(path))
+    for k, t in enumerate(ticks(2, 4)):
+        if k == 0:          # GPU 0 from 1.5 s back, then GPU 1's last second
+            early = tuple(replace(s, time=s.time - 0.5 - (5 - i) * 0.1)
+                          for i, s in enumerate(x for x in t.gpus if x.gpu == 0))
+            t = replace(t, gpus=early + tuple(s for s in t.gpus if s.gpu == 1))
+        sink.write(t, diagnosis_at(k, 2))
+    sink.close()
+    src = ReplaySource(str(path), speed=1e6)
+    assert [i.index for i in src.gpu_infos()] == [0, 1]
+    assert src.gpu_infos()[1].mem_total_mib is not None
+    one = SelectGpus(ReplaySource(str(path), speed=1e6), ["1"], "GPUs of the log")
+    assert [i.index for i in one.gpu_infos()] == [1]
+    assert {s.gpu for s in one.read().gpus} <= {1}
