@@ -55,6 +55,12 @@ class NvmlNode:
     def gpu_infos(self) -> list[GpuInfo]:
         return self.nvml.gpu_infos()
 
+    def versions(self) -> dict[str, str]:
+        return self.nvml.versions()
+
+    def extras(self) -> dict:
+        return self.nvml.extras()
+
     @property
     def errors(self) -> dict[str, int]:
         return self.nvml.errors

@@ -223,6 +223,16 @@ def _proc_mem(procs) -> tuple[tuple[int, float], ...]:
     return tuple(sorted(mem.items()))
 
 
+def _extras(g: _Gpu) -> dict[str, Optional[float]]:
+    """NvmlSource.extras of one GPU."""
+    fan = g.query("fan", N.nvmlDeviceGetFanSpeed)
+    enc = g.query("encoder", N.nvmlDeviceGetEncoderUtilization)
+    dec = g.query("decoder", N.nvmlDeviceGetDecoderUtilization)
+    return {"fan.speed": float(fan) if fan is not None else None,
+            "utilization.enc": float(enc[0]) if enc else None,
+            "utilization.dec": float(dec[0]) if dec else None}
+
+
 def _decode(value) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
@@ -368,6 +378,22 @@ class NvmlSource:
             out["cuda"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
         except N.NVMLError:
             out["cuda"] = "unknown"
+        return out
+
+    def extras(self) -> dict[int, dict[str, Optional[float]]]:
+        """What gpustat --json shows and the monitor does not read (asked once, for `gpumon
+        status`): per GPU its fan speed (%) and video encoder and decoder utilization (%),
+        None where unsupported or lost."""
+        out = {}
+        for g in self.gpus:
+            out[g.index] = {"fan.speed": None, "utilization.enc": None,
+                            "utilization.dec": None}
+            if g.lost:
+                continue
+            try:
+                out[g.index].update(_extras(g))
+            except GpuLost:
+                self._mark_lost(g)
         return out
 
     # -- sampling -------------------------------------------------------------------------

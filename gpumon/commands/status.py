@@ -8,6 +8,7 @@ import json
 import shutil
 import socket
 import sys
+from typing import NamedTuple, Optional
 
 from gpumon.commands.helptext import help_kwargs
 from gpumon.commands.common import add_sampling_options, make_detector, open_source
@@ -37,7 +38,9 @@ def register(sub) -> None:
                    help=f"seconds to sample before the snapshot, 0 to 60 (default {SAMPLE_S:g}; "
                         "0: the current readings, no verdict)")
     p.add_argument("--width", type=int, default=None, metavar="N",
-                   help="text width (default: the terminal's, else 160)")
+                   help="text width, 40 or more (default: the terminal's, else 160)")
+    p.add_argument("-1", "--once", action="store_true",
+                   help="accepted as nvitop's -1/--once: status always reports once")
     add_sampling_options(p, duration=False)
     p.set_defaults(func=run)
 
@@ -52,10 +55,21 @@ def _sample_s(text: str) -> float:
     return value
 
 
-def snapshot(args) -> tuple[Dashboard, dict[int, str], float]:
-    """Sample ``args.sample`` seconds; the dashboard model, GPU UUIDs and the seconds seen."""
+class Snapshot(NamedTuple):
+    board: Dashboard
+    uuids: dict[int, str]
+    seconds: float                  # from the first reading to the last (0: --sample 0)
+    driver: Optional[str]           # the driver's version (None: simulated)
+    extras: dict                    # per GPU: fan speed, encoder and decoder utilization
+
+
+def snapshot(args) -> Snapshot:
+    """Sample ``args.sample`` seconds: the dashboard model, GPU UUIDs, the seconds seen, and
+    what gpustat --json shows that sampling does not read."""
     source = open_source(args, process_util=True)     # (the process table)
     monitor = None
+    times: list[float] = []
+    driver, extras = None, {}
     try:
         infos = source.gpu_infos()
         label = getattr(source, "label", "") or (args.sim or "")
@@ -67,32 +81,37 @@ def snapshot(args) -> tuple[Dashboard, dict[int, str], float]:
         monitor = Monitor(source, interval=min(args.interval, span), duration=span,
                           detector=detector)
         monitor.listeners.append(board)
+        monitor.listeners.append(lambda tick, _: times.append(tick.time))
         monitor.run()
+        if hasattr(source, "extras"):
+            driver = source.versions().get("driver")
+            extras = source.extras()
     finally:
         if monitor is not None:
             monitor.close()
         else:
             source.close()
-    seconds = board.view().elapsed if args.sample else 0.0     # 0: not judged at all
-    return board, {i.index: i.uuid for i in infos}, seconds
+    seconds = times[-1] - times[0] if args.sample and times else 0.0   # 0: not judged
+    return Snapshot(board, {i.index: i.uuid for i in infos}, seconds, driver, extras)
 
 
 def run(args) -> int:
     if args.width is not None and args.width < 40:
         raise UserError(f"--width must be 40 or more, not {args.width}", 2)
     try:
-        board, uuids, seconds = snapshot(args)
+        snap = snapshot(args)
     except KeyboardInterrupt:
         print("gpumon: interrupted before the snapshot", file=sys.stderr)
         return 130
     from gpumon.ui.status import status_json, status_text
-    view = board.view()
+    view = snap.board.view()
     host = socket.gethostname()
     if args.json:
-        print(json.dumps(status_json(view, host, uuids, seconds), indent=2))
+        print(json.dumps(status_json(view, host, snap.uuids, snap.seconds, snap.driver,
+                                     snap.extras), indent=2))
         return 0
     width = args.width or (shutil.get_terminal_size((PIPE_WIDTH, 24)).columns
                            if sys.stdout.isatty() else PIPE_WIDTH)
     ascii = not (sys.stdout.encoding or "").lower().startswith("utf")
-    print("\n".join(status_text(view, host, seconds, width, ascii)))
+    print("\n".join(status_text(view, host, snap.seconds, width, ascii)))
     return 0

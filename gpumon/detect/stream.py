@@ -328,9 +328,23 @@ class StreamingDetector:
             job.feed(st.bin_time(lo + int(ends[e]) + 1), r, e)
         e = len(ends) - 1
         t_end = st.bin_time(stop)
+        f = _data_window(f, e, int(ends[e]), n)
         d = make_diagnosis(f, r, e, gpus, t_end - float(f["window"][e]) * self.th.bin_s,
                            t_end, self.th)
         return _hold(d, job.hyst.current, gpus, job.conf)
+
+
+def _data_window(f: dict, e: int, end: int, n: np.ndarray) -> dict:
+    """``f`` with window ``e`` (ending at view bin ``end``) no longer than the seconds of data
+    the job has (``n``: its samples per bin): right after the start, the reason and the
+    samples per second speak of the seconds sampled, not of window_s."""
+    have = np.flatnonzero(n[:end + 1] > 0)
+    span = end - int(have[0]) + 1 if len(have) else 0
+    if not 0 < span < f["window"][e]:
+        return f
+    window = f["window"].copy()
+    window[e] = span
+    return dict(f, window=window)
 
 
 def _named(key: Optional[tuple], gpus: Sequence[int]):

@@ -23,7 +23,8 @@ from gpumon.ui.columns import MISSING
 # (title, width, right-aligned) of the columns before COMMAND, which takes the rest.
 COLUMNS = (("PID", 7, True), ("USER", 8, False), ("GPU", 5, False), ("GPU-MEM", 8, True),
            ("SM", 4, True), ("CPU", 5, True), ("HOST-MEM", 8, True), ("TIME", 9, True))
-MIN_COMMAND = 8          # below this many columns for the command, USER is dropped
+MIN_COMMAND = 8          # below this many columns for the command, a column is dropped:
+DROP = ("USER", "HOST-MEM", "TIME", "SM", "CPU")     # these, in this order
 NOT_ON_HOST = "(not visible on this host)"
 
 Pieces = list[tuple[str, Optional[str]]]
@@ -188,15 +189,22 @@ def _fit(rows: list[ProcRow], room: int) -> tuple[list[ProcRow], int]:
     return keep, len(rows) - shown
 
 
+def _columns(width: int) -> list[tuple[str, int, bool]]:
+    """The columns before COMMAND that leave it MIN_COMMAND of ``width`` (DROP's order)."""
+    cols = list(COLUMNS)
+    for name in DROP:
+        if width - sum(w + 1 for _, w, _ in cols) >= MIN_COMMAND:
+            break
+        cols = [c for c in cols if c[0] != name]
+    return cols
+
+
 def table_lines(rows: Sequence[ProcRow], width: int, max_rows: Optional[int] = None,
                 ascii: bool = False) -> list[Pieces]:
     """The table (a header, then a line per process) in at most ``max_rows`` lines."""
-    cols = list(COLUMNS)
+    cols = _columns(width)
+    keep = [i for i, c in enumerate(COLUMNS) if c in cols]
     fixed = sum(w + 1 for _, w, _ in cols)
-    drop_user = width - fixed < MIN_COMMAND
-    if drop_user:
-        cols = [c for c in cols if c[0] != "USER"]
-        fixed = sum(w + 1 for _, w, _ in cols)
     cmd_w = max(1, width - fixed)
     room = (len(rows) if max_rows is None else max_rows - 1)
     if room < 1:
@@ -207,8 +215,7 @@ def table_lines(rows: Sequence[ProcRow], width: int, max_rows: Optional[int] = N
     tree = "`- " if ascii else "└ "
     for r in shown:
         cells = _cells(r, ascii)
-        if drop_user:
-            del cells[1]
+        cells = [cells[i] for i in keep]
         if r.role == "workers":
             cells = [""] + ["" if c == MISSING else c for c in cells[1:]]
         line = " ".join(c[:w].rjust(w) if right else c[:w].ljust(w)

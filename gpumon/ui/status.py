@@ -6,6 +6,7 @@ Pure functions of the View: the command samples, these only format. A value not 
 """
 from __future__ import annotations
 
+import textwrap
 import time
 from typing import Optional
 
@@ -44,12 +45,15 @@ def _on_gpu(r: ProcRow, s: Optional[GpuSample]) -> ProcRow:
     return r._replace(gpu_mem_mib=mem.get(r.pid), sm_pct=sm.get(r.pid))
 
 
-def _gpu_json(g: GpuView, rows: list[ProcRow], uuid: str) -> dict:
+def _gpu_json(g: GpuView, rows: list[ProcRow], uuid: str, extra: dict) -> dict:
     s = g.sample
     mine = [_on_gpu(r, s) for r in rows if g.index in r.gpus and r.role != "worker"]
     return {
         "index": g.index, "uuid": uuid, "name": g.name, "lost": g.lost,
         "utilization.gpu": _num(g.util),
+        "utilization.enc": _num(extra.get("utilization.enc")),
+        "utilization.dec": _num(extra.get("utilization.dec")),
+        "fan.speed": _num(extra.get("fan.speed")),
         "memory.used": _num(s.mem_used_mib) if s else None,
         "memory.total": _num(s.mem_total_mib) if s else None,
         "power.draw": _num(s.power_w) if s else None,
@@ -67,18 +71,24 @@ def _verdict_json(d: Diagnosis) -> dict:
     return out
 
 
-def status_json(v: View, hostname: str, uuids: dict[int, str], seconds: float) -> dict:
-    """gpustat --json's shape (hostname, query_time, gpus with their processes) and the
-    verdict: null while there is none yet (``verdict_note`` says why)."""
+def status_json(v: View, hostname: str, uuids: dict[int, str], seconds: float,
+                driver: Optional[str] = None, extras: Optional[dict] = None) -> dict:
+    """gpustat --json's shape (hostname, driver_version, query_time, gpus with their
+    processes; ``extras``: per GPU what sampling does not read, fan speed and video encoder
+    and decoder utilization) and the verdict: null while there is none yet
+    (``verdict_note`` says why)."""
+    extras = extras or {}
     now = v.time if v.time is not None else time.time()
     rows = proc_rows(v.host, _samples(v), now)
     d = v.diagnosis
     judged = d is not None and d.verdict != INSUFFICIENT_DATA
     return {
-        "hostname": hostname, "query_time": local_time(now, "seconds"),
+        "hostname": hostname, "driver_version": driver,
+        "query_time": local_time(now, "seconds"),
         "gpumon_version": __version__,
         "source": v.kind, "sampled_s": round(seconds, 1),
-        "gpus": [_gpu_json(g, rows, uuids.get(g.index, "")) for g in v.gpus],
+        "gpus": [_gpu_json(g, rows, uuids.get(g.index, ""), extras.get(g.index, {}))
+                 for g in v.gpus],
         "verdict": _verdict_json(d) if judged else None,
         "verdicts": [_verdict_json(x) for x in v.diagnoses if x.verdict != INSUFFICIENT_DATA],
         "verdict_note": "" if judged else no_verdict_text(v, seconds),
@@ -111,19 +121,48 @@ def _fmt(v: Optional[float], unit: str, spec: str = ".0f") -> str:
     return MISSING if v is None else f"{v:{spec}}{unit}"
 
 
-def gpu_line(g: GpuView, ascii: bool) -> str:
+# The widest a GPU's name is shown, and the narrowest before it is left out.
+NAME_W, NAME_MIN = 24, 8
+# What a GPU line leaves out, in this order, when the width does not hold it all.
+DROP = ("temp", "power", "mem")
+
+
+def gpu_line(g: GpuView, ascii: bool, width: int = 80) -> str:
+    """``[i] name | util | memory | power | temperature`` in ``width`` columns: the name
+    shortened, then the temperature, power and memory left out, as the width asks."""
     s = g.sample
+    head = f"[{g.index}] "
     if g.lost:
-        return f"[{g.index}] {g.name[:24]:24}  lost (NVML: GPU is lost, it fell off the bus)"
+        return (head + f"{g.name[:NAME_W]:{NAME_W}}  lost (NVML: GPU is lost, it fell off "
+                "the bus)")[:width]
     deg = "C" if ascii else "°C"
-    mem = (f"{_fmt(s.mem_used_mib, '')} / {_fmt(s.mem_total_mib, ' MiB')}" if s else MISSING)
-    power = (f"{_fmt(s.power_w, '')} / {_fmt(s.power_limit_w, ' W')}" if s else MISSING)
-    temp = _fmt(s.temp_c if s else None, deg)
-    return (f"[{g.index}] {g.name[:24]:24} | {_fmt(g.util, '%'):>4} | {mem:>19} | "
-            f"{power:>11} | {temp:>5}")
+    cells = {"util": f"{_fmt(g.util, '%'):>4}",
+             "mem": f"{_fmt(s.mem_used_mib, '') if s else MISSING} / "
+                    f"{_fmt(s.mem_total_mib, ' MiB') if s else MISSING}".rjust(19),
+             "power": f"{_fmt(s.power_w, '') if s else MISSING} / "
+                      f"{_fmt(s.power_limit_w, ' W') if s else MISSING}".rjust(11),
+             "temp": f"{_fmt(s.temp_c if s else None, deg):>5}"}
+    drop = list(DROP)
+    while True:
+        rest = "".join(" | " + c for c in cells.values())
+        room = min(NAME_W, width - len(head) - len(rest))
+        if room >= NAME_MIN or not drop:
+            break
+        del cells[drop.pop(0)]
+    name = f"{g.name[:room]:{room}}" if room >= NAME_MIN else ""
+    return (head + name + rest if name else head + rest[3:])[:width]
 
 
-def verdict_lines(v: View, seconds: float) -> list[str]:
+def verdict_lines(v: View, seconds: float, width: int = 0) -> list[str]:
+    """The verdict, the rule's reason and the advice; wrapped at ``width`` (0: not)."""
+    lines = _verdict_lines(v, seconds)
+    if not width:
+        return lines
+    return [w for line in lines for w in textwrap.wrap(
+        line, width, subsequent_indent="    ", break_on_hyphens=False) or [""]]
+
+
+def _verdict_lines(v: View, seconds: float) -> list[str]:
     d = v.diagnosis
     if d is None or d.verdict == INSUFFICIENT_DATA:
         return [no_verdict_text(v, seconds)]
@@ -146,10 +185,11 @@ def status_text(v: View, hostname: str, seconds: float, width: int,
     """The snapshot as lines: a title, a line per GPU, the verdict, the process table."""
     now = v.time if v.time is not None else time.time()
     what = {"sim": f"  SIMULATED {v.label}", "replay": f"  REPLAYED {v.label}"}.get(v.kind, "")
-    out = [f"gpumon {__version__}  {hostname}  {local_time(now, 'seconds')} (local){what}"]
-    out += [gpu_line(g, ascii) for g in v.gpus]
+    out = textwrap.wrap(f"gpumon {__version__}  {hostname}  {local_time(now, 'seconds')} "
+                        f"(local){what}", width, subsequent_indent="  ")
+    out += [gpu_line(g, ascii, width) for g in v.gpus]
     out.append("")
-    out += verdict_lines(v, seconds)
+    out += verdict_lines(v, seconds, width)
     out.append("")
     rows = proc_rows(v.host, _samples(v), now)
     if rows:
