@@ -209,12 +209,16 @@ def test_the_command_gets_sigterm_when_gpumon_is_killed(gpumon_cmd, clean_env, t
 def test_a_huge_line_is_read_in_bounded_parts():
     """A command that prints one 8 MB line: gpumon holds it in parts of LINE_MAX characters,
     never the whole line (a 300 MB line drove gpumon to 894 MB)."""
-    from gpumon.commands.run import LINE_MAX, Child
-    child = Child(["sh", "-c", "head -c 8000000 /dev/zero | tr '\\0' x; echo; "
-                   "printf 'a\\rb\\nlast'"], capture=True)
-    assert child.wait() == 0
-    for t in child.pumps:
-        t.join(timeout=20)
-    lines = child.take_lines()
+    from gpumon.relay import LINE_MAX, LineFeed
+    r, w = os.pipe()
+    p = subprocess.Popen(["sh", "-c", "head -c 8000000 /dev/zero | tr '\\0' x; echo; "
+                          "printf 'a\\rb\\nlast'"], stdout=w)
+    os.close(w)
+    feed = LineFeed(r).start()
+    lines = []
+    while not feed.join(0.05):
+        lines += feed.take()
+    lines += feed.take()
+    assert p.wait() == 0
     assert max(map(len, lines)) <= LINE_MAX
     assert lines[-2:] == ["b", "last"] and set("".join(lines[:-2])) == {"x"}

@@ -17,7 +17,7 @@ import warnings
 from contextlib import contextmanager
 from typing import Callable, Optional, TextIO
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.control import Control
 from rich.live import Live
 
@@ -230,10 +230,12 @@ class AltScreen:
 
 
 def run_screen(loop: Loop, dash: Dashboard, console: Console, *, alt_screen: bool = True,
-               reserve: int = 0, before_draw: Optional[Callable[[Console], None]] = None) -> None:
+               reserve: int = 0,
+               before_draw: Optional[Callable[[Console], object]] = None) -> None:
     """The live screen, redrawn explicitly (no timer thread). In the alternate screen by
     default; `gpumon run` draws it below its command's output instead (``reserve`` rows kept
-    for that output, printed by ``before_draw`` from the drawing thread)."""
+    for that output, printed by ``before_draw`` from the drawing thread; what it returns, if
+    not None, is drawn above the screen until the next draw: the command's unfinished line)."""
     screen = Screen(dash.view, reserve=reserve)
     key_fd = None
     try:
@@ -241,21 +243,26 @@ def run_screen(loop: Loop, dash: Dashboard, console: Console, *, alt_screen: boo
             key_fd = sys.stdin.fileno()
     except (AttributeError, ValueError, OSError):
         key_fd = None
+    top: list = [None]
     # A library warning written to stderr would scribble over the screen: hold them back.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if alt_screen and AltScreen.usable(console):
             drawer = AltScreen(console, screen)
         else:
-            drawer = Live(get_renderable=lambda: screen, console=console, screen=alt_screen,
-                          auto_refresh=False, redirect_stdout=False, redirect_stderr=False,
-                          transient=False)
+            drawer = Live(get_renderable=lambda: _above(top[0], screen), console=console,
+                          screen=alt_screen, auto_refresh=False, redirect_stdout=False,
+                          redirect_stderr=False, transient=False)
         with drawer as live:
             def draw() -> None:
                 if before_draw is not None:
-                    before_draw(console)
+                    top[0] = before_draw(console)
                 live.refresh()
             loop.run(draw, key_fd=key_fd)
+
+
+def _above(top, screen: Screen):
+    return screen if top is None else Group(top, screen)
 
 
 class PlainPrinter:
