@@ -161,7 +161,7 @@ def test_runs_keeps_an_ordered_log_as_it_is(tmp_path, shuffle):
     p = tmp_path / "run.csv"
     p.write_text("".join(lines))
     log = read_log(str(p))
-    parts = runs(log, 60.0)
+    parts = list(runs(log, 60.0))
     assert len(parts) == 1
     assert (parts[0] is log) is (not shuffle)
     assert np.all(np.diff(parts[0].samples.time) >= 0)

@@ -26,7 +26,11 @@ def analyze_file(path: str, interval: Optional[float] = None,
         bad = (f" ({log.malformed.count} malformed line(s), the first at line "
                f"{log.malformed.first_line})" if log.malformed.count else "")
         raise UserError(f"{path}: no usable samples (no GPU utilization values){bad}")
-    return log, timeline(log, th)
+    try:
+        return log, timeline(log, th)
+    except MemoryError:
+        raise UserError(f"{path}: out of memory analysing its {len(log.samples.time):,} "
+                        "samples (split the log, or analyse a part of it)") from None
 
 
 __all__ = ["analyze_file", "read_log", "sniff", "timeline", "summary", "to_json", "to_text",

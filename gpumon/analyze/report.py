@@ -46,8 +46,16 @@ def _zone_line(t0: float) -> str:
             f"{start.strftime('%z')[3:]}); the log starts {start.strftime('%Y-%m-%d %H:%M:%S')}")
 
 
+# Gaps listed one by one in the text timeline; more are summed up in one line (a log sampled
+# every few minutes has one between every two samples; --format json lists each).
+MAX_GAP_ROWS = 10
+WEEK_S = 7 * 86400
+
+
 def _dur(s: float) -> str:
     s = int(round(s))
+    if s >= WEEK_S:
+        return f"{s // 86400}d{s % 86400 // 3600:02d}h"
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else (
         f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
 
@@ -73,14 +81,25 @@ def _header(log: Log, tl: Timeline, sm: dict) -> list[str]:
     gpus = ",".join(str(g) for g in sm["gpus"]) or "-"
     length = _dur(span) if not tl.gaps else (
         f"{_dur(span - gap)} of samples in {len(tl.gaps) + 1} runs over {_dur(span)}")
-    out = [f"{log.path}: {log.kind} log, {length}, GPUs {gpus}, "
-           f"{tl.samples_per_s or 0.0:.1f} samples/s per GPU"]
+    out = [f"{log.path}: {log.kind} log, {length}, GPUs {gpus}, {_rate(tl.samples_per_s)}"]
     out += [f"  note: {n}" for n in log.notes]
+    if len(tl.gaps) > MAX_GAP_ROWS:
+        longest = max(b - a for a, b in tl.gaps)
+        out.append(f"  no samples in {len(tl.gaps):,} stretches ({_dur(gap)} in all, the "
+                   f"longest {_dur(longest)}): no verdict there (--format json lists them)")
     if log.malformed.count:
         line = (f", the first at line {log.malformed.first_line}"
                 if log.malformed.first_line is not None else "")
         out.append(f"  {log.malformed.count} malformed line(s) skipped{line}")
     return out
+
+
+def _rate(rate: Optional[float]) -> str:
+    """Samples a second per GPU; under one in ten seconds, the seconds between them."""
+    rate = rate or 0.0
+    if 0 < rate < 0.1:
+        return f"one sample every {1 / rate:,.0f} s per GPU"
+    return f"{rate:.1f} samples/s per GPU"
 
 
 def _verdict(tl: Timeline, sm: dict) -> list[str]:
@@ -107,8 +126,9 @@ def _verdict(tl: Timeline, sm: dict) -> list[str]:
 
 def _timeline_rows(tl: Timeline, t0: float, explain: bool) -> list[str]:
     """Segments and gaps in time order."""
+    gaps = tl.gaps if len(tl.gaps) <= MAX_GAP_ROWS else []     # (else summed in _header)
     rows = [(a, f"  {_clock(a, t0)} - {_clock(b, t0)}  {_dur(b - a):>7}  no samples "
-                "(logging stopped): no verdict") for a, b in tl.gaps]
+                "(logging stopped): no verdict") for a, b in gaps]
     for d in tl.segments:
         name = d.verdict + (f" ({d.cause})" if d.cause else "")
         if d.straggler_gpu is not None:

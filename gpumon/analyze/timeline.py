@@ -58,6 +58,9 @@ class Timeline:
     end: Optional[float] = None
     samples_per_s: Optional[float] = None
     gaps: list = field(default_factory=list)         # (start, end): no samples, no verdict
+    # Runs of one sample per GPU this timeline stands for (a log sampled every few minutes
+    # is one such run per sample: _merge_short); 0 for any other.
+    lone: int = 0
 
 
 def _rate(log: Log) -> float:
@@ -238,10 +241,11 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
     stopped (logs.log.runs) there is a gap: each run is judged on its own."""
     with small_pages():
         parts = [_timeline(r, th) for r in runs(log, th.log_gap_s)]
-    return _join(parts)
+    return _join(parts, th)
 
 
-def _join(parts: list[Timeline]) -> Timeline:
+def _join(parts: list[Timeline], th: Thresholds = DEFAULT) -> Timeline:
+    parts = _merge_short(parts, th)
     if len(parts) == 1:
         return parts[0]
     tl = Timeline(start=min(p.start for p in parts), end=max(p.end for p in parts))
@@ -251,10 +255,34 @@ def _join(parts: list[Timeline]) -> Timeline:
     for p in parts:
         tl.segments += p.segments
         tl.jobs += [j for j in p.jobs if j not in tl.jobs]
+        tl.gaps += p.gaps
     ordered = sorted(parts, key=lambda p: p.start)
-    tl.gaps = [(a.end, b.start) for a, b in zip(ordered, ordered[1:]) if b.start > a.end]
+    tl.gaps += [(a.end, b.start) for a, b in zip(ordered, ordered[1:]) if b.start > a.end]
+    tl.gaps.sort()
     tl.segments.sort(key=lambda d: (d.start, d.gpus))
     return tl
+
+
+def _merge_short(parts: list[Timeline], th: Thresholds) -> list[Timeline]:
+    """Runs of one sample per GPU, one after another in time (a log sampled every few
+    minutes is one such run per sample), as one run: one insufficient_data segment over
+    them all, the stretches between them its gaps."""
+    out: list[Timeline] = []
+    for p in parts:
+        q = out[-1] if out else None
+        if q is None or not q.lone or not p.lone or p.start < q.end:
+            out.append(p)
+            continue
+        gpus = tuple(sorted(set(q.segments[0].gpus) | set(p.segments[0].gpus)))
+        n = q.lone + p.lone
+        span = p.end - q.start
+        d = replace(q.segments[0], gpus=gpus, end=p.end,
+                    advice=_sparse_advice(span / max(n - 1, 1), th))
+        out[-1] = Timeline(segments=[d], jobs=[], start=q.start, end=p.end,
+                           samples_per_s=n / span if span > 0 else 0.0,
+                           gaps=q.gaps + ([(q.end, p.start)] if p.start > q.end else []),
+                           lone=n)
+    return out
 
 
 def _timeline(log: Log, th: Thresholds) -> Timeline:
@@ -463,7 +491,8 @@ def _too_short(log: Log, rate: float, start: float, end: float) -> Timeline:
     d = Diagnosis(verdict=INSUFFICIENT_DATA, gpus=gpus, confidence=0.0,
                   evidence={k: None for k in EVIDENCE_KEYS},
                   advice="too few samples to judge: log for longer", start=start, end=end)
-    return Timeline(segments=[d], jobs=[], start=start, end=end, samples_per_s=rate)
+    lone = int(len(log.samples.time) <= len(gpus))
+    return Timeline(segments=[d], jobs=[], start=start, end=end, samples_per_s=rate, lone=lone)
 
 
 def _carry_presence(hostb: list, n: np.ndarray) -> None:

@@ -31,9 +31,9 @@ class Thresholds:
                                   "when the job's rhythm is slower than window_s allows.")
     window_1hz_s: float = th(12.0, "s", "Span judged when the log has one sample per second "
                              "(nvidia-smi): too few samples in window_s to see a duty cycle.")
-    log_gap_s: float = th(60.0, "s", "A log with no sample for this long (and for 10 of its "
-                          "own sample intervals) stopped logging there: the gap gets no verdict, "
-                          "and the runs either side of it are judged on their own.")
+    log_gap_s: float = th(60.0, "s", "A log with no sample for this long stopped logging "
+                          "there: the gap gets no verdict, and the runs either side of it are "
+                          "judged on their own.")
     recover_s: float = th(3.0, "s", "With host counters that show no cause (loaders with "
                           "capacity to spare, no main process at a core, no storage wait), "
                           "every GPU at full speed this long means a lone stall (one slow "

@@ -16,11 +16,11 @@ from typing import Optional
 
 from gpumon.errors import UserError
 from gpumon.logs.arrow import reading_pool
-from gpumon.logs.lines import Lines, clean
+from gpumon.logs.lines import Lines, clean_chunks, size_text
 from gpumon.logs.log import Log, Malformed
-from gpumon.logs.memory import small_pages
+from gpumon.logs.memory import small_pages, text_budget
 from gpumon.logs.sniff import KINDS, sniff
-from gpumon.logs.source import display_name, read_bytes
+from gpumon.logs.source import chunks, display_name
 from gpumon.logs.table import header
 
 # Lines sniffed for the format.
@@ -28,12 +28,34 @@ SNIFF_LINES = 40
 
 
 def read_log(path: str, interval: Optional[float] = None) -> Log:
-    """Any supported log, its kind detected from its first lines."""
+    """Any supported log, its kind detected from its first lines. Running out of memory is
+    a UserError that says how much of the log had been read."""
     name = display_name(path)
-    with small_pages():                 # (clean's scratch arrays are large too)
-        lines = clean(read_bytes(path))
-        with reading_pool():
-            return read_lines(lines, name, interval)
+    got = Counted(chunks(path))
+    try:
+        with small_pages():                 # (clean's scratch arrays are large too)
+            lines = clean_chunks(got, text_budget(), name)
+            with reading_pool():
+                return read_lines(lines, name, interval)
+    except MemoryError:
+        raise UserError(f"{name}: out of memory after reading {size_text(got.bytes)} of it "
+                        "(split the log, or analyse a part of it)") from None
+
+
+class Counted:
+    """An iterator of byte chunks that counts the bytes it has handed on."""
+
+    def __init__(self, chunks):
+        self.chunks = iter(chunks)
+        self.bytes = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> bytes:
+        c = next(self.chunks)
+        self.bytes += len(c)
+        return c
 
 
 def read_lines(lines: Lines, name: str, interval: Optional[float] = None) -> Log:

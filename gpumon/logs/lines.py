@@ -6,13 +6,17 @@ UTF-8. Blank lines are dropped silently. Line ends become ``\\n``. What remains 
 pyarrow's CSV reader and for plain ``str`` work; ``line_of`` maps a kept line back to its
 number in the file.
 
-The checks run over the whole buffer at once (numpy); only lines that hold non-ASCII bytes
-are looked at one by one, and a clean log is passed on as it is, without a copy.
+The bytes come a chunk at a time (clean_chunks): each chunk's lines are checked at once
+(numpy), only lines that hold non-ASCII bytes one by one, and the kept ones appended to one
+buffer. Blank lines, a NUL tail (no line break for megabytes: one over-long line, skipped
+as it comes) and a gzip bomb of line breaks so cost one chunk's scratch, not their size.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional
+
+from gpumon.errors import UserError
 
 import numpy as np
 
@@ -55,34 +59,142 @@ class Lines:
         return out
 
 
+# Bytes cleaned at once: a chunk's scratch arrays cost up to ~40 times this (a chunk of
+# nothing but line breaks has several 8-byte numbers per byte), whatever the log's size.
+CHUNK_BYTES = 1 << 18
+
+
 def clean(data: bytes) -> Lines:
-    if b"\r" in data:
-        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    if data and not data.endswith(b"\n"):
-        data += b"\n"
-    buf = np.frombuffer(data, np.uint8)
-    nl, low, high = _scan(buf)
-    starts = np.concatenate(([0], nl[:-1] + 1))
-    lengths = nl - starts
-    bad = lengths > MAX_LINE_BYTES
-    if low == 0:
-        bad[_lines_at(_where(buf, lambda b: b == 0), nl)] = True
-    if high >= 0x80:
-        for k in np.unique(_lines_at(_where(buf, lambda b: b >= 0x80), nl)).tolist():
-            if not bad[k]:
-                try:
-                    data[starts[k]:nl[k]].decode("utf-8")
-                except UnicodeDecodeError:
-                    bad[k] = True
-    drop = bad | (lengths == 0)
-    mal = Malformed()
-    if not drop.any():
-        return Lines(data, None, mal, len(nl))
-    if bad.any():
-        mal.add(int(np.flatnonzero(bad)[0]) + 1, int(bad.sum()))
-    keep = ~drop
-    mask = np.repeat(keep, lengths + 1)
-    return Lines(buf[mask].tobytes(), np.flatnonzero(keep) + 1, mal, int(keep.sum()))
+    """The clean lines of a log's bytes (see the module)."""
+    return clean_chunks(memoryview(data)[a:a + CHUNK_BYTES]
+                        for a in range(0, len(data), CHUNK_BYTES))
+
+
+def clean_chunks(chunks: Iterable, limit: Optional[int] = None, name: str = "") -> Lines:
+    """The clean lines of a log read in ``chunks`` of bytes, a chunk at a time: blank lines,
+    NULs and over-long lines cost what one chunk costs, not what they take in the file.
+    ``limit``: the most kept bytes allowed (beyond it, a UserError naming ``name``)."""
+    c = _Cleaner(limit, name)
+    for chunk in chunks:
+        c.feed(chunk)
+    return c.finish()
+
+
+class _Cleaner:
+    """clean_chunks' state between chunks: the kept bytes, the line a chunk starts at, the
+    unfinished line carried to the next chunk (or skipped, once over MAX_LINE_BYTES)."""
+
+    def __init__(self, limit: Optional[int], name: str):
+        self.out = bytearray()              # the kept lines (grown in place, not copied)
+        self.limit, self.name = limit, name
+        self.line = 0                       # file lines before the next chunk's first
+        self.carry = b""                    # the last line so far, not yet ended
+        self.skip: Optional[int] = None     # the over-long line being skipped, its number
+        self.after_cr = False               # the last chunk ended in a \r
+        self.lnos: list = []                # kept lines' numbers: arrays, or (first, n)
+        self.gaps = False                   # a line was dropped (lnos are not 1, 2, 3...)
+        self.kept = 0
+        self.read = 0                       # bytes fed
+        self.mal = Malformed()
+
+    def feed(self, chunk) -> None:
+        for a in range(0, len(chunk), CHUNK_BYTES):
+            self._feed(bytes(chunk[a:a + CHUNK_BYTES]))
+
+    def _feed(self, chunk: bytes) -> None:
+        self.read += len(chunk)
+        if self.after_cr and chunk[:1] == b"\n":
+            chunk = chunk[1:]               # (\r\n across two chunks: one line end)
+        self.after_cr = False
+        if not chunk:
+            return
+        self.after_cr = chunk.endswith(b"\r")
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if self.skip is not None:
+            end = chunk.find(b"\n")
+            if end < 0:
+                return
+            self._drop_long()
+            chunk = chunk[end + 1:]
+        data = self.carry + chunk if self.carry else chunk
+        end = data.rfind(b"\n")
+        self.carry = data[end + 1:]
+        if end >= 0:
+            self._lines(data[:end + 1])
+        if len(self.carry) > MAX_LINE_BYTES:        # a line too long to keep: skip the rest
+            self.skip, self.carry = self.line + 1, b""
+
+    def _drop_long(self) -> None:
+        """The skipped line has ended: it is malformed, and the lines after it count on."""
+        self.mal.add(self.skip)
+        self.gaps = True
+        self.line = self.skip
+        self.skip = None
+
+    def _lines(self, body: bytes) -> None:
+        """Whole lines (each ending in a line break): the clean ones kept."""
+        n = body.count(b"\n")
+        if n == len(body):                  # nothing but blank lines (a NUL tail, padding)
+            self.line += n
+            self.gaps = True
+            return
+        buf = np.frombuffer(body, np.uint8)
+        nl, low, high = _scan(buf)
+        starts = np.concatenate(([0], nl[:-1] + 1))
+        lengths = nl - starts
+        bad = lengths > MAX_LINE_BYTES
+        if low == 0:
+            bad[_lines_at(_where(buf, lambda b: b == 0), nl)] = True
+        if high >= 0x80:
+            for k in np.unique(_lines_at(_where(buf, lambda b: b >= 0x80), nl)).tolist():
+                if not bad[k]:
+                    try:
+                        body[starts[k]:nl[k]].decode("utf-8")
+                    except UnicodeDecodeError:
+                        bad[k] = True
+        drop = bad | (lengths == 0)
+        if not drop.any():
+            self._keep(body, (self.line + 1, n), n)
+        else:
+            if bad.any():
+                self.mal.add(self.line + int(np.flatnonzero(bad)[0]) + 1, int(bad.sum()))
+            keep = ~drop
+            self.gaps = True
+            self._keep(buf[np.repeat(keep, lengths + 1)].tobytes(),
+                       self.line + np.flatnonzero(keep) + 1, int(keep.sum()))
+        self.line += n
+
+    def _keep(self, data: bytes, lnos, n: int) -> None:
+        w = len(self.out) + len(data)
+        if self.limit is not None and w > self.limit:
+            raise UserError(f"{self.name}: stopped after reading {size_text(self.read)}: "
+                            f"its {size_text(w)} of lines are more than the memory free here "
+                            "allows analysing at once (split the log, or analyse a part of it)")
+        self.out += data
+        self.lnos.append(lnos)
+        self.kept += n
+
+    def finish(self) -> Lines:
+        if self.skip is not None:
+            self.mal.add(self.skip)
+            self.gaps = True
+        elif self.carry:                    # a last line without its line break
+            self.after_cr = False
+            carry, self.carry = self.carry, b""
+            self._lines(carry + b"\n")
+        lineno = None
+        if self.gaps and self.lnos:
+            lineno = np.concatenate([np.arange(a[0], a[0] + a[1]) if isinstance(a, tuple)
+                                     else a for a in self.lnos]).astype(np.int64)
+        elif self.gaps:
+            lineno = np.zeros(0, np.int64)
+        return Lines(self.out, lineno, self.mal, self.kept)
+
+
+def size_text(n: int) -> str:
+    """A number of bytes, as MiB or GiB."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 # Bytes compared at once when looking for a byte: the comparison's mask is as large as what it

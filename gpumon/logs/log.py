@@ -7,7 +7,7 @@ malformed, as an unreadable one does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
@@ -149,20 +149,19 @@ def row_times(gpu: np.ndarray, step: float) -> np.ndarray:
     return t
 
 
-# A gap must also be this many of the log's own median sample intervals (a log polled every
-# 10 s is not full of gaps).
-GAP_INTERVALS = 10
-
-
-def runs(log: Log, gap_s: float) -> list[Log]:
+def runs(log: Log, gap_s: float) -> Iterator[Log]:
     """The log cut where logging stopped: at a jump back in time of more than ``gap_s`` (a
-    second run appended to the file) and, within each, at a pause between samples longer than
-    ``gap_s`` and GAP_INTERVALS sample intervals. Each run is in time order."""
+    second run appended to the file) and, within each, at every pause between samples longer
+    than ``gap_s``. Each run is in time order. The detector bins a run by the second, so
+    no run holds a stretch without samples longer than ``gap_s``: a sparse log (one sample
+    an hour, or a year between two) costs what its samples cost, not its span. Runs are
+    made one at a time, as they are asked for."""
     t = log.samples.time
     if len(t) < 2:
-        return [log] if len(t) else []
+        if len(t):
+            yield log
+        return
     back = np.flatnonzero(np.diff(t) < -gap_s) + 1
-    out = []
     for a, b in zip(np.r_[0, back], np.r_[back, len(t)]):
         ts = t[a:b]
         ordered = bool((ts[1:] >= ts[:-1]).all())     # in time order already (the usual log)
@@ -171,23 +170,9 @@ def runs(log: Log, gap_s: float) -> list[Log]:
         else:
             idx = a + np.argsort(ts, kind="stable")
             ts = t[idx]
-        step = np.diff(ts)
-        cut = _cuts(step, gap_s)
+        cut = np.flatnonzero(np.diff(ts) > gap_s) + 1
         if ordered and len(back) == 0 and len(cut) == 0:
-            return [log]       # one run, in order already: the log itself, not a copy
+            yield log       # one run, in order already: the log itself, not a copy
+            return
         for c, d in zip(np.r_[0, cut], np.r_[cut, len(idx)]):
-            out.append(log.take(idx[c:d]))
-    return out
-
-
-def _cuts(step: np.ndarray, gap_s: float) -> np.ndarray:
-    """Where a run's time ``step``s (in time order) say logging paused (see runs)."""
-    # The limit is never below gap_s: without a longer step there is no cut, and no median
-    # of a day's intervals to take (the usual log).
-    if not (step > gap_s).any():
-        return np.zeros(0, np.intp)
-    pos = step[step > 0]
-    # (The median of a few intervals could be the gap itself.)
-    limit = (max(gap_s, GAP_INTERVALS * float(np.median(pos))) if len(pos) >= GAP_INTERVALS
-             else gap_s)
-    return np.flatnonzero(step > limit) + 1
+            yield log.take(idx[c:d])
