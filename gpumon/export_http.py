@@ -17,6 +17,7 @@ from typing import Callable, Optional
 from gpumon import __version__
 from gpumon.errors import UserError
 from gpumon.httpserver import HttpServer, RequestHandler
+from gpumon.webconfig import BUSY, OK
 
 # gpumon's default port: beside dcgm-exporter's 9400 (so one firewall rule can cover both),
 # never on it, so both exporters can run on one node.
@@ -115,9 +116,7 @@ class MetricsHandler(RequestHandler):
 
     def _route(self, send_body: bool) -> None:
         srv = self.server
-        if srv.auth is not None and not srv.auth.check(self.headers.get("Authorization")):
-            self._send(401, b"unauthorized\n", TEXT, send_body,
-                       {"WWW-Authenticate": 'Basic realm="gpumon", charset="UTF-8"'})
+        if srv.auth is not None and not self._authorized(send_body):
             return
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
@@ -144,6 +143,18 @@ class MetricsHandler(RequestHandler):
         else:
             self._send(404, b"not found; try /metrics\n", TEXT, send_body)
 
+    def _authorized(self, send_body: bool) -> bool:
+        """Whether the request's credentials pass; if not, the 401 (or 429, when passwords
+        not yet verified are being checked as fast as the budget allows) is sent."""
+        said = self.server.auth.verify(self.headers.get("Authorization"))
+        if said == BUSY:
+            self._send(429, b"too many logins being checked; try again in a second\n", TEXT,
+                       send_body, {"Retry-After": "1"})
+        elif said != OK:
+            self._send(401, b"unauthorized\n", TEXT, send_body,
+                       {"WWW-Authenticate": 'Basic realm="gpumon", charset="UTF-8"'})
+        return said == OK
+
     def _send(self, code: int, body: bytes, ctype: str, send_body: bool,
               headers: Optional[dict] = None) -> None:
         self.send_response(code)
@@ -160,7 +171,8 @@ class MetricsServer(HttpServer):
     """/metrics, /healthz and / over HTTP or HTTPS, optionally behind basic auth.
 
     ``metrics()`` returns the text-format bytes, ``healthy()`` whether the sampler runs;
-    ``auth`` has ``check(authorization_header) -> bool`` (gpumon.webconfig.BasicAuth)."""
+    ``auth`` has ``verify(authorization_header)`` -> OK, DENIED or BUSY
+    (gpumon.webconfig.BasicAuth)."""
 
     def __init__(self, host: str, port: int, metrics: Callable[[], bytes],
                  healthy: Callable[[], bool] = lambda: True, *, ssl_context=None, auth=None,

@@ -11,6 +11,11 @@ connection; a fixed pool of worker threads answers the requests that arrive. So:
 - a connection must deliver a whole request header within ``idle_timeout`` of being accepted
   or answered, else it is closed; a slow client never holds a worker (its partial header
   waits in the selector), nor does a TLS handshake;
+- nor does a client that does not read: a worker writes what the socket takes and leaves the
+  rest of the answer to wait in the selector until the client reads (closed if that has not
+  happened within ``WRITE_TIMEOUT_S``); a connection's next request is not read until its
+  answer is written, and a worker answers at most ``REQUESTS_PER_TURN`` pipelined requests of
+  one connection before the others waiting have their turn;
 - a client that goes away (reset, broken pipe, a timed-out write, a failed TLS handshake) is
   closed without a word: a scrape timeout or a TCP health check is no news.
 
@@ -47,6 +52,11 @@ WORKERS = 8
 LISTEN_BACKLOG = 128
 # An answer must be written within this long, or the client is taken for gone.
 WRITE_TIMEOUT_S = 10.0
+# Pipelined requests of one connection a worker answers before the next connection's turn.
+REQUESTS_PER_TURN = 8
+# Bytes given to one send() call: a TLS record's worth (a TLS socket that could not take them
+# must be given the same bytes again).
+SEND_CHUNK = 16 * 1024
 # A request header larger than this is no scrape: the connection is closed.
 MAX_HEADER_BYTES = 64 * 1024
 # How often idle connections are checked for their deadline (and a paused accept resumed).
@@ -92,11 +102,17 @@ class RequestHandler(BaseHTTPRequestHandler):
 
 
 class _Conn:
-    __slots__ = ("sock", "addr", "buf", "deadline", "ready", "want_write")
+    __slots__ = ("sock", "addr", "buf", "deadline", "ready", "want_write", "out", "last")
 
     def __init__(self, sock, addr, deadline: float, ready: bool):
         self.sock, self.addr, self.buf = sock, addr, bytearray()
         self.deadline, self.ready, self.want_write = deadline, ready, False
+        self.out = memoryview(b"")       # the answer not yet written
+        self.last = False                # close once ``out`` is written
+
+
+# What a worker's turn at a connection ends in.
+_CLOSE, _PARK, _AGAIN = "close", "park", "again"
 
 
 class HttpServer:
@@ -266,59 +282,100 @@ class HttpServer:
             if conn is None:
                 return
             try:
-                keep = self._serve(conn)
+                then = self._serve(conn)
             except OSError:          # the client went away: reset, broken pipe, TLS, timeout
-                keep = False
+                then = _CLOSE
             except Exception as exc:  # a bug: one line per kind, never a traceback per request
-                keep = False
+                then = _CLOSE
                 if type(exc) not in self._reported:
                     self._reported.add(type(exc))
                     print(f"gpumon: answering an HTTP request failed: {exc!r}", file=sys.stderr,
                           flush=True)
-            if keep and not self._stopping:
+            if then == _CLOSE or self._stopping:
+                self._close(conn)
+            elif then == _AGAIN:     # more requests wait in its buffer: behind the others
+                self._jobs.put(conn)
+            else:
                 self._returned.append(conn)
                 self._wake()
-            else:
-                self._close(conn)
 
-    def _serve(self, conn: _Conn) -> bool:
-        """Read what has arrived, answer every whole request in it; False: close."""
-        sock = conn.sock
+    def _serve(self, conn: _Conn) -> str:
+        """One turn at a connection: finish its handshake and its pending answer, read what
+        has arrived, answer the whole requests in it; _CLOSE, _PARK (wait in the selector)
+        or _AGAIN (requests wait in its buffer)."""
         conn.want_write = False
-        if not conn.ready:
-            try:
-                sock.do_handshake()
-            except ssl.SSLWantReadError:
-                return True
-            except ssl.SSLWantWriteError:
-                conn.want_write = True
-                return True
-            conn.ready = True
+        if not conn.ready and not self._handshake(conn):
+            return _PARK
+        if conn.out:
+            if not self._flush(conn):
+                return _PARK
+            if conn.last:
+                return _CLOSE
+            conn.deadline = time.monotonic() + self.idle_timeout
+        if not self._receive(conn):
+            return _CLOSE
+        return self._answer(conn)
+
+    def _handshake(self, conn: _Conn) -> bool:
+        """Whether the TLS handshake is done (else it waits for the client)."""
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            return False
+        except ssl.SSLWantWriteError:
+            conn.want_write = True
+            return False
+        conn.ready = True
+        return True
+
+    def _receive(self, conn: _Conn) -> bool:
+        """What has arrived, into ``conn.buf`` (up to MAX_HEADER_BYTES and one read more);
+        False once the client hung up."""
         while len(conn.buf) <= MAX_HEADER_BYTES:
             try:
-                data = sock.recv(65536)
+                data = conn.sock.recv(65536)
             except (BlockingIOError, ssl.SSLWantReadError):
                 break
             except ssl.SSLWantWriteError:
                 conn.want_write = True
-                return True
+                break
             if not data:
-                return False         # the client hung up
+                return False
             conn.buf += data
-        while True:
+        return True
+
+    def _answer(self, conn: _Conn) -> str:
+        """Answers the whole requests in ``conn.buf``, REQUESTS_PER_TURN at most, each
+        written before the next is read."""
+        for _ in range(REQUESTS_PER_TURN):
             end = _HEADER_END.search(conn.buf)
-            if end is None:
-                return len(conn.buf) <= MAX_HEADER_BYTES    # wait for the rest
+            if end is None:          # wait for the rest; a header past the limit is no scrape
+                return _PARK if len(conn.buf) <= MAX_HEADER_BYTES else _CLOSE
             head = bytes(conn.buf[:end.end()])
             del conn.buf[:end.end()]
             handler = self.handler_class(head, conn.addr, self)
             handler.handle_one_request()
-            sock.settimeout(WRITE_TIMEOUT_S)
-            sock.sendall(handler.wfile.getvalue())
-            sock.setblocking(False)
-            if handler.close_connection:
-                return False
+            conn.out, conn.last = handler.wfile.getbuffer(), handler.close_connection
+            conn.deadline = time.monotonic() + WRITE_TIMEOUT_S
+            if not self._flush(conn):
+                return _PARK         # the client reads slowly, or not at all
+            if conn.last:
+                return _CLOSE
             conn.deadline = time.monotonic() + self.idle_timeout
+        return _AGAIN if _HEADER_END.search(conn.buf) else _PARK
+
+    def _flush(self, conn: _Conn) -> bool:
+        """Writes what the socket takes of ``conn.out``; True once all of it is written."""
+        while conn.out:
+            try:
+                sent = conn.sock.send(conn.out[:SEND_CHUNK])
+            except (BlockingIOError, ssl.SSLWantWriteError):
+                conn.want_write = True
+                return False
+            except ssl.SSLWantReadError:      # TLS wants the client's bytes first
+                return False
+            conn.out = conn.out[sent:]
+        return True
 
     def _close(self, conn: _Conn) -> None:
         with self._lock:

@@ -21,7 +21,8 @@ The file is read once, at start, with PyYAML's safe loader.
 Passwords are checked with the ``bcrypt`` package (``pip install 'gpumon-dl[webconfig]'``) or,
 without it, the C library's crypt(3) where that knows bcrypt (glibc with libxcrypt, Python
 3.12 and older). A pair that passed once is remembered (as a hash), as the toolkit does, so
-a scrape costs one bcrypt only at its first request.
+a scrape costs one bcrypt only at its first request; the checks of other pairs are bounded
+(one at a time, half the time at most: BasicAuth), the rest answered 429 at once.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import os
 import re
 import ssl
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -51,6 +53,8 @@ _BCRYPT = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
 _PROBE = "$2b$04$gpumonprobesaltgpumonOo7HcxTqdy3p/t2WI4Uqu8g9OHLuz4wi"
 # Remembered good (user, password, hash) digests; past this many the memory starts afresh.
 _CACHE_MAX = 1024
+# The share of the time that checking passwords not remembered may take (one at a time).
+UNVERIFIED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -212,38 +216,82 @@ def bcrypt_checker() -> Optional[Callable[[str, str], bool]]:
                                                         hashed)
 
 
+# What BasicAuth.verify answers.
+OK, DENIED, BUSY = "ok", "denied", "busy"
+
+
 class BasicAuth:
-    """``check(authorization_header)``: whether it names a user of ``users`` (name -> bcrypt
-    hash) with the right password."""
+    """``verify(authorization_header)``: OK when it names a user of ``users`` (name -> bcrypt
+    hash) with the right password, DENIED when not, BUSY when its password would need a check
+    that the budget for unverified passwords cannot take now (answer 429, try again later).
+
+    A pair that passed is remembered (the digest of user, password and hash: no other pair
+    matches it; at most _CACHE_MAX, then the memory starts afresh), so a scraper costs one
+    bcrypt at its first request. Pairs not remembered are checked one at a time, and such
+    checks take at most UNVERIFIED_SHARE of the time: each is followed by a rest in
+    proportion to its cost. So clients guessing passwords against a costly hash cannot take
+    every worker, nor (crypt(3) holds Python's lock while it works) the whole process."""
 
     def __init__(self, users: dict, check: Callable[[str, str], bool]):
         self.users = users
         self._check = check
         self._good: set = set()
         self._lock = threading.Lock()
+        self._checking = threading.Lock()          # held by the one check under way
+        self._rest_until = 0.0
         # An unknown user costs one bcrypt as well: timing does not tell which names exist.
         self._decoy = next(iter(users.values()))
 
     def check(self, header: Optional[str]) -> bool:
-        if not header or header[:6].lower() != "basic ":
-            return False
-        try:
-            user, sep, password = (base64.b64decode(header[6:].strip(), validate=True)
-                                   .decode("utf-8").partition(":"))
-        except ValueError:            # binascii.Error and UnicodeDecodeError are ValueErrors
-            return False
+        return self.verify(header) == OK
+
+    def verify(self, header: Optional[str]) -> str:
+        pair = _credentials(header)
+        if pair is None:
+            return DENIED
+        user, password = pair
         hashed = self.users.get(user)
-        key = hashlib.sha256("\0".join((user, password, hashed or "")).encode()).digest()
+        key = hashlib.sha256(repr((user, password, hashed)).encode()).digest()
         with self._lock:
             if hashed is not None and key in self._good:
-                return True
-        ok = self._check(password, hashed or self._decoy) and hashed is not None and bool(sep)
+                return OK
+        ok = self._checked(password, hashed)
+        if ok is None:
+            return BUSY
         if ok:
             with self._lock:
                 if len(self._good) >= _CACHE_MAX:
                     self._good.clear()
                 self._good.add(key)
-        return ok
+        return OK if ok else DENIED
+
+    def _checked(self, password: str, hashed: Optional[str]) -> Optional[bool]:
+        """The bcrypt check of a pair not remembered; None when another is under way or the
+        checks are resting."""
+        if not self._checking.acquire(blocking=False):
+            return None
+        try:
+            start = time.monotonic()
+            if start < self._rest_until:
+                return None
+            ok = self._check(password, hashed or self._decoy) and hashed is not None
+            took = time.monotonic() - start
+            self._rest_until = start + took / UNVERIFIED_SHARE
+            return ok
+        finally:
+            self._checking.release()
+
+
+def _credentials(header: Optional[str]) -> Optional[tuple]:
+    """(user, password) of a Basic Authorization header; None if it is not one."""
+    if not header or header[:6].lower() != "basic ":
+        return None
+    try:
+        user, sep, password = (base64.b64decode(header[6:].strip(), validate=True)
+                               .decode("utf-8").partition(":"))
+    except ValueError:            # binascii.Error and UnicodeDecodeError are ValueErrors
+        return None
+    return (user, password) if sep else None
 
 
 # -- the file (YAML, as the toolkit reads it) -------------------------------------------

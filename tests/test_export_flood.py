@@ -1,0 +1,249 @@
+"""The exporter under clients that try to tie up its workers: connections that pipeline
+requests and never read their answers, and a crowd guessing passwords against a costly
+bcrypt hash. Meanwhile a real scraper's every request must be answered, and soon.
+
+The load figures come from ``python -m bench.exporter_load --scenario ...``; these tests run
+the same scenarios on a small scale."""
+import base64
+import http.client
+import selectors
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from gpumon.httpserver import WORKERS
+from gpumon.webconfig import BasicAuth, bcrypt_checker
+from test_export import free_port
+
+pytest.importorskip("prometheus_client")
+
+# A scrape's bound here: Prometheus's default scrape_timeout is 10 s; a scrape that takes a
+# tenth of it under attack is still answered in time, whatever the machine's load.
+SCRAPE_BOUND_S = 2.0
+
+
+def scrape(port, auth=None, timeout=SCRAPE_BOUND_S * 2):
+    """(status, seconds) of one GET /metrics on a fresh connection."""
+    t = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", "/metrics", headers={"Authorization": auth} if auth else {})
+        r = conn.getresponse()
+        r.read()
+        return r.status, time.monotonic() - t
+    except OSError as exc:
+        return type(exc).__name__, time.monotonic() - t
+    finally:
+        conn.close()
+
+
+def scrapes(port, n, every_s, auth=None):
+    got = []
+    for _ in range(n):
+        got.append(scrape(port, auth))
+        time.sleep(every_s)
+    return got
+
+
+def basic(user, password):
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+@pytest.fixture
+def serve():
+    from gpumon.export_http import MetricsServer
+    servers = []
+
+    def start(metrics, **kw):
+        srv = MetricsServer("127.0.0.1", 0, metrics, **kw)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+        return srv
+    yield start
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def non_readers(port, n, requests=400):
+    """``n`` connections that pipeline ``requests`` scrapes each and never read a byte."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", port))
+        s.setblocking(False)
+        try:
+            s.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * requests)
+        except BlockingIOError:
+            pass
+        socks.append(s)
+    return socks
+
+
+def test_pipelining_clients_that_never_read_hold_no_worker(serve):
+    """As many connections as workers pipeline scrapes of a 512 KB page and never read: each
+    answer waits for its reader in the selector, not in a worker's blocking send."""
+    body = b"".join(b"DCGM_FI_DEV_GPU_UTIL{gpu=\"%d\"} 100\n" % i for i in range(16000))
+    srv = serve(lambda: body)
+    socks = non_readers(srv.port, WORKERS * 2)
+    try:
+        time.sleep(0.5)                          # every worker has met its non-reader
+        got = scrapes(srv.port, 8, 0.2)
+    finally:
+        for s in socks:
+            s.close()
+    assert all(status == 200 for status, _ in got), got
+    assert max(took for _, took in got) < SCRAPE_BOUND_S, got
+
+
+def test_a_pipelining_client_gets_every_answer_in_order(serve):
+    """The answers a reader gets are whole and in order, however its socket fills."""
+    n = [0]
+
+    def metrics():
+        n[0] += 1
+        return b"n %d\n" % n[0] + b"x" * 200_000
+    srv = serve(metrics)
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 40)
+        time.sleep(0.5)                          # the server's side fills
+        got = b""
+        while got.count(b"HTTP/1.1 200 OK") < 40 or not got.endswith(b"x" * 1000):
+            chunk = s.recv(1 << 20)
+            assert chunk, "closed early"
+            got += chunk
+    numbers = [int(line.split()[1]) for line in got.split(b"\n") if line.startswith(b"n ")]
+    assert numbers == list(range(1, 41))
+
+
+# -- guessed passwords -----------------------------------------------------------------------
+def cost12_hash(password):
+    """A bcrypt hash of cost 12 (the cost people choose for a password that matters)."""
+    try:
+        import bcrypt
+        return bcrypt.hashpw(password.encode(), bcrypt.gensalt(12)).decode()
+    except ImportError:
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import crypt
+        return crypt.crypt(password, "$2b$12$" + "gpumonsaltgpumonsaltgu")
+
+
+class Guessers:
+    """``n`` keep-alive connections sending /metrics with a wrong password, each asking again
+    as soon as its answer comes (one thread, a selector); counts the answers by status."""
+
+    def __init__(self, port, n, header):
+        self.port, self.n = port, n
+        self.request = (f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {header}\r\n\r\n"
+                        .encode())
+        self.statuses: dict = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+
+    def _open(self, sel):
+        s = socket.create_connection(("127.0.0.1", self.port))
+        s.sendall(self.request)
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ)
+
+    def _run(self):
+        sel = selectors.DefaultSelector()
+        for _ in range(self.n):
+            self._open(sel)
+        while not self._stop.is_set():
+            for key, _ in sel.select(0.1):
+                self._answered(sel, key.fileobj)
+        for key in list(sel.get_map().values()):
+            key.fileobj.close()
+        sel.close()
+
+    def _answered(self, sel, s):
+        try:
+            data = s.recv(65536)
+        except OSError:
+            data = b""
+        for part in data.split(b"HTTP/1.1 ")[1:]:
+            status = part[:3].decode()
+            self.statuses[status] = self.statuses.get(status, 0) + 1
+            try:
+                s.sendall(self.request)
+            except OSError:
+                data = b""
+        if not data:
+            sel.unregister(s)
+            s.close()
+            self._open(sel)
+
+
+def test_basic_auth_budget_for_unverified_passwords():
+    """One unverified password is checked at a time, and such checks take at most half the
+    time: the others are answered 'busy' at once; a pair that passed is not checked again."""
+    calls = []
+
+    def slow(password, hashed):
+        calls.append(password)
+        time.sleep(0.2)
+        return password == "pw"
+    auth = BasicAuth({"alice": "H"}, slow)
+    assert auth.verify(basic("alice", "pw")) == "ok"
+    assert auth.verify(basic("alice", "x")) == "busy"      # resting as long as it worked
+    time.sleep(0.25)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(auth.verify(basic("alice", "x"))))
+               for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == ["busy"] * 4 + ["denied"], results
+    assert auth.verify(basic("alice", "x")) == "busy"
+    assert auth.verify(basic("alice", "pw")) == "ok"       # remembered: no check, no wait
+    time.sleep(0.25)
+    assert auth.verify(basic("mallory", "x")) == "denied"
+    assert calls == ["pw", "x", "x"]
+    assert auth.check(basic("alice", "pw")) and not auth.check(basic("alice", "y"))
+
+
+@pytest.mark.skipif(bcrypt_checker() is None, reason="neither bcrypt nor a crypt(3) with it")
+def test_guessed_passwords_against_a_costly_hash_leave_scrapes_answered(
+        gpumon_cmd, clean_env, tmp_path):
+    """120 clients guess passwords against a cost-12 hash (~0.3 s a check) while Prometheus,
+    whose password passed once, scrapes: every scrape is answered, within the bound."""
+    (tmp_path / "web.yml").write_text(f"basic_auth_users:\n  prometheus: "
+                                      f"{cost12_hash('s3cret')}\n")
+    port = free_port()
+    proc = subprocess.Popen(gpumon_cmd + ["export", "--sim", "busy:2", "--port", str(port),
+                                          "-q", "--web-config", str(tmp_path / "web.yml")],
+                            env=clean_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    good = basic("prometheus", "s3cret")
+    try:
+        end = time.monotonic() + 20
+        while scrape(port, good)[0] != 200:          # started, and the password checked once
+            assert proc.poll() is None and time.monotonic() < end, proc.stderr.read()
+            time.sleep(0.2)
+        with Guessers(port, 120, basic("prometheus", "guess")) as guessers:
+            time.sleep(1.0)
+            got = scrapes(port, 10, 0.3, good)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=15)
+    assert all(status == 200 for status, _ in got), got
+    assert max(took for _, took in got) < SCRAPE_BOUND_S, got
+    assert guessers.statuses.get("401") and guessers.statuses.get("429"), guessers.statuses
+    assert set(guessers.statuses) <= {"401", "429"}, guessers.statuses
+    assert "Traceback" not in err, err
