@@ -93,8 +93,11 @@ def diagnose(data: Any = None, *, thresholds: Thresholds = DEFAULT, **columns) -
     keyword arrays (which win over ``data``'s). ``time`` (s, or datetime64) and ``util`` (%)
     are needed; ``gpu`` (NVML index; absent: all GPU 0), ``power``, ``power_limit`` (W),
     ``clock``, ``clock_max`` (MHz), ``events`` (clock event bitmask) and ``mem`` (MiB) help.
-    Rows with a value outside its physical range are skipped and counted in ``malformed``."""
+    Rows with a value outside its physical range are skipped and counted in ``malformed``.
+    ``util`` given as fractions (every value 0 to 1, some between: 0.35 for 35%) raises
+    ValueError rather than read as under 1% (idle); values of 0 and 1 alone are percent."""
     cols = _columns(data, columns)
+    _check_percent(cols["util"])
     n = len(cols["util"])
     gpu, bad = gpu_index(cols["gpu"] if "gpu" in cols else np.zeros(n))
     samples = SampleCols(cols["time"], gpu, cols["util"], cols.get("power"),
@@ -105,6 +108,15 @@ def diagnose(data: Any = None, *, thresholds: Thresholds = DEFAULT, **columns) -
         raise ValueError(f"no usable samples: {log.malformed.count} of {n} row(s) are "
                          "malformed and the rest have no utilization")
     return _report(log, timeline(log, thresholds))
+
+
+def _check_percent(util: np.ndarray) -> None:
+    """ValueError when ``util`` reads as 0-1 fractions, not percent (see diagnose)."""
+    u = util[np.isfinite(util)]
+    if len(u) and u.max() <= 1.0 and ((u > 0) & (u < 1)).any():
+        raise ValueError("diagnose(): util holds fractions (every value 0 to 1, e.g. "
+                         f"{float(u[(u > 0) & (u < 1)][0]):g}); it takes percent, 0-100: "
+                         "pass util * 100")
 
 
 def _columns(data: Any, kw: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import collections
 import math
+import re
 import threading
 import time
 from typing import Optional, Sequence
 
 from gpumon.commands.common import MAX_INTERVAL_S, MIN_INTERVAL_S
 from gpumon.diagnosis import Diagnosis
+from gpumon.errors import UserError
 from gpumon.samples import GpuSample, csv_fields
 
 # Samples kept for history() by default: a day of 8 GPUs at ~6 samples/s is far more; the
@@ -26,6 +28,22 @@ MAX_ROWS = 200_000
 # history()'s columns: the CSV log's GPU columns without the PID list (single values), then
 # the verdict of the GPU's job at the time.
 ROW_FIELDS = tuple(f.name for f in csv_fields(GpuSample) if f.name != "pids")
+
+
+# The command-line options whose values Monitor takes as parameters of the same name.
+_OPTION = re.compile(r"(?:^|(?<=[\s(`]))--(sim|gpus|interval|seed)\b(:?)( SCENARIO| (?='))?")
+
+
+def python_names(message: str) -> str:
+    """A message of the commands' open_source with each option named as Monitor's
+    parameter: "--gpus: no GPU '9'" -> "Monitor(gpus=...): no GPU '9'", "use --sim
+    SCENARIO" -> "use sim='SCENARIO'"."""
+    def one(m: re.Match) -> str:
+        name, colon, value = m.groups()
+        if colon:
+            return f"Monitor({name}=...):"
+        return f"{name}='SCENARIO'" if value == " SCENARIO" else f"{name}="
+    return _OPTION.sub(one, message)
 
 
 class Monitor:
@@ -45,6 +63,10 @@ class Monitor:
             raise ValueError(f"speed must be a positive number, not {speed!r}")
         if speed != 1.0 and sim is None:
             raise ValueError("speed needs sim=: real GPUs run at the wall clock's speed")
+        if sim is not None and not (isinstance(sim, str) and sim.strip()):
+            raise ValueError(f"sim must name a scenario (see `gpumon sim list`), not {sim!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be a whole number 0 or more, not {seed!r}")
         self.interval, self.speed, self.sim, self.seed = float(interval), speed, sim, seed
         self.gpus = None if gpus is None else [str(g) for g in gpus]
         self._rows: collections.deque = collections.deque(maxlen=max_rows)
@@ -57,7 +79,12 @@ class Monitor:
             raise RuntimeError("this Monitor has already been started")
         from gpumon.detect import StreamingDetector
         from gpumon.monitor import Monitor as Core
-        self._core = Core(self._open_source(), interval=self.interval / self.speed,
+        try:
+            source = self._open_source()
+        except UserError as exc:
+            exc.args = (python_names(str(exc)),)
+            raise
+        self._core = Core(source, interval=self.interval / self.speed,
                           detector=StreamingDetector())
         self._core.listeners.append(self._record)
         self._thread = self._core.start_thread()
@@ -81,6 +108,8 @@ class Monitor:
             self._thread.join()
         self._core.close()
         if self._core.error is not None:
+            if isinstance(self._core.error, UserError):
+                self._core.error.args = (python_names(str(self._core.error)),)
             raise self._core.error
 
     def __enter__(self) -> "Monitor":

@@ -179,3 +179,37 @@ def test_monitor_samples_nvml_through_the_fake_library(fake_nvml_env):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out == dict(out, ok=True, gpus=[1], source=["nvml"]) and out["n"] >= 8
+
+
+def test_diagnose_refuses_fractions_for_percent():
+    t = np.arange(120.0)
+    with pytest.raises(ValueError, match=r"fractions .*percent, 0-100: pass util \* 100") as e:
+        gpumon.diagnose(time=t, util=np.tile([0.9, 0.95, 0.2], 40))
+    assert "\n" not in str(e.value)
+    # The same numbers in percent are judged; 0% and 1% alone are percent (a GPU at rest).
+    assert gpumon.diagnose(time=t, util=np.tile([90.0, 95.0, 20.0], 40)).summary.verdict
+    assert gpumon.diagnose(time=t, util=np.tile([0.0, 1.0, 0.0], 40)).summary.verdict == "idle"
+
+
+@pytest.mark.parametrize("kw, err, text", [
+    ({"sim": "nosuch"}, gpumon.UserError, r"^Monitor\(sim=\.\.\.\): unknown sim scenario"),
+    ({"sim": "busy:x"}, gpumon.UserError, r"in sim='busy:x'"),
+    ({"sim": "busy", "gpus": [9]}, gpumon.UserError, r"^Monitor\(gpus=\.\.\.\): no GPU '9'"),
+    ({"sim": ""}, ValueError, "sim must name a scenario"),
+    ({"sim": "busy", "seed": -1}, ValueError, "seed must be a whole number"),
+    ({"interval": 0}, ValueError, "^interval must be"),
+])
+def test_monitor_errors_name_its_parameters(kw, err, text):
+    with pytest.raises(err, match=text) as e:
+        gpumon.Monitor(**kw).start().stop()
+    assert "--" not in str(e.value), str(e.value)
+
+
+def test_monitor_without_a_driver_names_sim_not_the_flag(clean_env):
+    import subprocess
+    import sys
+    code = ("import gpumon\ntry:\n    gpumon.Monitor().start()\n"
+            "except gpumon.UserError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=clean_env, capture_output=True,
+                         text=True, timeout=60).stdout
+    assert "use sim='SCENARIO'" in out and "--sim" not in out, out
