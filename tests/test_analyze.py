@@ -135,7 +135,9 @@ def test_json_output_is_the_contract(capsys):
     assert main(["analyze", "--format", "json", path("gpumon.csv")]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"file", "summary", "segments", "gaps", "malformed_lines", "notes"}
-    assert doc["gaps"] == [] and doc["malformed_lines"] == 0 and doc["notes"] == []
+    assert doc["gaps"] == [] and doc["malformed_lines"] == 0
+    assert doc["notes"] == ["simulated data: recorded with --sim, on simulated GPUs, not a "
+                            "real machine's"]           # (the sample log was)
     assert set(doc["summary"]) == {"verdict", "cause", "gpus", "straggler_gpu", "confidence",
                                    "fractions"}
     assert isinstance(doc["summary"]["straggler_gpu"], int)

@@ -88,13 +88,15 @@ def _lines(ax_u, ax_p, log: Log, t0: float, width: float, straggler: Optional[in
 
 
 def _segments(ax, tl: Timeline, t0: float) -> None:
-    """The verdicts as coloured spans; a segment with a straggler names it."""
+    """The verdicts as coloured spans; a stretch with a straggler names it (labels() keeps
+    the names apart)."""
     for d in tl.segments:
-        a, b = d.start - t0, d.end - t0
-        ax.axvspan(a, b, color=VERDICT_COLOR.get(d.verdict, "#ffffff"), lw=0)
-        if d.straggler_gpu is not None and b - a > 0.06 * ((tl.end or 0) - t0 or 1):
-            ax.text((a + b) / 2, 0.5, f"straggler GPU {d.straggler_gpu}", ha="center",
-                    va="center", fontsize=8, color="white", fontweight="bold")
+        ax.axvspan(d.start - t0, d.end - t0, color=VERDICT_COLOR.get(d.verdict, "#ffffff"),
+                   lw=0)
+    span = max((tl.end or 0) - t0, 1.0)
+    for x, y, text in labels(tl, t0, span / AXES_WIDTH_IN):
+        ax.text(x, y, text, ha="center", va="center", fontsize=LABEL_PT, color="white",
+                fontweight="bold")
     seen = [v for v in VERDICTS if any(d.verdict == v for d in tl.segments)]
     for v in seen:
         ax.plot([], [], color=VERDICT_COLOR[v], lw=8, label=v)
@@ -104,6 +106,57 @@ def _segments(ax, tl: Timeline, t0: float) -> None:
     if seen:
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.9), ncol=len(seen),
                   fontsize=8, frameon=False)
+
+
+# The figure's width, in inches (the verdict axis spans ~0.9 of it), and the labels' size.
+FIG_WIDTH_IN = 10.0
+AXES_WIDTH_IN = 0.9 * FIG_WIDTH_IN
+LABEL_PT = 8
+# Width of a bold character of the labels, in inches (DejaVu Sans Bold: ~0.65 em).
+CHAR_IN = 0.65 * LABEL_PT / 72
+# Heights (in the verdict axis, 0 to 1) a label may sit at: the middle, else above or below.
+LANES = (0.5, 0.8, 0.2)
+
+
+def labels(tl: Timeline, t0: float, s_per_in: float) -> list[tuple[float, float, str]]:
+    """(x, y, text) of each straggler's name (or throttled GPU's): one per stretch of
+    touching segments that name the same one, at its middle, only where the name fits in the stretch, and in a
+    lane (LANES) where it overlaps no other name (where segments meet, or several jobs'
+    segments lie over one another)."""
+    stretches: list[list] = []          # [start, end, text]
+    for d in sorted(tl.segments, key=lambda d: (d.start, d.end)):
+        if d.straggler_gpu is None:
+            continue
+        text = (f"GPU {d.straggler_gpu} throttled" if d.verdict == THROTTLED
+                else f"straggler GPU {d.straggler_gpu}")
+        last = stretches[-1] if stretches else None
+        if last is not None and last[2] == text and d.start <= last[1]:
+            last[1] = max(last[1], d.end)
+        else:
+            stretches.append([d.start, d.end, text])
+    out: list[tuple[float, float, str]] = []
+    taken: dict[float, list] = {y: [] for y in LANES}      # lane -> (left, right) in use
+    for a, b, text in stretches:
+        width = len(text) * CHAR_IN * s_per_in
+        x = (a + b) / 2 - t0
+        left, right = x - width / 2, x + width / 2
+        if width > b - a:
+            continue
+        for y in LANES:
+            if all(right <= lo or left >= hi for lo, hi in taken[y]):
+                taken[y].append((left, right))
+                out.append((x, y, text))
+                break
+    return out
+
+
+def title(log: Log, sm: dict) -> str:
+    """The figure's title: the file and its summary verdict; simulated data says so."""
+    head = sm["verdict"] + (f" ({sm['cause']})" if sm["cause"] else "")
+    if sm["straggler_gpu"] is not None:
+        head += f", straggler GPU {sm['straggler_gpu']}"
+    sim = " - SIMULATED GPUs (recorded with --sim)" if log.simulated else ""
+    return f"{os.path.basename(log.path)}: {head}{sim}"
 
 
 def plot(log: Log, tl: Timeline, path: str) -> None:
@@ -116,7 +169,8 @@ def plot(log: Log, tl: Timeline, path: str) -> None:
     width = max(1.0, span / MAX_POINTS)
     sm = summary(tl)
     fig, (ax_u, ax_p, ax_v) = plt.subplots(
-        3, 1, sharex=True, figsize=(10, 5.6), gridspec_kw={"height_ratios": [3, 3, 0.8]})
+        3, 1, sharex=True, figsize=(FIG_WIDTH_IN, 5.6),
+        gridspec_kw={"height_ratios": [3, 3, 0.8]})
     fig.subplots_adjust(left=0.08, right=0.98, top=0.93, bottom=0.2, hspace=0.12)
     unit = _lines(ax_u, ax_p, log, t0, width, sm["straggler_gpu"])
     ax_u.set_ylabel("utilization %")
@@ -125,10 +179,7 @@ def plot(log: Log, tl: Timeline, path: str) -> None:
     ax_u.legend(loc="lower left", fontsize=7, ncol=4, framealpha=0.9)
     _segments(ax_v, tl, t0)
     ax_v.set_xlabel(f"seconds since the first sample (means over {width:g} s)")
-    head = sm["verdict"] + (f" ({sm['cause']})" if sm["cause"] else "")
-    if sm["straggler_gpu"] is not None:
-        head += f", straggler GPU {sm['straggler_gpu']}"
-    ax_u.set_title(f"{os.path.basename(log.path)}: {head}", fontsize=10)
+    ax_u.set_title(title(log, sm), fontsize=10, color="#b00000" if log.simulated else None)
     try:
         fig.savefig(path, dpi=80, metadata={"Date": None} if path.endswith(".svg") else None)
     except OSError as exc:

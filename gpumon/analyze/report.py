@@ -81,7 +81,8 @@ def _header(log: Log, tl: Timeline, sm: dict) -> list[str]:
     gpus = ",".join(str(g) for g in sm["gpus"]) or "-"
     length = _dur(span) if not tl.gaps else (
         f"{_dur(span - gap)} of samples in {len(tl.gaps) + 1} runs over {_dur(span)}")
-    out = [f"{log.path}: {log.kind} log, {length}, GPUs {gpus}, {_rate(tl.samples_per_s)}"]
+    what = f"{log.kind} log" + (" of SIMULATED GPUs" if log.simulated else "")
+    out = [f"{log.path}: {what}, {length}, GPUs {gpus}, {_rate(tl.samples_per_s)}"]
     out += [f"  note: {n}" for n in log.notes]
     if len(tl.gaps) > MAX_GAP_ROWS:
         longest = max(b - a for a, b in tl.gaps)

@@ -21,13 +21,23 @@ def register(sub) -> None:
                    help="output format (default text)")
     p.add_argument("--explain", action="store_true",
                    help="under each segment of the timeline, the rule that decided it and why")
-    p.add_argument("--interval", type=positive_float, default=None, metavar="S",
+    p.add_argument("--interval", type=_log_interval, default=None, metavar="S",
                    help="seconds between samples of a log without a time column (dmon; "
                    "default 1)")
     p.add_argument("--plot", type=_plot_path, default=None, metavar="OUT.png|OUT.svg",
                    help="also draw each GPU's utilization and power over time with the "
                    "verdicts beneath (one FILE; needs matplotlib: pip install 'gpumon-dl[plot]')")
     p.set_defaults(func=run)
+
+
+def _log_interval(text: str) -> float:
+    import argparse
+    from gpumon.logs import INTERVAL_RANGE
+    value = positive_float(text)
+    lo, hi = INTERVAL_RANGE
+    if not lo <= value <= hi:
+        raise argparse.ArgumentTypeError(f"must be from {lo:g} to {hi:g} seconds: {text!r}")
+    return value
 
 
 def _plot_path(path: str) -> str:
@@ -66,7 +76,7 @@ def run(args) -> int:
             texts.append(to_text(log, tl, args.explain))
         sys.stdout.flush()
     if args.format == "json":
-        out = docs[0] if len(args.files) == 1 and not failed else docs
+        out = docs[0] if len(args.files) == 1 else docs     # one file: one object
         print(json.dumps(out, indent=2))
     elif texts:
         print("\n\n".join(texts))

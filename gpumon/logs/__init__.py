@@ -25,12 +25,18 @@ from gpumon.logs.table import header
 
 # Lines sniffed for the format.
 SNIFF_LINES = 40
+# Seconds between the samples of a log without a time column (``interval``): from a
+# millisecond to a day (beyond, a log's times would run past any date it can hold).
+INTERVAL_RANGE = (1e-3, 86400.0)
 
 
 def read_log(path: str, interval: Optional[float] = None) -> Log:
     """Any supported log, its kind detected from its first lines. Running out of memory is
     a UserError that says how much of the log had been read."""
     name = display_name(path)
+    if interval is not None and not INTERVAL_RANGE[0] <= interval <= INTERVAL_RANGE[1]:
+        raise UserError(f"interval must be from {INTERVAL_RANGE[0]:g} to "
+                        f"{INTERVAL_RANGE[1]:g} seconds, not {interval!r}")
     got = Counted(chunks(path))
     try:
         with small_pages():                 # (clean's scratch arrays are large too)
@@ -87,4 +93,4 @@ def read_lines(lines: Lines, name: str, interval: Optional[float] = None) -> Log
     return plain.read(lines, names, name)
 
 
-__all__ = ["read_log", "read_lines", "sniff", "Log", "Malformed", "KINDS"]
+__all__ = ["read_log", "read_lines", "sniff", "Log", "Malformed", "KINDS", "INTERVAL_RANGE"]

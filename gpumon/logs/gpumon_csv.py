@@ -72,7 +72,19 @@ def read(lines: Lines, names: list[str], path: str) -> Log:
     c = Columns(lines, names)
     log = finish(_detector_log(c, path), c.bad, c.body.line_of)
     log.pids = _pids(c) if c.has("pids") else {}
+    log.sources = _sources(c)
+    if log.simulated:
+        log.notes.append("simulated data: recorded with --sim, on simulated GPUs, not a "
+                         "real machine's")
     return log
+
+
+def _sources(c: Columns) -> tuple:
+    """The distinct values of the source column (what made the samples), sorted."""
+    if not c.has("source"):
+        return ()
+    col = pc().utf8_trim_whitespace(c.table.column("source").combine_chunks())
+    return tuple(sorted(x for x in pc().unique(col).to_pylist() if x))
 
 
 def _detector_log(c: Columns, path: str) -> Log:
@@ -97,10 +109,11 @@ def _has_pid(c: Columns) -> np.ndarray:
 def _pids(c: Columns) -> dict:
     """GPU -> every PID the log saw on it."""
     out: dict[int, set] = {}
-    for g, ptxt in zip(c.num("gpu").tolist(), c.text("pids")):
-        if g == g and ptxt:
-            out.setdefault(int(g), set()).update(int(x) for x in ptxt.split() if x.isdigit())
-    return {g: tuple(sorted(v)) for g, v in out.items() if g >= 0}
+    gpu, bad = gpu_index(c.num("gpu"))      # (NaN, inf, -1, 1e12: no GPU, no PIDs)
+    for g, ptxt in zip(np.where(bad, -1, gpu).tolist(), c.text("pids")):
+        if g >= 0 and ptxt:
+            out.setdefault(g, set()).update(int(x) for x in ptxt.split() if x.isdigit())
+    return {g: tuple(sorted(v)) for g, v in out.items()}
 
 
 # -- replay -----------------------------------------------------------------------------------

@@ -72,6 +72,12 @@ class Log:
     malformed: Malformed = field(default_factory=Malformed)
     rows: int = 0
     notes: list = field(default_factory=list)  # what the reader assumed, for the report
+    sources: tuple = ()               # what made the samples, where the log says (gpumon's
+                                      # source column: "nvml", "sim", "replay")
+
+    @property
+    def simulated(self) -> bool:
+        return "sim" in self.sources
 
     @property
     def empty(self) -> bool:
@@ -82,7 +88,7 @@ class Log:
         return Log(self.path, self.kind, _take(self.samples, SAMPLE_COLUMNS, idx),
                    None if self.jobs is None else _take(self.jobs, JOB_COLUMNS, idx),
                    None if self.host is None else _take(self.host, HOST_COLUMNS, idx),
-                   self.pids, self.malformed, self.rows, self.notes)
+                   self.pids, self.malformed, self.rows, self.notes, self.sources)
 
 
 def _take(cols, names: tuple, idx: np.ndarray):

@@ -67,7 +67,7 @@ class _Screens:
         t = np.array([r[0] for r in self.rows], dtype=float)
         bounds = [r0 for _, r0, _ in self.seconds] + [len(self.rows)]
         for (s, r0, n), r1 in zip(self.seconds, bounds[1:]):
-            if n > 1:
+            if n > 1 and r1 > r0:      # (screens of a second can have no GPU rows at all)
                 # Screens of one second in order: their rows' times repeat the screen's index.
                 k = np.array([r[7] for r in self.rows[r0:r1]])
                 t[r0:r1] = s + (k - k[0] + 0.5) / n
