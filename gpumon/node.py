@@ -1,6 +1,7 @@
 """NvmlNode: the real machine as one source, NVML for the GPUs plus psutil for the host."""
 from __future__ import annotations
 
+import sys
 import time
 from typing import Optional, Sequence
 
@@ -38,6 +39,14 @@ def require_gpus(src: NvmlSource) -> NvmlSource:
     raise NoGpuError()
 
 
+def _to_stderr(text: str) -> None:
+    """A note, as the commands print theirs: one line on stderr."""
+    try:
+        print(f"gpumon: {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):       # stderr closed or gone: nobody to tell
+        pass
+
+
 class NvmlNode:
     kind = "nvml"
 
@@ -47,6 +56,8 @@ class NvmlNode:
         self.nvml = NvmlSource(**reads)
         self.host = HostSource()
         self._pids: dict[int, Optional[tuple[int, ...]]] = {}
+        self.notes: list[str] = []        # said once each on stderr (notify)
+        self.notify = _to_stderr
 
     def open(self) -> "NvmlNode":
         self.nvml = require_gpus(open_selected(self.keys, **self.reads))
@@ -66,7 +77,10 @@ class NvmlNode:
         return self.nvml.errors
 
     def read(self) -> Tick:
+        t0 = time.monotonic()
         samples = self.nvml.read()
+        if self.nvml.slow and not self.notes:
+            self._note(self.nvml.slow_note(time.monotonic() - t0))
         for s in samples:
             self._pids[s.gpu] = s.pids
         for lost in self.nvml.lost:
@@ -74,6 +88,10 @@ class NvmlNode:
         now = time.time()
         host = self.host.read(self._pids, now)
         return Tick(time=now, gpus=tuple(samples), host=host, lost=tuple(self.nvml.lost))
+
+    def _note(self, text: str) -> None:
+        self.notes.append(text)
+        self.notify(text)
 
     def process_tree(self, root: int):
         """``root``'s process tree (gpumon run: CMD's), read from the host's /proc view."""

@@ -63,6 +63,9 @@ PROCESS_MEM_CHANGE_MIB = 64.0
 PROCESS_UTIL_EVERY_S = 1.0
 # The power limit rarely changes; re-read it this often.
 POWER_LIMIT_REFRESH_S = 30.0
+# One NVML call taking longer than this (s) is slow enough to say so (the slowest reported
+# costs are ~20 ms: PCIe throughput; the process list ~4.5 ms): polls then fall behind.
+SLOW_CALL_S = 0.25
 # nvmlDeviceGetPcieThroughput blocks ~20 ms per call: only where the byte counters are missing,
 # and no more often than this.
 PCIE_THROUGHPUT_EVERY_S = 10.0
@@ -143,11 +146,12 @@ def _clock_offset(cid: int) -> float:
 class _Gpu:
     """One GPU's handle, identity and per-GPU state (unsupported metrics, last seen sample)."""
 
-    def __init__(self, handle, index: int, errors: dict):
+    def __init__(self, handle, index: int, errors: dict, slow: Optional[list] = None):
         self.handle = handle
         self.index = index
         self.unsupported: set[str] = set()
         self.errors = errors
+        self.slow = slow if slow is not None else []   # (call, seconds, GPU), shared
         self.lost = False
         self.last_seen_us = 0
         self.last_sample_wall = 0.0
@@ -186,6 +190,7 @@ class _Gpu:
         """Call fn; None when unsupported or failed this time; GpuLost when the GPU is gone."""
         if metric in self.unsupported:
             return None
+        t0 = time.perf_counter()
         try:
             return fn(self.handle, *args)
         except N.NVMLError as exc:
@@ -206,6 +211,15 @@ class _Gpu:
             # Raised by pynvml's process-list wrappers; not an NVMLError subclass.
             self.unsupported.add(metric)
             return None
+        finally:
+            took = time.perf_counter() - t0
+            if took > SLOW_CALL_S and not self.slow:
+                self.slow.append((_call_name(fn), took, self.index))
+
+
+def _call_name(fn) -> str:
+    """The NVML function behind ``fn`` (a pynvml wrapper or an nvml_buffers query)."""
+    return getattr(fn, "SYMBOL", None) or getattr(fn, "__name__", None) or "an NVML call"
 
 
 def _mib(nbytes) -> float:
@@ -266,6 +280,8 @@ class NvmlSource:
         self.skip = frozenset(skip)
         self.selection = list(gpus) if gpus else None
         self.errors: dict[str, int] = {}
+        # The first call slower than SLOW_CALL_S: (function, seconds, GPU); see slow_note.
+        self.slow: list[tuple[str, float, int]] = []
         self._gpus: Optional[list[_Gpu]] = None
         self.lost: list[int] = []
         self.opened_at = 0.0
@@ -290,7 +306,7 @@ class NvmlSource:
 
     def _open_gpu(self, i: int) -> _Gpu:
         """GPU i's handle and identity; a GPU lost meanwhile is kept, marked lost."""
-        g = _Gpu(None, i, self.errors)
+        g = _Gpu(None, i, self.errors, self.slow)
         try:
             g.handle = N.nvmlDeviceGetHandleByIndex(i)
             self._identify(g)
@@ -378,6 +394,17 @@ class NvmlSource:
             out["cuda"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
         except N.NVMLError:
             out["cuda"] = "unknown"
+        return out
+
+    def slow_note(self, poll_s: Optional[float] = None) -> str:
+        """One line on the first slow call ("" while none was), with how long a poll takes
+        (``poll_s``) where known."""
+        if not self.slow:
+            return ""
+        name, took, gpu = self.slow[0]
+        out = f"NVML is slow: {name} took {took:.2f} s on GPU {gpu}"
+        if poll_s is not None:
+            out += f"; a poll takes {poll_s:.2f} s, so polls come no faster than that"
         return out
 
     def extras(self) -> dict[int, dict[str, Optional[float]]]:
