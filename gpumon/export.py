@@ -11,6 +11,9 @@
   evidence behind it, host-side job CPU, ``gpumon_up``, sample age, lost GPUs, NVML errors.
   With every GPU lost, ``gpumon_up`` is 0 and no verdict is given (the Monitor drops it).
 - A missing value is left out, never exported as 0.
+- Data that is not a real GPU's says so on every series: ``source="sim"`` (or ``"replay"``)
+  beside dcgm-exporter's labels, which its dashboards do not select on; a real node's series
+  have no ``source`` label (``gpumon_info`` names the source in every case).
 
 The HTTP side (listening, /metrics, /healthz, TLS and auth) is gpumon.export_http.
 
@@ -149,18 +152,27 @@ def job_label(gpus: Sequence[int]) -> str:
     return ",".join(str(g) for g in gpus)
 
 
-class _Families:
-    """Metric families under construction, in first-use order."""
+def source_labels(kind: str) -> dict:
+    """The label every series carries when its data is not a real GPU's: ``source="sim"``
+    (simulated GPUs) or ``source="replay"``; none for NVML, so a real node's series keep
+    dcgm-exporter's label set exactly."""
+    return {} if kind in ("", "nvml") else {"source": kind}
 
-    def __init__(self, metric_cls):
+
+class _Families:
+    """Metric families under construction, in first-use order; ``extra`` labels go on every
+    sample."""
+
+    def __init__(self, metric_cls, extra: Optional[dict] = None):
         self.Metric = metric_cls
+        self.extra = extra or {}
         self.by_name: dict[str, Any] = {}
 
     def add(self, name: str, typ: str, help_: str, labels: dict, value: float) -> None:
         m = self.by_name.get(name)
         if m is None:
             m = self.by_name[name] = self.Metric(name, help_, typ)
-        m.add_sample(name, labels, value)
+        m.add_sample(name, {**labels, **self.extra} if self.extra else labels, value)
 
     def __iter__(self):
         return iter(self.by_name.values())
@@ -173,7 +185,7 @@ def families(snap: Snapshot, infos: dict, hostname: str, metric_cls=None) -> lis
     """
     if metric_cls is None:
         metric_cls = require_prometheus_client().core.Metric
-    fam = _Families(metric_cls)
+    fam = _Families(metric_cls, source_labels(snap.source_kind))
     host = {"Hostname": hostname}
     lost = set(snap.lost)
     labels = {g: gpu_labels(infos.get(g), g, hostname)

@@ -50,7 +50,7 @@ def snap(**kw):
     for s in t.gpus:
         latest[s.gpu] = s
     base = dict(now=100.2, latest=latest, tick_time=100.0, ticks=7, host_jobs=t.host.jobs,
-                interval=1.0, source_kind="sim")
+                interval=1.0, source_kind="nvml")
     base.update(kw)
     return Snapshot(**base)
 
@@ -93,6 +93,25 @@ def test_dcgm_names_types_units_and_labels():
     assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total" not in text
     assert len(re.findall(r"^DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION\{", text, re.M)) == 2
     assert "# TYPE DCGM_FI_DEV_CLOCKS_EVENT_REASONS gauge" in text
+
+
+@pytest.mark.parametrize("kind", ["sim", "replay"])
+def test_simulated_data_says_so_on_every_series(kind):
+    """Not only gpumon_info: every DCGM_* and gpumon_* series of simulated (or replayed) GPUs
+    carries source=KIND, dcgm-exporter's labels unchanged beside it."""
+    d = Diagnosis("sync_stall", gpus=(0, 1), cause="straggler", straggler_gpu=1, confidence=0.8,
+                  evidence={"duty_cycle": 0.5})
+    text, _ = parse(families(snap(source_kind=kind, diagnoses=(d,), lost=()), infos(), "n"))
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    assert len(lines) > 50 and any(ln.startswith("DCGM_FI_DEV_GPU_UTIL{") for ln in lines)
+    assert all(f'source="{kind}"' in ln for ln in lines), \
+        [ln for ln in lines if f'source="{kind}"' not in ln][:3]
+    labels = samples_of(text, "DCGM_FI_DEV_GPU_UTIL")[0][0]
+    assert tuple(labels) == LABELS + ("source",)
+    # A real node's series keep dcgm-exporter's label set exactly.
+    text, _ = parse(families(snap(source_kind="nvml"), infos(), "n"))
+    assert [ln for ln in text.splitlines() if "source=" in ln] == \
+        [ln for ln in text.splitlines() if ln.startswith("gpumon_info{")]
 
 
 def test_missing_values_are_left_out_never_zero():
@@ -360,6 +379,7 @@ def test_cli_binds_loopback_by_default_and_serves(gpumon_cmd, clean_env):
         assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
         assert 'DCGM_FI_DEV_GPU_UTIL{gpu="0"' in body and "gpumon_up" in body
         assert 'gpumon_info{Hostname=' in body and 'source="sim"' in body
+        assert all('source="sim"' in ln for ln in body.splitlines() if ln[:1] not in "#")
         import psutil
         p = psutil.Process(proc.pid)
         conns = getattr(p, "net_connections", None) or p.connections   # psutil < 6
