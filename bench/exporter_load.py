@@ -10,11 +10,23 @@ holds ``after_s`` seconds later (idle ones time out). Bounded: about 25 s in all
 
     python -m bench.exporter_load [--conns 1100] [--json]
 
-``run(**kw) -> dict`` is the entry point for bench/run.py; ``format_result(dict)`` the text.
+Two attacks on its workers, each while a real scraper scrapes every ``scrape_every_s``:
+
+    python -m bench.exporter_load --attack pipeline   # 16 connections pipelining scrapes,
+                                                      # never reading an answer
+    python -m bench.exporter_load --attack guess      # 120 clients guessing passwords
+                                                      # against a cost-12 bcrypt hash
+
+(the scraper's password passed once before; the figures add how long a newcomer with the
+right password, never checked, waits for its first 200, retrying on 429).
+
+``run(**kw) -> dict`` is the entry point for bench/run.py; ``run_attack(attack, **kw)`` for
+the attacks; ``format_result(dict)`` the text of either.
 """
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
 import json
 import os
@@ -24,6 +36,8 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -45,6 +59,10 @@ SCRAPE_TIMEOUT_S = 5.0
 AFTER_S = 7.0
 # Start-up (imports, the first sample) must end within this long (s).
 START_TIMEOUT_S = 20.0
+# The attacks: non-reading pipelining connections (twice the exporter's 8 workers) and the
+# requests each sends at once; password guessers, and the bcrypt cost of the hash they face.
+PIPELINERS, PIPELINED = 16, 400
+GUESSERS, GUESS_COST = 120, 12
 
 
 def _free_port() -> int:
@@ -53,12 +71,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _scrape(port: int) -> tuple[bool, float, str]:
+def _scrape(port: int, auth: Optional[str] = None) -> tuple[bool, float, str]:
     t = time.monotonic()
+    headers = {"Accept-Encoding": "gzip"}
+    if auth:
+        headers["Authorization"] = auth
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=SCRAPE_TIMEOUT_S)
         try:
-            conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+            conn.request("GET", "/metrics", headers=headers)
             r = conn.getresponse()
             r.read()
             ok, why = r.status == 200, f"status {r.status}"
@@ -173,7 +194,218 @@ def run(conns: int = CONNS, load_s: float = LOAD_S, after_s: float = AFTER_S,
     return out
 
 
+# -- attacks on the workers ------------------------------------------------------------------
+def basic(user: str, password: str) -> str:
+    """An Authorization header for basic auth."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def bcrypt_hash(password: str, cost: int = GUESS_COST) -> str:
+    """A bcrypt hash (the bcrypt package's, else crypt(3)'s, as gpumon checks them)."""
+    salt = base64.b64encode(os.urandom(16), b"./")[:22].decode()
+    try:
+        import bcrypt
+        return bcrypt.hashpw(password.encode(), f"$2b${cost:02d}${salt}".encode()).decode()
+    except ImportError:
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import crypt
+        return crypt.crypt(password, f"$2b${cost:02d}${salt}")
+
+
+def non_readers(port: int, n: int = PIPELINERS, requests: int = PIPELINED) -> list:
+    """``n`` connections that send ``requests`` pipelined scrapes each and never read."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", port))
+        s.setblocking(False)
+        try:
+            s.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * requests)
+        except BlockingIOError:
+            pass
+        socks.append(s)
+    return socks
+
+
+class Guessers:
+    """``n`` keep-alive connections asking for /metrics with a wrong password, each asking
+    again as soon as its answer comes (one thread, a selector); ``statuses`` counts the
+    answers by status. A context manager."""
+
+    def __init__(self, port: int, n: int = GUESSERS, header: str = basic("prometheus", "guess")):
+        self.port, self.n = port, n
+        self.request = (f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {header}\r\n\r\n"
+                        .encode())
+        self.statuses: dict = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+
+    def _open(self, sel) -> None:
+        s = socket.create_connection(("127.0.0.1", self.port))
+        s.sendall(self.request)
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ)
+
+    def _run(self) -> None:
+        sel = selectors.DefaultSelector()
+        for _ in range(self.n):
+            self._open(sel)
+        while not self._stop.is_set():
+            for key, _ in sel.select(0.1):
+                self._answered(sel, key.fileobj)
+        for key in list(sel.get_map().values()):
+            key.fileobj.close()
+        sel.close()
+
+    def _answered(self, sel, s) -> None:
+        try:
+            data = s.recv(65536)
+        except OSError:
+            data = b""
+        for part in data.split(b"HTTP/1.1 ")[1:]:
+            status = part[:3].decode()
+            self.statuses[status] = self.statuses.get(status, 0) + 1
+            try:
+                s.sendall(self.request)
+            except OSError:
+                data = b""
+        if not data:
+            sel.unregister(s)
+            s.close()
+            self._open(sel)
+
+
+def _first_login(port: int, auth: str, within_s: float = 10.0) -> tuple[Optional[float], int]:
+    """Seconds until ``auth`` (never checked before) gets a 200, retrying on 429 after the
+    second its Retry-After asks; and the tries. None if not within ``within_s``."""
+    t0, tries = time.monotonic(), 0
+    while time.monotonic() - t0 < within_s:
+        tries += 1
+        ok, _, _ = _scrape(port, auth)
+        if ok:
+            return time.monotonic() - t0, tries
+        time.sleep(1.0)
+    return None, tries
+
+
+def run_attack(attack: str = "pipeline", load_s: float = LOAD_S,
+               python: Optional[str] = None, scenario: str = "sync_stall:8") -> dict:
+    """A real scraper's scrapes while ``attack`` ("pipeline" or "guess") goes on."""
+    port = _free_port()
+    out: dict = {"attack": attack, "scenario": scenario, "load_s": load_s}
+    auth = basic("prometheus", "s3cret") if attack == "guess" else None
+    with tempfile.TemporaryDirectory() as tmp:
+        args = ["--port", str(port), "-q"]
+        if attack == "guess":
+            web = Path(tmp, "web.yml")
+            web.write_text(f"basic_auth_users:\n  prometheus: {bcrypt_hash('s3cret')}\n"
+                           f"  newcomer: {bcrypt_hash('n3w')}\n")
+            args += ["--web-config", str(web)]
+        env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1")
+        proc = subprocess.Popen([python or sys.executable, "-m", "gpumon", "export", "--sim",
+                                 scenario] + args, cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _wait_started(proc, port, auth)
+            out["idle_latency_ms"] = statistics.median(
+                _scrape(port, auth)[1] for _ in range(10)) * 1e3
+            _attacked(out, attack, port, auth, load_s)
+        finally:
+            _stop(proc, out)
+    return out
+
+
+def _wait_started(proc, port: int, auth: Optional[str]) -> None:
+    end = time.monotonic() + START_TIMEOUT_S
+    while not _scrape(port, auth)[0]:
+        if proc.poll() is not None or time.monotonic() > end:
+            raise RuntimeError(f"gpumon export did not start: {proc.stderr.read()[-500:]}")
+        time.sleep(0.2)
+
+
+def _attacked(out: dict, attack: str, port: int, auth: Optional[str], load_s: float) -> None:
+    """The scrapes (and, for "guess", a newcomer's first login) under ``attack``."""
+    if attack == "pipeline":
+        socks = non_readers(port)
+        out["attackers"] = f"{len(socks)} connections pipelining {PIPELINED} scrapes, never reading"
+        try:
+            time.sleep(1.0)
+            _scrapes(out, port, auth, load_s)
+        finally:
+            for s in socks:
+                s.close()
+        return
+    with Guessers(port) as guessers:
+        out["attackers"] = f"{guessers.n} clients guessing against a cost-{GUESS_COST} hash"
+        time.sleep(1.0)
+        _scrapes(out, port, auth, load_s)
+        out["newcomer_login_s"], out["newcomer_tries"] = _first_login(
+            port, basic("newcomer", "n3w"))
+    out["attacker_answers"] = dict(sorted(guessers.statuses.items()))
+
+
+def _scrapes(out: dict, port: int, auth: Optional[str], load_s: float) -> None:
+    lat, fails = [], {}
+    end = time.monotonic() + load_s
+    while time.monotonic() < end:
+        ok, took, why = _scrape(port, auth)
+        if ok:
+            lat.append(took)
+        else:
+            fails[why] = fails.get(why, 0) + 1
+        time.sleep(max(0.0, SCRAPE_EVERY_S - took))
+    out["scrapes_ok"], out["scrapes_failed"], out["failures"] = len(lat), sum(fails.values()), fails
+    out["latency_median_ms"] = statistics.median(lat) * 1e3 if lat else None
+    out["latency_max_ms"] = max(lat) * 1e3 if lat else None
+
+
+def _stop(proc, out: dict) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    out["exit_code"] = proc.returncode
+    err = proc.stderr.read() if proc.stderr else ""
+    out["tracebacks"] = err.count("Traceback")
+
+
+def format_attack(r: dict) -> str:
+    def ms(v):
+        return "-" if v is None else f"{v:.1f} ms"
+    fails = ", ".join(f"{k} x{v}" for k, v in r.get("failures", {}).items()) or "none"
+    lines = [f"gpumon export --sim {r['scenario']} under attack: {r['attackers']}, "
+             f"for {r['load_s']:g} s",
+             f"  /metrics (a scraper every {SCRAPE_EVERY_S:g} s): {r['scrapes_ok']} ok, "
+             f"{r['scrapes_failed']} failed ({fails}); median {ms(r['latency_median_ms'])}, "
+             f"max {ms(r['latency_max_ms'])} (before the attack: {ms(r['idle_latency_ms'])})"]
+    if "attacker_answers" in r:
+        login = r["newcomer_login_s"]
+        lines.append(f"  the guessers' answers: {r['attacker_answers']}; a newcomer with the "
+                     f"right password: " + (f"in after {login:.1f} s ({r['newcomer_tries']} "
+                                            "tries)" if login is not None else
+                                            f"not in after {r['newcomer_tries']} tries"))
+    lines.append(f"  exit code {r['exit_code']}, tracebacks {r['tracebacks']}")
+    return "\n".join(lines)
+
+
 def format_result(r: dict) -> str:
+    if "attack" in r:
+        return format_attack(r)
+
     def ms(v):
         return "-" if v is None else f"{v:.1f} ms"
     fails = ", ".join(f"{k} x{v}" for k, v in r.get("failures", {}).items()) or "none"
@@ -200,9 +432,14 @@ def main(argv=None) -> int:
     ap.add_argument("--conns", type=int, default=CONNS)
     ap.add_argument("--load-s", type=float, default=LOAD_S)
     ap.add_argument("--python", default=None, help="the interpreter that runs gpumon")
+    ap.add_argument("--attack", choices=("pipeline", "guess"), default=None,
+                    help="instead of idle connections, this attack on the workers")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args(argv)
-    r = run(conns=args.conns, load_s=args.load_s, python=args.python)
+    if args.attack:
+        r = run_attack(args.attack, load_s=args.load_s, python=args.python)
+    else:
+        r = run(conns=args.conns, load_s=args.load_s, python=args.python)
     print(json.dumps(r, indent=1) if args.json else format_result(r))
     return 0
 

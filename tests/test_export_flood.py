@@ -4,9 +4,7 @@ bcrypt hash. Meanwhile a real scraper's every request must be answered, and soon
 
 The load figures come from ``python -m bench.exporter_load --scenario ...``; these tests run
 the same scenarios on a small scale."""
-import base64
 import http.client
-import selectors
 import socket
 import subprocess
 import threading
@@ -14,6 +12,7 @@ import time
 
 import pytest
 
+from bench.exporter_load import Guessers, basic, bcrypt_hash, non_readers
 from gpumon.httpserver import WORKERS
 from gpumon.webconfig import BasicAuth, bcrypt_checker
 from test_export import free_port
@@ -48,10 +47,6 @@ def scrapes(port, n, every_s, auth=None):
     return got
 
 
-def basic(user, password):
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-
-
 @pytest.fixture
 def serve():
     from gpumon.export_http import MetricsServer
@@ -68,28 +63,12 @@ def serve():
         srv.server_close()
 
 
-def non_readers(port, n, requests=400):
-    """``n`` connections that pipeline ``requests`` scrapes each and never read a byte."""
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.connect(("127.0.0.1", port))
-        s.setblocking(False)
-        try:
-            s.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * requests)
-        except BlockingIOError:
-            pass
-        socks.append(s)
-    return socks
-
-
 def test_pipelining_clients_that_never_read_hold_no_worker(serve):
     """As many connections as workers pipeline scrapes of a 512 KB page and never read: each
     answer waits for its reader in the selector, not in a worker's blocking send."""
     body = b"".join(b"DCGM_FI_DEV_GPU_UTIL{gpu=\"%d\"} 100\n" % i for i in range(16000))
     srv = serve(lambda: body)
-    socks = non_readers(srv.port, WORKERS * 2)
+    socks = non_readers(srv.port, WORKERS * 2)   # 400 requests each
     try:
         time.sleep(0.5)                          # every worker has met its non-reader
         got = scrapes(srv.port, 8, 0.2)
@@ -121,74 +100,6 @@ def test_a_pipelining_client_gets_every_answer_in_order(serve):
 
 
 # -- guessed passwords -----------------------------------------------------------------------
-def cost12_hash(password):
-    """A bcrypt hash of cost 12 (the cost people choose for a password that matters)."""
-    try:
-        import bcrypt
-        return bcrypt.hashpw(password.encode(), bcrypt.gensalt(12)).decode()
-    except ImportError:
-        import warnings
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            import crypt
-        return crypt.crypt(password, "$2b$12$" + "gpumonsaltgpumonsaltgu")
-
-
-class Guessers:
-    """``n`` keep-alive connections sending /metrics with a wrong password, each asking again
-    as soon as its answer comes (one thread, a selector); counts the answers by status."""
-
-    def __init__(self, port, n, header):
-        self.port, self.n = port, n
-        self.request = (f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {header}\r\n\r\n"
-                        .encode())
-        self.statuses: dict = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(10)
-
-    def _open(self, sel):
-        s = socket.create_connection(("127.0.0.1", self.port))
-        s.sendall(self.request)
-        s.setblocking(False)
-        sel.register(s, selectors.EVENT_READ)
-
-    def _run(self):
-        sel = selectors.DefaultSelector()
-        for _ in range(self.n):
-            self._open(sel)
-        while not self._stop.is_set():
-            for key, _ in sel.select(0.1):
-                self._answered(sel, key.fileobj)
-        for key in list(sel.get_map().values()):
-            key.fileobj.close()
-        sel.close()
-
-    def _answered(self, sel, s):
-        try:
-            data = s.recv(65536)
-        except OSError:
-            data = b""
-        for part in data.split(b"HTTP/1.1 ")[1:]:
-            status = part[:3].decode()
-            self.statuses[status] = self.statuses.get(status, 0) + 1
-            try:
-                s.sendall(self.request)
-            except OSError:
-                data = b""
-        if not data:
-            sel.unregister(s)
-            s.close()
-            self._open(sel)
-
-
 def test_basic_auth_budget_for_unverified_passwords():
     """One unverified password is checked at a time, and such checks take at most half the
     time: the others are answered 'busy' at once; a pair that passed is not checked again."""
@@ -224,7 +135,7 @@ def test_guessed_passwords_against_a_costly_hash_leave_scrapes_answered(
     """120 clients guess passwords against a cost-12 hash (~0.3 s a check) while Prometheus,
     whose password passed once, scrapes: every scrape is answered, within the bound."""
     (tmp_path / "web.yml").write_text(f"basic_auth_users:\n  prometheus: "
-                                      f"{cost12_hash('s3cret')}\n")
+                                      f"{bcrypt_hash('s3cret', 12)}\n")
     port = free_port()
     proc = subprocess.Popen(gpumon_cmd + ["export", "--sim", "busy:2", "--port", str(port),
                                           "-q", "--web-config", str(tmp_path / "web.yml")],
