@@ -22,6 +22,13 @@ About 2.5 % of the cases also go through the real command line, `python -m gpumo
 FILE`, a few of them through a pipe (`cat FILE | ... analyze -` or `/dev/stdin`): the exit
 code must be 0 or 1 and stderr hold no traceback.
 
+Beside them, the memory bombs (BOMBS), once each, through the worker and the command line:
+inputs whose cost must follow the samples they hold, never their time span or their blank
+bytes (one row an hour for a year, 1,000 rows 1e8 s apart, an nvidia-smi log of 8 GPUs x 30
+days every 5 minutes, a 64 MiB NUL tail, 128 MiB of blank lines, a gzip of 1 GiB of line
+breaks, and `yes 1,0,90 | gpumon analyze -` through a pipe). Every case's peak RSS is kept;
+the report gives the bombs' one by one and the worst of all. `--bombs-only` runs just them.
+
 Exit status 0 when no case gave a traceback, hang, memory or crash outcome, 1 otherwise.
 """
 from __future__ import annotations
@@ -650,7 +657,7 @@ _LIMITED = ("import os, resource, sys\n"
             "os.execv(sys.argv[2], sys.argv[2:])\n")
 
 
-def run_cli(case: Case, path: str, args, as_limit: int) -> dict:
+def run_cli(case: Case, path: str, args, as_limit: int, endless: bool = False) -> dict:
     # The address-space limit set by a small exec wrapper (preexec_fn is unsafe with threads);
     # the pid stays the same, so wait4's ru_maxrss is gpumon's.
     cmd = [sys.executable, "-c", _LIMITED, str(as_limit), sys.executable, "-m", "gpumon",
@@ -661,7 +668,8 @@ def run_cli(case: Case, path: str, args, as_limit: int) -> dict:
     cat = None
     stdin = subprocess.DEVNULL
     if case.cli in ("-", "/dev/stdin"):
-        cat = subprocess.Popen(["cat", path], stdout=subprocess.PIPE)
+        cat = subprocess.Popen(["yes", "1,0,90"] if endless else ["cat", path],
+                               stdout=subprocess.PIPE)
         stdin = cat.stdout
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.monotonic()
@@ -675,6 +683,8 @@ def run_cli(case: Case, path: str, args, as_limit: int) -> dict:
         timer.cancel()
         p.returncode = os.waitstatus_to_exitcode(status)
         if cat:
+            if endless:
+                cat.kill()
             cat.wait()
         secs = time.monotonic() - t0
         err.seek(0)
@@ -720,6 +730,130 @@ def _tb_text(stderr: str) -> dict:
     return {"type": typ.strip()[:100], "msg": msg.strip()[:300], "where": where}
 
 
+# -- memory bombs ---------------------------------------------------------------------------------
+MIB = 1 << 20
+
+
+def _rows_file(path: str, head: str, rows) -> None:
+    with open(path, "w") as f:
+        f.write(head + "\n")
+        for r in rows:
+            f.write(r + "\n")
+
+
+def bomb_hourly_year(path: str, scale: float) -> None:
+    """One row an hour for a year: 8,760 rows, 31.5 million seconds."""
+    _rows_file(path, "timestamp,gpu,util", (f"{1767225600 + 3600 * k},0,{k * 7 % 100}"
+                                            for k in range(max(3, int(8760 * scale)))))
+
+
+def bomb_far_apart(path: str, scale: float) -> None:
+    """1,000 rows 1e8 s apart (1e11 s: 13 TiB of per-second bins)."""
+    _rows_file(path, "timestamp,gpu,util", (f"{1 + 10 ** 8 * k},0,50"
+                                            for k in range(max(3, int(1000 * scale)))))
+
+
+def bomb_nvsmi_5min(path: str, scale: float) -> None:
+    """nvidia-smi --query-gpu of 8 GPUs for 30 days, one poll every 5 minutes."""
+    t0 = dt.datetime(2024, 5, 1)
+
+    def rows():
+        for k in range(max(3, int(30 * 288 * scale))):
+            ts = (t0 + dt.timedelta(seconds=300 * k)).strftime("%Y/%m/%d %H:%M:%S.000")
+            for g in range(8):
+                yield f"{ts}, {g}, {(k * 7 + g) % 100} %, 1000 MiB, 150.00 W"
+    _rows_file(path, "timestamp, index, utilization.gpu [%], memory.used [MiB], "
+               "power.draw [W]", rows())
+
+
+def _padded(path: str, pad: bytes, size: int, gz: bool = False) -> None:
+    opener = (lambda p: gzip.open(p, "wb", compresslevel=6)) if gz else (lambda p: open(p, "wb"))
+    with opener(path) as f:
+        f.write(base_bytes("nvsmi_starved.csv"))
+        block = pad * (MIB // len(pad))
+        for _ in range(max(1, size // MIB)):
+            f.write(block)
+
+
+def bomb_nul_tail(path: str, scale: float) -> None:
+    """A log and 64 MiB of NULs after it (logrotate's copytruncate, a writer without
+    O_APPEND)."""
+    _padded(path, b"\0", int(64 * MIB * scale))
+
+
+def bomb_blank_tail(path: str, scale: float) -> None:
+    """A log and 128 MiB of blank lines after it."""
+    _padded(path, b"\n", int(128 * MIB * scale))
+
+
+def bomb_newline_gzip(path: str, scale: float) -> None:
+    """A log and 1 GiB of line breaks, gzip-compressed (~1 MB)."""
+    _padded(path, b"\n", int(1024 * MIB * scale), gz=True)
+
+
+# name -> (writer, file suffix); `endless_pipe` has no file: `yes 1,0,90 | ... analyze -`.
+BOMBS = {"hourly_year": (bomb_hourly_year, ".csv"), "far_apart": (bomb_far_apart, ".csv"),
+         "nvsmi_5min_30d": (bomb_nvsmi_5min, ".csv"), "nul_tail": (bomb_nul_tail, ".csv"),
+         "blank_tail": (bomb_blank_tail, ".csv"),
+         "newline_gzip": (bomb_newline_gzip, ".csv.gz"), "endless_pipe": (None, "")}
+
+
+@dataclass
+class Bomb:
+    name: str
+    size: int                   # bytes of the file (0: a pipe)
+    res: dict                   # through analyze_file in the worker (empty for the pipe)
+    cli: dict
+
+
+def run_bombs(args, log: Callable = print, scale: float = 1.0) -> list:
+    """Every bomb through a worker (peak RSS of the case) and the command line (under the
+    worker's address-space limit)."""
+    tmp = tempfile.mkdtemp(prefix="gpumon-bombs-")
+    logs = tempfile.mkdtemp(prefix="gpumon-bombs-workers-")
+    w = Worker(args, logs, 0)
+    out = []
+    try:
+        for name, (writer, suffix) in BOMBS.items():
+            path = os.path.join(tmp, name + suffix)
+            res: dict = {}
+            if writer is not None:
+                writer(path, scale)
+                res = w.run(-1, path)
+            as_limit = (w.info.get("as_limit_mib") or 0) * MIB
+            cli = run_cli(Case(0, -1, name, [name], False, "-" if writer is None else "file"),
+                          path, args, as_limit, endless=writer is None)
+            size = os.path.getsize(path) if writer is not None else 0
+            out.append(Bomb(name, size, res, cli))
+            if writer is not None:
+                os.unlink(path)
+            log(f"  fuzz bomb {name}: " + ", ".join(
+                f"{via} {r['outcome']} {r.get('peak_mib', 0):.0f} MiB"
+                for via, r in (("analyze_file", res), ("CLI", cli)) if r))
+    finally:
+        if w.proc:
+            w.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
+    return out
+
+
+def bomb_lines(bombs: list) -> list:
+    """The bombs as a Markdown table, one row each, with their peak RSS."""
+    rows = []
+    for b in bombs:
+        for via, r in (("analyze_file", b.res), ("CLI", b.cli)):
+            if r:
+                rows.append([f"`{b.name}`", f"{b.size / MIB:.1f} MiB" if b.size else "pipe",
+                             via, r["outcome"], f"{r.get('peak_mib', 0):.0f}",
+                             f"{r.get('secs', 0):.1f}", (r.get("msg") or "")[:90]
+                             .replace("|", "/")])
+    worst = max((r.get("peak_mib", 0) for b in bombs for r in (b.res, b.cli) if r), default=0)
+    return (["", f"Memory bombs (BOMBS), once each: largest peak RSS {worst:.0f} MiB.", ""]
+            + _table(["input", "size", "via", "outcome", "peak RSS MiB", "s", "message"],
+                     rows))
+
+
 # -- the run -----------------------------------------------------------------------------------
 @dataclass
 class Result:
@@ -734,6 +868,7 @@ class Summary:
     count: int
     secs: float
     results: list = field(default_factory=list)
+    bombs: list = field(default_factory=list)       # Bomb
 
     @property
     def outcomes(self) -> Counter:
@@ -749,8 +884,13 @@ class Summary:
                 or (r.cli and r.cli["outcome"] in FAILURES)]
 
     @property
+    def bomb_failures(self) -> list:
+        return [b for b in self.bombs if any(r and r["outcome"] in FAILURES
+                                             for r in (b.res, b.cli))]
+
+    @property
     def ok(self) -> bool:
-        return not self.failures
+        return not self.failures and not self.bomb_failures
 
 
 def run_cases(cases: list, args, log: Callable = print) -> Summary:
@@ -845,9 +985,11 @@ def report_lines(s: Summary, show: int = 8) -> list:
     out = [f"{s.count} mutated logs (seed {s.seed}) through `gpumon.analyze.analyze_file` + "
            f"`to_text`/`to_json` in {s.secs:.0f} s: " +
            ", ".join(f"{k} {oc.get(k, 0)}" for k in OUTCOMES) + ". " +
-           ("No traceback, hang or memory failure." if s.ok else
+           ("No traceback, hang or memory failure." if not s.failures else
             f"**{len(s.failures)} failing cases.**") +
            f" Largest peak RSS of a worker during one case: {peak:.0f} MiB.", ""]
+    if s.bombs:
+        out = out[:-1] + bomb_lines(s.bombs) + [""]
     per: dict = defaultdict(Counter)
     for r in s.results:
         for m in r.case.mutations + (["gzip"] if r.case.gz else []):
@@ -919,15 +1061,24 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-rss-mib", type=float, default=1024.0,
                     help="peak RSS over which a case counts as a memory failure (default 1024)")
     ap.add_argument("--show", type=int, default=8, help="failing cases listed (default 8)")
+    ap.add_argument("--no-bombs", action="store_true", help="leave out the memory bombs")
+    ap.add_argument("--bombs-only", action="store_true",
+                    help="run the memory bombs only, not the mutated logs")
+    ap.add_argument("--bomb-scale", type=float, default=1.0, help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return ap
 
 
-def fuzz(seed: int = 0, count: int = 1000, log: Callable = print) -> Summary:
-    """A whole run with the default settings (bench.run's section)."""
+def fuzz(seed: int = 0, count: int = 1000, log: Callable = print,
+         bombs: bool = True) -> Summary:
+    """A whole run with the default settings (bench.run's section): the mutated logs, then
+    the memory bombs."""
     args = parser().parse_args(["--seed", str(seed), "--count", str(count)])
     args.progress = True
-    return run_cases([make_case(seed, n) for n in range(count)], args, log)
+    s = run_cases([make_case(seed, n) for n in range(count)], args, log)
+    if bombs:
+        s.bombs = run_bombs(args, log)
+    return s
 
 
 def main(argv=None) -> int:
@@ -935,12 +1086,14 @@ def main(argv=None) -> int:
     if args.worker:
         return worker_main(args.timeout, args.mem_headroom_mib, args.max_rss_mib)
     args.keep = os.path.abspath(args.keep) if args.keep else None
-    nums = args.only if args.only else range(args.count)
+    nums = args.only if args.only else range(0 if args.bombs_only else args.count)
     cases = [make_case(args.seed, n) for n in nums]
     args.progress = not args.only
     print(f"fuzz: {len(cases)} cases, seed {args.seed}, {args.workers} workers, "
           f"{args.timeout:g} s per file", flush=True)
     s = run_cases(cases, args)
+    if not (args.only or args.no_bombs):
+        s.bombs = run_bombs(args, scale=args.bomb_scale)
     for r in (s.results if args.only else []):
         print(f"\ncase {r.case.n}: {r.case.base} {r.case.label}"
               + (f" (kept: {os.path.join(args.keep, r.case.name)})" if args.keep else ""))
@@ -953,8 +1106,8 @@ def main(argv=None) -> int:
                 print(r.cli["stderr"].rstrip())
     print()
     print("\n".join(report_lines(s, args.show)))
-    print(f"\nfuzz: {len(cases)} cases in {s.secs:.1f} s; "
-          f"{'OK' if s.ok else f'{len(s.failures)} FAILING'}")
+    print(f"\nfuzz: {len(cases)} cases and {len(s.bombs)} memory bombs in {s.secs:.1f} s; "
+          f"{'OK' if s.ok else f'{len(s.failures) + len(s.bomb_failures)} FAILING'}")
     return 0 if s.ok else 1
 
 

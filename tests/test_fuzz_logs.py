@@ -163,3 +163,40 @@ def test_the_classifier_on_good_and_empty_input(tmp_path):
     p.write_bytes(b"")
     assert fz.run_one(str(p), 1 << 40)["outcome"] == "user_error"
     assert fz.run_one(str(fz.os.path.join(fz.DATA, "plain.csv")), 1 << 40)["outcome"] == "ok"
+
+
+# -- memory bombs ---------------------------------------------------------------------------------
+def test_bombs_are_what_they_say(tmp_path):
+    p = str(tmp_path / "b")
+    fz.bomb_hourly_year(p, 1.0)
+    t = [float(r[0]) for r in rows(open(p, "rb").read())[1:]]
+    assert len(t) == 8760 and {b - a for a, b in zip(t, t[1:])} == {3600.0}
+    fz.bomb_far_apart(p, 1.0)
+    t = [float(r[0]) for r in rows(open(p, "rb").read())[1:]]
+    assert len(t) == 1000 and t[-1] - t[0] == 999e8
+    fz.bomb_nvsmi_5min(p, 1 / 30)               # a day of it
+    r = rows(open(p, "rb").read())
+    assert len(r) == 1 + 288 * 8 and r[9][0].endswith("00:05:00.000")
+    fz.bomb_nul_tail(p, 1 / 16)
+    data = open(p, "rb").read()
+    assert data.startswith(NVSMI) and data[len(NVSMI):] == b"\0" * (4 << 20)
+    fz.bomb_blank_tail(p, 1 / 32)
+    assert open(p, "rb").read()[len(NVSMI):] == b"\n" * (4 << 20)
+    fz.bomb_newline_gzip(p, 1 / 256)
+    assert gzip.decompress(open(p, "rb").read()) == NVSMI + b"\n" * (4 << 20)
+
+
+def test_bombs_run_through_the_worker_and_the_command_line_with_their_peaks():
+    args = fz.parser().parse_args(["--count", "0"])
+    bombs = fz.run_bombs(args, log=lambda m: None, scale=1 / 64)
+    assert [b.name for b in bombs] == list(fz.BOMBS)
+    for b in bombs:
+        for r in (b.res, b.cli):
+            if r:
+                assert r["outcome"] in ("ok", "user_error"), (b.name, r)
+                assert r["peak_mib"] > 0
+    pipe = bombs[-1]
+    assert pipe.name == "endless_pipe" and not pipe.res
+    assert pipe.cli["outcome"] == "user_error" and "stopped after reading" in pipe.cli["msg"]
+    text = "\n".join(fz.bomb_lines(bombs))
+    assert "largest peak RSS" in text and "`nul_tail`" in text
