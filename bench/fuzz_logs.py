@@ -892,6 +892,16 @@ class Summary:
     def ok(self) -> bool:
         return not self.failures and not self.bomb_failures
 
+    def measured(self) -> str:
+        """The run in one line, for bench.run's table of targets: outcomes, the memory bombs'
+        and the largest peak RSS of any case."""
+        peaks = [r.get("peak_mib", 0) for x in self.results for r in (x.res, x.cli) if r]
+        peaks += [r.get("peak_mib", 0) for b in self.bombs for r in (b.res, b.cli) if r]
+        bombs = (f"; {len(self.bombs)} memory bombs, {len(self.bomb_failures)} failing"
+                 if self.bombs else "")
+        return (", ".join(f"{k} {self.outcomes.get(k, 0)}" for k in OUTCOMES) + bombs
+                + f"; largest peak RSS {max(peaks, default=0):.0f} MiB")
+
 
 def run_cases(cases: list, args, log: Callable = print) -> Summary:
     t0 = time.monotonic()

@@ -200,3 +200,9 @@ def test_bombs_run_through_the_worker_and_the_command_line_with_their_peaks():
     assert pipe.cli["outcome"] == "user_error" and "stopped after reading" in pipe.cli["msg"]
     text = "\n".join(fz.bomb_lines(bombs))
     assert "largest peak RSS" in text and "`nul_tail`" in text
+
+
+def test_the_measured_line_names_the_bombs_and_the_largest_peak():
+    s = fz.Summary(0, 0, 0.0, bombs=[fz.Bomb("nul_tail", 1, {"outcome": "ok", "peak_mib": 90.0},
+                                             {"outcome": "ok", "peak_mib": 120.0})])
+    assert s.measured().endswith("; 1 memory bombs, 0 failing; largest peak RSS 120 MiB")
