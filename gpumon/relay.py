@@ -125,6 +125,10 @@ class Relay:
             self.pending.append(data)
             self._flush_if_held()
 
+    def running(self) -> bool:
+        """Reading CMD's output (started, and not at its end)."""
+        return self._thread.is_alive()
+
     def join(self, timeout: Optional[float] = None) -> bool:
         """Waits for CMD's output to end (every writer closed the channel); then gpumon's
         held lines are written. False if it did not end within ``timeout``."""
@@ -302,6 +306,10 @@ class LineFeed:
     def start(self) -> "LineFeed":
         self._thread.start()
         return self
+
+    def running(self) -> bool:
+        """Reading CMD's output (started, and not at its end)."""
+        return self._thread.is_alive()
 
     def join(self, timeout: Optional[float] = None) -> bool:
         self._thread.join(timeout)

@@ -29,7 +29,8 @@ from gpumon.commands.watch import (add_screen_options, check_log_target, is_plai
                                    open_sink, print_summary, watch)
 from gpumon.errors import UserError
 from gpumon.monitor import EVERY, OWN, CommandScope
-from gpumon.relay import LINE_MAX, LineFeed, LineGate, Relay, open_channel, same_destination
+from gpumon.relay import (LINE_MAX, LineFeed, LineGate, Relay, copy_window_size, open_channel,
+                          same_destination)
 from gpumon.ui.model import Dashboard
 from gpumon.ui.screen import gpus_text, hms
 from gpumon.ui.summary import summary_text
@@ -151,6 +152,9 @@ class Output:
         if not self.fds:
             return
         read, self._write = open_channel(own)
+        self.own, self._pty, self._size = own, read if os.isatty(read) else -1, None
+        if self._pty >= 0:
+            self._size = _terminal_size(own)
         if plain:
             self.relay = Relay(read, own)
             self.gate = LineGate(self.relay, sys.stderr)
@@ -179,10 +183,29 @@ class Output:
             if reader is not None:
                 reader.join(timeout)
 
+    def resized(self, pgid: int) -> None:
+        """The terminal's size given to CMD's pseudo-terminal when it changed, and SIGWINCH
+        to CMD's process group (the terminal sends it to gpumon's alone)."""
+        reader = self.relay or self.feed
+        if self._pty < 0 or reader is None or not reader.running():
+            return                       # (no pseudo-terminal, or CMD's output is over)
+        size = _terminal_size(self.own)
+        if size is not None and size != self._size:
+            self._size = size
+            copy_window_size(self.own, self._pty)
+            _signal_group(pgid, signal.SIGWINCH)
+
     def finish(self) -> None:
         """gpumon's lines go out at once from now on (CMD has ended)."""
         if self.relay is not None:
             self.relay.finish()
+
+
+def _terminal_size(fd: int):
+    try:
+        return os.get_terminal_size(fd)
+    except OSError:
+        return None
 
 
 class Child:
@@ -321,10 +344,10 @@ class Signals:
         self.child.forward(signum)
 
     def __exit__(self, *exc) -> None:
-        if self.child is None:
-            for s, h in self._old.items():
-                signal.signal(s, h)
-        # Else they stay: a Ctrl-C after CMD's end, while gpumon finishes, changes nothing.
+        # After CMD's end, a Ctrl-C while gpumon finishes changes nothing: ignored, not left
+        # to Python, which sets its handlers back to the default (death) as it exits.
+        for s, h in self._old.items():
+            signal.signal(s, h if self.child is None else signal.SIG_IGN)
 
 
 def _group_and_death_signal() -> dict:
@@ -507,6 +530,9 @@ class RunView:
     def loop_ready(self, loop) -> None:
         loop.monitor.sinks.extend(self.sinks)
         self.sinks.clear()              # (the monitor closes them now)
+        # A resize reaches CMD within a reading (the screen's loop takes SIGWINCH).
+        loop.monitor.listeners.append(lambda tick, diagnoses: self.output.resized(
+            self.child.pid))
         if self.scope is not None:
             loop.monitor.scope = self.scope
             loop.monitor.judged_listeners += [self.judged.update, self.notes]
@@ -535,6 +561,7 @@ class RunView:
         notices, self.notices = self.notices, []
         for text in notes + notices:
             console.out(text, style="bold", highlight=False)
+        self.output.resized(self.child.pid)
         partial = feed.partial if feed is not None else ""
         return Text.from_ansi(partial, no_wrap=True, overflow="ellipsis") if partial else None
 
