@@ -18,6 +18,16 @@ from gpumon.selection import select_gpus
 # would only burn a core. Above an hour the verdicts (windows of seconds) mean nothing.
 MIN_INTERVAL_S = 0.05
 MAX_INTERVAL_S = 3600.0
+# Every number on the command line has an upper bound, so no value reaches a timer, a clock
+# or a width that cannot hold it (--duration 1e308 overflowed select()'s time_t). --duration:
+# a year, far beyond any training run (without it: until Ctrl-C).
+MAX_DURATION_S = 365 * 86400.0
+# --speed of a replay: 100 times slower to a day of log in under a second.
+MIN_SPEED, MAX_SPEED = 0.01, 100000.0
+# Counts and seeds: what a signed 64-bit integer holds (CSV and JSON readers keep it exact).
+MAX_WHOLE = 2**63 - 1
+# Text widths (status --width), characters.
+MAX_WIDTH = 10000
 
 
 def positive_float(text: str) -> float:
@@ -30,27 +40,52 @@ def positive_float(text: str) -> float:
     return value
 
 
-def poll_interval(text: str) -> float:
+def bounded_float(text: str, least: float, most: float, unit: str = " seconds") -> float:
+    """``text`` as a float from ``least`` to ``most`` (above 0 and finite first)."""
     value = positive_float(text)
-    if not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:
-        raise argparse.ArgumentTypeError(f"must be between {MIN_INTERVAL_S:g} and "
-                                         f"{MAX_INTERVAL_S:g} seconds: {text!r}")
+    if not least <= value <= most:
+        raise argparse.ArgumentTypeError(f"must be between {least:g} and {most:g}{unit}: "
+                                         f"{text!r}")
     return value
 
 
-def whole_number(text: str, least: int) -> int:
-    """``text`` as an int of at least ``least`` (an argparse type: errors as usage errors)."""
+def poll_interval(text: str) -> float:
+    return bounded_float(text, MIN_INTERVAL_S, MAX_INTERVAL_S)
+
+
+def duration_s(text: str) -> float:
+    value = positive_float(text)
+    if value > MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_DURATION_S:.0f} seconds (a "
+                                         f"year; leave --duration out to run until stopped): "
+                                         f"{text!r}")
+    return value
+
+
+def replay_speed(text: str) -> float:
+    return bounded_float(text, MIN_SPEED, MAX_SPEED, unit="")
+
+
+def whole_number(text: str, least: int, most: int = MAX_WHOLE) -> int:
+    """``text`` as an int from ``least`` to ``most`` (an argparse type: errors as usage
+    errors)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < least:
         raise argparse.ArgumentTypeError(f"must be {least} or more: {text!r}")
+    if value > most:
+        raise argparse.ArgumentTypeError(f"must be {most} or less: {text!r}")
     return value
 
 
 def sim_seed(text: str) -> int:
     return whole_number(text, 0)
+
+
+def text_width(text: str) -> int:
+    return whole_number(text, 1, MAX_WIDTH)
 
 
 def gpu_list(text: str) -> list[str]:
@@ -84,8 +119,8 @@ def add_sampling_options(p: argparse.ArgumentParser, *, sim: bool = True,
                    help="GPUs to watch, by NVML index or UUID (or its start), e.g. 0,2 "
                         "(default: all)")
     if duration:
-        g.add_argument("--duration", type=positive_float, default=None, metavar="S",
-                       help="stop after S seconds (default: until Ctrl-C)")
+        g.add_argument("--duration", type=duration_s, default=None, metavar="S",
+                       help="stop after S seconds, at most a year (default: until Ctrl-C)")
     if sim:
         g.add_argument("--sim", default=None, metavar="SCENARIO[:GPUS]",
                        help="simulated GPUs instead of NVML (see `gpumon sim list`)")

@@ -11,7 +11,8 @@ import sys
 from typing import NamedTuple, Optional
 
 from gpumon.commands.helptext import help_kwargs
-from gpumon.commands.common import add_sampling_options, make_detector, open_source
+from gpumon.commands.common import (add_sampling_options, make_detector, open_source,
+                                    text_width)
 from gpumon.errors import UserError
 from gpumon.monitor import Monitor
 from gpumon.ui.model import Dashboard
@@ -37,8 +38,8 @@ def register(sub) -> None:
     p.add_argument("--sample", type=_sample_s, default=SAMPLE_S, metavar="S",
                    help=f"seconds to sample before the snapshot, 0 to 60 (default {SAMPLE_S:g}; "
                         "0: the current readings, no verdict)")
-    p.add_argument("--width", type=int, default=None, metavar="N",
-                   help="text width, 40 or more (default: the terminal's, else 160)")
+    p.add_argument("--width", type=text_width, default=None, metavar="N",
+                   help="text width, 40 to 10000 (default: the terminal's, else 160)")
     p.add_argument("-1", "--once", action="store_true",
                    help="accepted as nvitop's -1/--once: status always reports once")
     add_sampling_options(p, duration=False)

@@ -7,7 +7,8 @@ from typing import Callable, Optional
 
 from gpumon.commands.common import (LostNotices, SelectGpus, add_count_options,
                                     add_sampling_options, lost_text, make_detector, no_color,
-                                    open_source, positive_float, reopen_on_sigusr1)
+                                    open_source, poll_interval, reopen_on_sigusr1,
+                                    replay_speed)
 from gpumon.commands.helptext import help_kwargs
 from gpumon.errors import UserError
 from gpumon.monitor import Monitor
@@ -22,9 +23,9 @@ REPLAY_MIN_POLL_S = 0.05
 
 def add_screen_options(p) -> None:
     g = p.add_argument_group("screen")
-    g.add_argument("--refresh", type=positive_float, default=None, metavar="S",
-                   help="seconds between redraws (default: the --interval; each redraw shows "
-                        "every reading since the last)")
+    g.add_argument("--refresh", type=poll_interval, default=None, metavar="S",
+                   help="seconds between redraws, 0.05 to 3600 (default: the --interval; each "
+                        "redraw shows every reading since the last)")
     g.add_argument("--plain", action="store_true",
                    help="plain lines, one per interval, even on a terminal (the default when "
                         "stdout is not one)")
@@ -50,8 +51,9 @@ def register(sub) -> None:
     r.add_argument("--replay", metavar="CSV", default=None,
                    help="play a gpumon CSV log back through the same screen and detector "
                         "(--gpus picks GPUs of the log by index)")
-    r.add_argument("--speed", type=positive_float, default=None, metavar="N",
-                   help="replay N times faster than real time (default 1; with --replay only)")
+    r.add_argument("--speed", type=replay_speed, default=None, metavar="N",
+                   help="replay N times faster than real time, 0.01 to 100000 (default 1; "
+                        "with --replay only)")
     p.set_defaults(func=run)
 
 
