@@ -46,6 +46,22 @@ def python_names(message: str) -> str:
     return _OPTION.sub(one, message)
 
 
+def _check(interval, speed, sim, seed) -> None:
+    """Monitor's parameters, each refused with a ValueError that names it."""
+    if not (isinstance(interval, (int, float)) and
+            MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S):
+        raise ValueError(f"interval must be {MIN_INTERVAL_S} to {MAX_INTERVAL_S:g} s, "
+                         f"not {interval!r}")
+    if not (isinstance(speed, (int, float)) and math.isfinite(speed) and speed > 0):
+        raise ValueError(f"speed must be a positive number, not {speed!r}")
+    if speed != 1.0 and sim is None:
+        raise ValueError("speed needs sim=: real GPUs run at the wall clock's speed")
+    if sim is not None and not (isinstance(sim, str) and sim.strip()):
+        raise ValueError(f"sim must name a scenario (see `gpumon sim list`), not {sim!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a whole number 0 or more, not {seed!r}")
+
+
 class Monitor:
     """Samples the GPUs every ``interval`` s in a background thread while started (``with``,
     or ``start()``/``stop()``). ``gpus``: NVML indices or UUIDs (default all). ``sim``: a
@@ -55,18 +71,7 @@ class Monitor:
     def __init__(self, interval: float = 1.0, *, gpus: Optional[Sequence] = None,
                  sim: Optional[str] = None, seed: int = 0, speed: float = 1.0,
                  max_rows: int = MAX_ROWS):
-        if not (isinstance(interval, (int, float)) and
-                MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S):
-            raise ValueError(f"interval must be {MIN_INTERVAL_S} to {MAX_INTERVAL_S:g} s, "
-                             f"not {interval!r}")
-        if not (isinstance(speed, (int, float)) and math.isfinite(speed) and speed > 0):
-            raise ValueError(f"speed must be a positive number, not {speed!r}")
-        if speed != 1.0 and sim is None:
-            raise ValueError("speed needs sim=: real GPUs run at the wall clock's speed")
-        if sim is not None and not (isinstance(sim, str) and sim.strip()):
-            raise ValueError(f"sim must name a scenario (see `gpumon sim list`), not {sim!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be a whole number 0 or more, not {seed!r}")
+        _check(interval, speed, sim, seed)
         self.interval, self.speed, self.sim, self.seed = float(interval), speed, sim, seed
         self.gpus = None if gpus is None else [str(g) for g in gpus]
         self._rows: collections.deque = collections.deque(maxlen=max_rows)

@@ -127,21 +127,27 @@ NAME_W, NAME_MIN = 24, 8
 DROP = ("temp", "power", "mem")
 
 
+def _gpu_cells(g: GpuView, ascii: bool) -> dict[str, str]:
+    """A GPU line's cells after its name: utilization, memory, power, temperature."""
+    s = g.sample
+    if s is None:
+        return {"util": f"{_fmt(g.util, '%'):>4}", "mem": f"{MISSING:>19}",
+                "power": f"{MISSING:>11}", "temp": f"{MISSING:>5}"}
+    mem = f"{_fmt(s.mem_used_mib, '')} / {_fmt(s.mem_total_mib, ' MiB')}"
+    power = f"{_fmt(s.power_w, '')} / {_fmt(s.power_limit_w, ' W')}"
+    temp = _fmt(s.temp_c, "C" if ascii else "°C")
+    return {"util": f"{_fmt(g.util, '%'):>4}", "mem": f"{mem:>19}", "power": f"{power:>11}",
+            "temp": f"{temp:>5}"}
+
+
 def gpu_line(g: GpuView, ascii: bool, width: int = 80) -> str:
     """``[i] name | util | memory | power | temperature`` in ``width`` columns: the name
     shortened, then the temperature, power and memory left out, as the width asks."""
-    s = g.sample
     head = f"[{g.index}] "
     if g.lost:
         return (head + f"{g.name[:NAME_W]:{NAME_W}}  lost (NVML: GPU is lost, it fell off "
                 "the bus)")[:width]
-    deg = "C" if ascii else "°C"
-    cells = {"util": f"{_fmt(g.util, '%'):>4}",
-             "mem": f"{_fmt(s.mem_used_mib, '') if s else MISSING} / "
-                    f"{_fmt(s.mem_total_mib, ' MiB') if s else MISSING}".rjust(19),
-             "power": f"{_fmt(s.power_w, '') if s else MISSING} / "
-                      f"{_fmt(s.power_limit_w, ' W') if s else MISSING}".rjust(11),
-             "temp": f"{_fmt(s.temp_c if s else None, deg):>5}"}
+    cells = _gpu_cells(g, ascii)
     drop = list(DROP)
     while True:
         rest = "".join(" | " + c for c in cells.values())
