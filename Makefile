@@ -23,8 +23,10 @@ $(DEV_STAMP): $(STAMP)
 run: $(STAMP)
 	@$(VENV)/bin/gpumon list >/dev/null 2>&1; rc=$$?; \
 	if [ $$rc -eq 6 ] || [ $$rc -eq 9 ] || [ $$rc -eq 12 ]; then \
-	  echo "make run: no NVIDIA driver here, running the SIMULATED demo node (gpumon --sim demo)"; \
-	  exec env GPUMON_SCREEN_NOTE="make run: no NVIDIA driver here, running the SIMULATED demo node" $(VENV)/bin/gpumon --sim demo $(ARGS); \
+	  if [ $$rc -eq 6 ]; then why="no NVIDIA GPU here"; else why="no NVIDIA driver here"; fi; \
+	  note="make run: $$why, running the SIMULATED demo node"; \
+	  echo "$$note (gpumon --sim demo)"; \
+	  exec env GPUMON_SCREEN_NOTE="$$note" $(VENV)/bin/gpumon --sim demo $(ARGS); \
 	else exec $(VENV)/bin/gpumon $(ARGS); fi
 
 # The fake NVML library (C, gcc only) and one trace file per simulated scenario.

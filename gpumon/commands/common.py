@@ -88,6 +88,15 @@ def text_width(text: str) -> int:
     return whole_number(text, 1, MAX_WIDTH)
 
 
+def sim_spec(text: str) -> str:
+    """--sim's SCENARIO[:GPUS], checked for a name here (the scenario itself when the
+    simulator is loaded): an empty one is no reason to fall back to NVML."""
+    if not text.strip() or text.strip().startswith(":"):
+        raise argparse.ArgumentTypeError(f"name a scenario, e.g. busy or sync_stall:4 "
+                                         f"(`gpumon sim list` lists them): {text!r}")
+    return text
+
+
 def gpu_list(text: str) -> list[str]:
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
@@ -122,7 +131,7 @@ def add_sampling_options(p: argparse.ArgumentParser, *, sim: bool = True,
         g.add_argument("--duration", type=duration_s, default=None, metavar="S",
                        help="stop after S seconds, at most a year (default: until Ctrl-C)")
     if sim:
-        g.add_argument("--sim", default=None, metavar="SCENARIO[:GPUS]",
+        g.add_argument("--sim", type=sim_spec, default=None, metavar="SCENARIO[:GPUS]",
                        help="simulated GPUs instead of NVML (see `gpumon sim list`)")
         g.add_argument("--seed", type=sim_seed, default=0,
                        help="seed of the simulation, 0 or more (default 0)")
@@ -171,7 +180,7 @@ def no_color(args) -> bool:
 def open_source(args, **reads):
     """The source the options ask for: simulated GPUs with --sim, else NVML + host.
     ``reads``: what the command shows of NVML (gpumon.nvml.NvmlSource's flags)."""
-    if getattr(args, "sim", None):
+    if getattr(args, "sim", None) is not None:
         with held_interrupts():
             from gpumon.sim import SimSource, parse_sim_spec
         try:

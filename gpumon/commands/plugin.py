@@ -129,7 +129,8 @@ def install(copy: bool = False) -> list[str]:
                 raise UserError(f"cannot write {dest}: {exc.strerror}") from None
         found = shutil.which(host) or (Path(sys.executable).parent / host).is_file()
         note = "" if found else f" ({host} is not on PATH)"
-        lines.append(f"{how} {dest} -> {src}: `{host} --gpumon`{note}")
+        what = f"{dest} -> {src}" if how == "linked" else f"{src} -> {dest}"  # (as ls -l, cp)
+        lines.append(f"{how} {what}: `{host} --gpumon`{note}")
     cfg = config_file()
     created += _previous(cfg).get("created", [])   # a second install keeps the first's record
     record = {"python": sys.executable, "pythonpath": import_root(), "plugin": str(src),

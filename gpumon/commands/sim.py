@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
 from gpumon.commands.common import no_color
 from gpumon.commands.helptext import help_kwargs
+from gpumon.errors import EXIT_USAGE, UserError
+
+# Off a terminal (a pipe, a file) a table row is one line, however long: rich's default 80
+# columns folded the descriptions into 25-character pieces.
+PIPE_WIDTH = 10000
 
 
 def register(sub) -> None:
@@ -43,7 +49,7 @@ def _list(args) -> int:
             "straggler": bool(s.names_straggler), "pauses": s.pauses,
             "phases": [list(x) for x in s.phases]} for s in SCENARIOS.values()], indent=2))
         return 0
-    console = Console(no_color=no_color(args), highlight=False)
+    console = _console(args)
     table = Table(box=None, pad_edge=False)
     for col in ("scenario", "gpus", "true verdict", "what it shows"):
         table.add_column(col, overflow="fold")
@@ -64,10 +70,19 @@ def _list(args) -> int:
     return 0
 
 
+def _console(args) -> Console:
+    """The terminal's width on a terminal; elsewhere one line per row."""
+    return Console(no_color=no_color(args), highlight=False,
+                   width=None if sys.stdout.isatty() else PIPE_WIDTH)
+
+
 def _params(args) -> int:
     from gpumon.sim import PARAMS, scenario_params
     from gpumon.sim.scenarios import scenario
-    spec = scenario(args.scenario)
+    try:
+        spec = scenario(args.scenario)
+    except UserError as exc:            # a scenario that is not one: a bad argument
+        raise UserError(str(exc), EXIT_USAGE) from None
     values = scenario_params(spec.name)
     rows = []
     for name, (_, rng) in PARAMS.items():
@@ -77,7 +92,7 @@ def _params(args) -> int:
         print(json.dumps({name: {"default": v, "range": list(r) if r else None}
                           for name, v, r in rows}, indent=2, default=str))
         return 0
-    console = Console(no_color=no_color(args), highlight=False)
+    console = _console(args)
     table = Table(box=None, pad_edge=False, title=f"{spec.name}: defaults and draw ranges "
                   "(units and reasons: gpumon/sim/params.py)", title_justify="left")
     for col in ("parameter", "default", "range"):
