@@ -208,19 +208,30 @@ class Monitor:
         its start, has none), or the duration ends, whichever comes first."""
         polls = (int(math.floor(self.duration / self.interval + 1e-9)) + 1
                  if self.duration is not None else None)
+        deadline = self._deadline()
         next_at = time.monotonic()
         while not self.stop_event.is_set():
             tick = self.step()
             if tick.gpus or tick.lost:
                 self.readings += 1
             if ((polls is not None and self.ticks >= polls)
-                    or (self.count is not None and self.readings >= self.count)):
+                    or (self.count is not None and self.readings >= self.count)
+                    or time.monotonic() >= deadline):
                 break
             next_at += self.interval
             now = time.monotonic()
             if next_at < now:            # fell behind (a slow call): skip, don't burst
                 next_at = now + self.interval
             self.stop_event.wait(next_at - now)
+
+    def _deadline(self) -> float:
+        """When a run with ``duration`` ends whatever the count (monotonic time): polls slower
+        than the interval (a slow driver) end it within a poll of duration + interval, not
+        after every poll of the count. A simulated source runs on its own clock: its count
+        alone ends it (the same seed, the same run, however loaded the machine)."""
+        if self.duration is None or getattr(self.source, "kind", "") == "sim":
+            return math.inf
+        return time.monotonic() + self.duration + self.interval
 
     def start_thread(self) -> threading.Thread:
         """Run in a daemon thread; an error there is kept in ``error`` and stops the loop."""
