@@ -106,3 +106,12 @@ def test_lost_gpu_is_never_in_a_job():
     lost.append(Tick(time=1004, gpus=tuple(s for s in tick(1004, 2).gpus if s.gpu == 0),
                      lost=(1,)))
     assert all(d.gpus == (0,) for d in diagnose(lost))
+
+
+def test_watch_says_why_there_is_no_verdict(fakenvml_lib, clean_env):
+    env = fakenvml_env.env(base=clean_env, mig=True, pids={0: [os.getpid()]})
+    proc = subprocess.run([sys.executable, "-m", "gpumon", "watch", "--plain", "--duration",
+                           "3"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.splitlines()[-1]
+    assert last.endswith("no verdict (GPU 0 did not report utilization)."), last

@@ -67,7 +67,11 @@ def summary_text(d: Dashboard, *, elapsed: Optional[float] = None, command: str 
     if not d.detector:
         return head + ": no verdicts (the detector is not available in this build)."
     if not d.verdict_s:
-        return head + f": {NO_VERDICT} (too little data)."
+        from gpumon.ui.status import no_util_gpus
+        blind = no_util_gpus(v)      # (a MIG instance, a vGPU: no utilization to judge)
+        why = (f"GPU {','.join(map(str, blind))} did not report utilization" if blind
+               else "too little data")
+        return head + f": {NO_VERDICT} ({why})."
     text = head + ": " + ", ".join(f"{name} {p}%" for name, p in whole_percents(shares))
     text += " of the time."
     main = main_finding(d)
