@@ -74,3 +74,19 @@ def test_make_run_says_what_is_missing(tmp_path, code, says):
     first, second = r.stdout.splitlines()
     assert first == f"make run: {says}, running the SIMULATED demo node (gpumon --sim demo)"
     assert second == f"gpumon --sim demo --once | make run: {says}, running the SIMULATED demo node"
+
+
+def test_contrib_path_and_list_name_the_fleet_files(capsys):
+    assert main(["contrib", "path"]) == 0
+    folder = Path(capsys.readouterr().out.strip())
+    assert folder == ROOT / "contrib" and (folder / "prometheus" / "gpumon-rules.yml").is_file()
+    assert main(["contrib", "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    assert [line.split()[0] for line in listed] == [str(p) for p in files]
+    assert any(line.endswith("Grafana dashboard (Dashboards, New, Import)") for line in listed)
+
+
+def test_contrib_without_an_action_is_a_usage_error(capsys):
+    assert main(["contrib"]) == 2
+    assert capsys.readouterr().err == "gpumon: say what to do: gpumon contrib path | list\n"

@@ -141,6 +141,10 @@ def test_wheel_installs_in_a_fresh_venv_and_finds_its_plugin(dists, tmp_path, cl
     assert Path(run("plugin", "path").stdout.strip()) == \
         venv / "share" / "gpumon" / "plugins" / "gpumon_plugin.py"
     assert (venv / "share" / "gpumon" / "contrib" / "grafana" / "gpumon-dashboard.json").is_file()
+    assert Path(run("contrib", "path").stdout.strip()) == venv / "share" / "gpumon" / "contrib"
+    listed = run("contrib", "list").stdout.splitlines()
+    assert [line.split()[0] for line in listed] == sorted(
+        str(venv / "share" / "gpumon" / f) for f in checkout_files("contrib")), listed
     r = run("log", "--sim", "busy:1", "--duration", "2", "-o", "-")
     assert r.returncode == 0 and r.stdout.startswith("time,"), r.stderr
 

@@ -16,6 +16,7 @@ COMMAND_HELP = {
     "status": "one-shot snapshot: every GPU, its processes, the verdict (--json)",
     "export": "serve Prometheus metrics (dcgm-exporter names + gpumon verdicts)",
     "plugin": "the dstat/dool column: install, path, uninstall",
+    "contrib": "where the fleet files are: Prometheus, Grafana, Kubernetes, systemd",
     "sim": "the simulated training scenarios behind --sim",
     "completion": "shell completion script for bash, zsh or fish",
     "stream": None,
@@ -54,6 +55,10 @@ EXAMPLES = {
     "plugin": """\
   gpumon plugin install && dool --gpumon 5
   gpumon plugin path""",
+    "contrib": """\
+  gpumon contrib path             the folder (prometheus/, grafana/, kubernetes/, systemd/)
+  gpumon contrib list             each file, and what it is
+  cp "$(gpumon contrib path)/prometheus/gpumon-rules.yml" /etc/prometheus/rules/""",
     "sim": """\
   gpumon sim list
   gpumon sim params sync_stall

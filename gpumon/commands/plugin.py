@@ -44,18 +44,24 @@ def register(sub) -> None:
 
 
 # -- where things are ----------------------------------------------------------------------
-def plugin_file() -> Path:
-    """The plugin file: the checkout's plugins/ or the installed share/gpumon/plugins/."""
-    candidates = [Path(gpumon.__file__).resolve().parent.parent / "plugins" / PLUGIN_NAME]
+def shared(rel: str, what: str) -> Path:
+    """``rel`` (a file or folder the wheel installs under <prefix>/share/gpumon/): the
+    checkout's own, else the installed one; ``what`` names it in the error."""
+    candidates = [Path(gpumon.__file__).resolve().parent.parent / rel]
     prefixes = [sys.prefix, sysconfig.get_path("data"), getattr(site, "USER_BASE", None) or ""]
     for prefix in prefixes:
         if prefix:
-            candidates.append(Path(prefix) / "share" / "gpumon" / "plugins" / PLUGIN_NAME)
+            candidates.append(Path(prefix) / "share" / "gpumon" / rel)
     for path in candidates:
-        if path.is_file():
+        if path.exists():
             return path
-    raise UserError("the plugin file is missing: looked in "
+    raise UserError(f"{what} is missing: looked in "
                     + ", ".join(str(p) for p in candidates) + " (reinstall gpumon-dl)")
+
+
+def plugin_file() -> Path:
+    """The plugin file: the checkout's plugins/ or the installed share/gpumon/plugins/."""
+    return shared(f"plugins/{PLUGIN_NAME}", "the plugin file")
 
 
 def home() -> Path:
