@@ -18,7 +18,8 @@ Two attacks on its workers, each while a real scraper scrapes every ``scrape_eve
                                                       # against a cost-12 bcrypt hash
 
 (the scraper's password passed once before; the figures add how long a newcomer with the
-right password, never checked, waits for its first 200, retrying on 429).
+right password, never checked, from another address, waits for its first 200, retrying on
+429).
 
 ``run(**kw) -> dict`` is the entry point for bench/run.py; ``run_attack(attack, **kw)`` for
 the attacks; ``format_result(dict)`` the text of either.
@@ -71,13 +72,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _scrape(port: int, auth: Optional[str] = None) -> tuple[bool, float, str]:
+def _scrape(port: int, auth: Optional[str] = None,
+            source: Optional[str] = None) -> tuple[bool, float, str]:
     t = time.monotonic()
     headers = {"Accept-Encoding": "gzip"}
     if auth:
         headers["Authorization"] = auth
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=SCRAPE_TIMEOUT_S)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=SCRAPE_TIMEOUT_S,
+                                          source_address=(source, 0) if source else None)
         try:
             conn.request("GET", "/metrics", headers=headers)
             r = conn.getresponse()
@@ -287,12 +290,13 @@ class Guessers:
 
 
 def _first_login(port: int, auth: str, within_s: float = 10.0) -> tuple[Optional[float], int]:
-    """Seconds until ``auth`` (never checked before) gets a 200, retrying on 429 after the
-    second its Retry-After asks; and the tries. None if not within ``within_s``."""
+    """Seconds until ``auth`` (never checked before) gets a 200 from another address than the
+    guessers' (127.0.0.2), retrying on 429 after the second its Retry-After asks; and the
+    tries. None if not within ``within_s``."""
     t0, tries = time.monotonic(), 0
     while time.monotonic() - t0 < within_s:
         tries += 1
-        ok, _, _ = _scrape(port, auth)
+        ok, _, _ = _scrape(port, auth, source="127.0.0.2")
         if ok:
             return time.monotonic() - t0, tries
         time.sleep(1.0)

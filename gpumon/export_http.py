@@ -146,7 +146,8 @@ class MetricsHandler(RequestHandler):
     def _authorized(self, send_body: bool) -> bool:
         """Whether the request's credentials pass; if not, the 401 (or 429, when passwords
         not yet verified are being checked as fast as the budget allows) is sent."""
-        said = self.server.auth.verify(self.headers.get("Authorization"))
+        said = self.server.auth.verify(self.headers.get("Authorization"),
+                                       str(self.client_address[0]))
         if said == BUSY:
             self._send(429, b"too many logins being checked; try again in a second\n", TEXT,
                        send_body, {"Retry-After": "1"})

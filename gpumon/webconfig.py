@@ -55,6 +55,10 @@ _PROBE = "$2b$04$gpumonprobesaltgpumonOo7HcxTqdy3p/t2WI4Uqu8g9OHLuz4wi"
 _CACHE_MAX = 1024
 # The share of the time that checking passwords not remembered may take (one at a time).
 UNVERIFIED_SHARE = 0.5
+# After FREE_WRONG wrong passwords in a row from an address (a typo, a first try), its next
+# unverified one waits HOLD_S, doubled at each wrong one more, up to HOLD_MAX_S; a right one
+# clears it.
+FREE_WRONG, HOLD_S, HOLD_MAX_S = 2, 1.0, 30.0
 
 
 @dataclass(frozen=True)
@@ -230,7 +234,10 @@ class BasicAuth:
     bcrypt at its first request. Pairs not remembered are checked one at a time, and such
     checks take at most UNVERIFIED_SHARE of the time: each is followed by a rest in
     proportion to its cost. So clients guessing passwords against a costly hash cannot take
-    every worker, nor (crypt(3) holds Python's lock while it works) the whole process."""
+    every worker, nor (crypt(3) holds Python's lock while it works) the whole process. And an
+    address that gave wrong passwords waits (HOLD_S, doubling) before its next one is
+    checked, so guessers cannot keep the one check to themselves: a newcomer from another
+    address gets its turn. A remembered pair passes from any address, held or not."""
 
     def __init__(self, users: dict, check: Callable[[str, str], bool]):
         self.users = users
@@ -239,13 +246,14 @@ class BasicAuth:
         self._lock = threading.Lock()
         self._checking = threading.Lock()          # held by the one check under way
         self._rest_until = 0.0
+        self._held: dict = {}                      # address -> (until, wrong ones in a row)
         # An unknown user costs one bcrypt as well: timing does not tell which names exist.
         self._decoy = next(iter(users.values()))
 
     def check(self, header: Optional[str]) -> bool:
         return self.verify(header) == OK
 
-    def verify(self, header: Optional[str]) -> str:
+    def verify(self, header: Optional[str], address: str = "") -> str:
         pair = _credentials(header)
         if pair is None:
             return DENIED
@@ -255,15 +263,29 @@ class BasicAuth:
         with self._lock:
             if hashed is not None and key in self._good:
                 return OK
+            if time.monotonic() < self._held.get(address, (0.0, 0))[0]:
+                return BUSY
         ok = self._checked(password, hashed)
         if ok is None:
             return BUSY
-        if ok:
-            with self._lock:
-                if len(self._good) >= _CACHE_MAX:
-                    self._good.clear()
-                self._good.add(key)
+        with self._lock:
+            self._judged(address, key, ok)
         return OK if ok else DENIED
+
+    def _judged(self, address: str, key: bytes, ok: bool) -> None:
+        """Remembers a right pair, or holds the address of a wrong one (under _lock)."""
+        if ok:
+            if len(self._good) >= _CACHE_MAX:
+                self._good.clear()
+            self._good.add(key)
+            self._held.pop(address, None)
+            return
+        if len(self._held) >= _CACHE_MAX:
+            self._held.clear()
+        wrong = min(self._held.get(address, (0.0, 0))[1] + 1, 64)
+        hold = 0.0 if wrong <= FREE_WRONG else min(HOLD_MAX_S,
+                                                   HOLD_S * 2 ** (wrong - FREE_WRONG - 1))
+        self._held[address] = (time.monotonic() + hold, wrong)
 
     def _checked(self, password: str, hashed: Optional[str]) -> Optional[bool]:
         """The bcrypt check of a pair not remembered; None when another is under way or the

@@ -24,10 +24,11 @@ pytest.importorskip("prometheus_client")
 SCRAPE_BOUND_S = 2.0
 
 
-def scrape(port, auth=None, timeout=SCRAPE_BOUND_S * 2):
-    """(status, seconds) of one GET /metrics on a fresh connection."""
+def scrape(port, auth=None, timeout=SCRAPE_BOUND_S * 2, source=None):
+    """(status, seconds) of one GET /metrics on a fresh connection (from ``source``)."""
     t = time.monotonic()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
+                                      source_address=(source, 0) if source else None)
     try:
         conn.request("GET", "/metrics", headers={"Authorization": auth} if auth else {})
         r = conn.getresponse()
@@ -110,23 +111,45 @@ def test_basic_auth_budget_for_unverified_passwords():
         time.sleep(0.2)
         return password == "pw"
     auth = BasicAuth({"alice": "H"}, slow)
-    assert auth.verify(basic("alice", "pw")) == "ok"
-    assert auth.verify(basic("alice", "x")) == "busy"      # resting as long as it worked
+    assert auth.verify(basic("alice", "pw"), "10.0.0.1") == "ok"
+    assert auth.verify(basic("alice", "x"), "10.0.0.2") == "busy"   # resting as it worked
     time.sleep(0.25)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(auth.verify(basic("alice", "x"))))
-               for _ in range(5)]
+    threads = [threading.Thread(target=lambda i=i: results.append(
+        auth.verify(basic("alice", "x"), f"10.0.1.{i}"))) for i in range(5)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert sorted(results) == ["busy"] * 4 + ["denied"], results
-    assert auth.verify(basic("alice", "x")) == "busy"
-    assert auth.verify(basic("alice", "pw")) == "ok"       # remembered: no check, no wait
+    assert auth.verify(basic("alice", "x"), "10.0.0.3") == "busy"
+    assert auth.verify(basic("alice", "pw"), "10.0.0.4") == "ok"   # remembered: at once
     time.sleep(0.25)
-    assert auth.verify(basic("mallory", "x")) == "denied"
+    assert auth.verify(basic("mallory", "x"), "10.0.0.5") == "denied"
     assert calls == ["pw", "x", "x"]
+    time.sleep(0.25)
     assert auth.check(basic("alice", "pw")) and not auth.check(basic("alice", "y"))
+
+
+def test_an_address_that_guesses_waits_its_turn():
+    """Two wrong passwords are a typo; from the third in a row, the address waits 1 s, then
+    2 s, ... before its next unverified password is checked. A right one clears the hold;
+    a remembered pair passes even from a held address."""
+    calls = []
+
+    def check(password, hashed):
+        calls.append(password)
+        return password == "pw"
+    auth = BasicAuth({"alice": "H"}, check)
+    assert auth.verify(basic("alice", "pw"), "10.0.0.9") == "ok"
+    said = [auth.verify(basic("alice", f"g{i}"), "10.0.0.1") for i in range(4)]
+    assert said == ["denied"] * 3 + ["busy"] and len(calls) == 4
+    assert auth.verify(basic("bob", "pw"), "10.0.0.1") == "busy"       # held, whoever
+    assert auth.verify(basic("alice", "pw"), "10.0.0.1") == "ok"       # remembered
+    assert auth.verify(basic("alice", "g9"), "10.0.0.2") == "denied"   # another address
+    time.sleep(1.05)
+    assert auth.verify(basic("alice", "g4"), "10.0.0.1") == "denied"   # its turn came
+    assert auth.verify(basic("alice", "g5"), "10.0.0.1") == "busy"     # now 2 s
 
 
 @pytest.mark.skipif(bcrypt_checker() is None, reason="neither bcrypt nor a crypt(3) with it")
@@ -135,7 +158,8 @@ def test_guessed_passwords_against_a_costly_hash_leave_scrapes_answered(
     """120 clients guess passwords against a cost-12 hash (~0.3 s a check) while Prometheus,
     whose password passed once, scrapes: every scrape is answered, within the bound."""
     (tmp_path / "web.yml").write_text(f"basic_auth_users:\n  prometheus: "
-                                      f"{bcrypt_hash('s3cret', 12)}\n")
+                                      f"{bcrypt_hash('s3cret', 12)}\n"
+                                      f"  newcomer: {bcrypt_hash('n3w', 12)}\n")
     port = free_port()
     proc = subprocess.Popen(gpumon_cmd + ["export", "--sim", "busy:2", "--port", str(port),
                                           "-q", "--web-config", str(tmp_path / "web.yml")],
@@ -150,6 +174,12 @@ def test_guessed_passwords_against_a_costly_hash_leave_scrapes_answered(
         with Guessers(port, 120, basic("prometheus", "guess")) as guessers:
             time.sleep(1.0)
             got = scrapes(port, 10, 0.3, good)
+            # A newcomer from another address, its password never checked, retrying after
+            # the second that 429's Retry-After asks for: in within a few tries.
+            login = []
+            while len(login) < 6 and 200 not in [status for status, _ in login]:
+                login.append(scrape(port, basic("newcomer", "n3w"), source="127.0.0.2"))
+                time.sleep(0 if login[-1][0] == 200 else 1.0)
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=15)
@@ -157,4 +187,5 @@ def test_guessed_passwords_against_a_costly_hash_leave_scrapes_answered(
     assert max(took for _, took in got) < SCRAPE_BOUND_S, got
     assert guessers.statuses.get("401") and guessers.statuses.get("429"), guessers.statuses
     assert set(guessers.statuses) <= {"401", "429"}, guessers.statuses
+    assert 200 in [status for status, _ in login], login
     assert "Traceback" not in err, err
