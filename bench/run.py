@@ -13,7 +13,8 @@ spawned stand-in job of 8 mains x 7 loader workers:
   5. where a CPU target is missed, a py-spy profile of the miss;
   6. peak RSS of `gpumon log` and `gpumon watch` over a simulated hour at 0.1 s and 1 s,
      8 GPUs, faster than real time (bench/memory.py);
-  7. `gpumon export` under 1,100 idle connections (bench/exporter_load.py);
+  7. `gpumon export` under 1,100 idle connections, then under clients that pipeline and never
+     read and clients guessing passwords (bench/exporter_load.py);
   8. a fuzz run of `gpumon analyze` over 1,000 mutated logs (bench/fuzz_logs.py).
 Writes bench/results/latest.md and prints it.
 """
@@ -453,6 +454,13 @@ def main(argv=None) -> int:
             load_text = exporter_load.format_result(exporter_load.run(conns=1100, load_s=10.0))
         except Exception as exc:      # a failed measurement is reported, not fatal
             load_text = f"failed: {type(exc).__name__}: {exc}"
+        for attack in ("pipeline", "guess"):
+            print(f"  exporter under attack: {attack}", flush=True)
+            try:
+                load_text += "\n" + exporter_load.format_result(
+                    exporter_load.run_attack(attack, load_s=5.0))
+            except Exception as exc:
+                load_text += f"\n{attack}: failed: {type(exc).__name__}: {exc}"
         print("\n".join("    " + ln for ln in load_text.splitlines()), flush=True)
     fuzz = fuzz_logs.fuzz(count=args.fuzz_count, log=lambda m: print(m, flush=True)) \
         if args.fuzz_count > 0 else None
