@@ -176,3 +176,49 @@ def test_running_out_of_memory_while_analysing_is_one_line(tmp_path, monkeypatch
 def test_json_of_a_sparse_log_is_valid(tmp_path):
     log, tl = analyze_file(_hourly(tmp_path, 50))
     json.dumps(to_json(tl, log))
+
+
+_READ_PEAK = """
+import sys
+from gpumon.commands.analyze import _reuse_freed_memory
+_reuse_freed_memory()
+from gpumon.logs import read_log
+import gpumon.logs.gpumon_csv, gpumon.logs.table, pyarrow, pyarrow.csv
+read_log(sys.argv[2])                      # pools and threads started
+def kib(key):
+    with open("/proc/self/status") as f:
+        return [int(x.split()[1]) for x in f if x.startswith(key + ":")][0]
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+base = kib("VmRSS")
+log = read_log(sys.argv[1])
+print(kib("VmHWM") - base, len(log.samples.time))
+"""
+
+
+def test_a_gpumon_csv_is_not_held_as_a_table_and_as_arrays_at_once(tmp_path):
+    """Reading gpumon's own CSV took ~5 times its size on top (the whole Arrow table of
+    every column, then numpy copies of it); read a batch at a time, ~3 times at 100 MB
+    (the text, the detector's columns, and a few batches in flight)."""
+    head = ("time,gpu,source,util_gpu_pct,util_mem_pct,mem_used_mib,mem_total_mib,power_w,"
+            "power_limit_w,sm_clock_mhz,sm_clock_max_mhz,temp_c,pcie_rx_mbps,pcie_tx_mbps,"
+            "clock_events,energy_j,pids,main_pid,main_cpu_pct,main_thread_max_pct,"
+            "loader_workers,loader_cpu_pct,loader_busy,loader_age_s,cpu_pct,cpu_max_core_pct,"
+            "iowait_pct,disk_read_mbps,disk_write_mbps,verdict,cause,straggler_gpu,confidence")
+    p = tmp_path / "big.csv"
+    with open(p, "w") as f:
+        f.write(head + "\n")
+        for k in range(90_000):
+            t = 1796531649.167 + k / 6
+            f.write("".join(
+                f"{t:.3f},{g},nvml,{99 - k % 7},40,61440,81920,{324 + g},400,1350,1410,66,"
+                f"240.0,0.8,0,{44853716.2 + k:.1f},{40000 + g},{40000 + g},36,32,4,200,0,13,"
+                f"15,58,0.0,0.0,0.0,busy,,,0.87\n" for g in range(8)))
+    size_kib = os.path.getsize(p) / 1024
+    r = subprocess.run([sys.executable, "-c", _READ_PEAK, str(p),
+                        os.path.join(DATA, "gpumon.csv")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
+    grew, n = map(int, r.stdout.split())
+    assert n == 720_000
+    assert grew < 3.8 * size_kib, (grew / size_kib)

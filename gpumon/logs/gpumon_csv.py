@@ -11,7 +11,8 @@ from gpumon.detect.bins import HostCols, JobCols, SampleCols
 from gpumon.logs.arrow import pa_modules, pc, to_np
 from gpumon.logs.lines import Lines
 from gpumon.logs.log import Log, bad_values, finish, gpu_index
-from gpumon.logs.table import read_table
+from gpumon.logs.batches import Columns as BatchColumns
+from gpumon.logs.table import read_table, stream_table
 from gpumon.logs.values import hex_or_num, num
 from gpumon.samples import GpuSample, HostSample, JobProcs, Tick, csv_fields
 
@@ -49,7 +50,8 @@ class Columns:
         self._num: dict[str, np.ndarray] = {}
 
     def has(self, name: str) -> bool:
-        return self.table is not None and name in self.table.column_names
+        return name in self._num or (self.table is not None
+                                     and name in self.table.column_names)
 
     def num(self, name: str, hexa: bool = False) -> np.ndarray:
         if name not in self._num:
@@ -59,6 +61,8 @@ class Columns:
                 v, b = (hex_or_num if hexa else num)(self.table.column(name))
                 self.bad |= b
                 self._num[name] = v
+                # The Arrow column goes once it is numbers: the log is not held twice.
+                self.table = self.table.drop_columns([name])
         return self._num[name]
 
     def text(self, name: str) -> Optional[list]:
@@ -67,27 +71,94 @@ class Columns:
         return self.table.column(name).to_pylist()
 
 
+# The columns `gpumon analyze` reads (the others, such as temperature or the verdicts logged
+# live, are not parsed).
+DETECTOR_CSV = ("time", "gpu", "source", "pids", *SAMPLE_CSV.values(), *JOB_CSV.values(),
+                *HOST_CSV.values())
+
+
 def read(lines: Lines, names: list[str], path: str) -> Log:
-    """A gpumon CSV as detector columns (for ``gpumon analyze``)."""
-    c = Columns(lines, names)
-    log = finish(_detector_log(c, path), c.bad, c.body.line_of)
-    log.pids = _pids(c) if c.has("pids") else {}
-    log.sources = _sources(c)
+    """A gpumon CSV as detector columns (for ``gpumon analyze``), read and converted a
+    record batch at a time: the log's values are never held as an Arrow table and as numpy
+    arrays at once."""
+    pa = pa_modules()[0]
+    want = [n for n in names if n in DETECTOR_CSV]
+    typed = {n: "float64" for n in want if n not in TEXT_COLUMNS}
+    rows = lines.count()
+    try:
+        sink, body = stream_table(lines, names, want, lambda: _Sink(rows), typed)
+    except pa.ArrowInvalid:               # a cell that is not a number: read as text
+        sink, body = stream_table(lines, names, want, lambda: _Sink(rows))
+    lines.data = body.lines.data = b""    # (the text can go: every value is read)
+    sink = sink or _Sink(0)
+    c = sink.columns()
+    log = finish(_detector_log(c, path, body.malformed), c.bad, body.line_of)
+    log.pids = {g: tuple(sorted(v)) for g, v in sink.pids.items()}
+    log.sources = tuple(sorted(sink.sources))
     if log.simulated:
         log.notes.append("simulated data: recorded with --sim, on simulated GPUs, not a "
                          "real machine's")
     return log
 
 
-def _sources(c: Columns) -> tuple:
-    """The distinct values of the source column (what made the samples), sorted."""
-    if not c.has("source"):
-        return ()
-    col = pc().utf8_trim_whitespace(c.table.column("source").combine_chunks())
-    return tuple(sorted(x for x in pc().unique(col).to_pylist() if x))
+class _Sink:
+    """stream_table's batches as numpy columns (batches.Columns), rows with an unreadable
+    cell (``bad``), whether each row lists a PID, the PIDs seen on each GPU and the values
+    of the source column."""
+
+    def __init__(self, rows: int):
+        self.cols = BatchColumns(rows)
+        self.pids: dict[int, set] = {}
+        self.sources: set = set()
+
+    def add(self, batch) -> None:
+        out, bad = {}, np.zeros(batch.num_rows, bool)
+        for name in batch.schema.names:
+            if name in TEXT_COLUMNS:
+                continue
+            v, b = (hex_or_num if name == "clock_events" else num)(batch.column(name))
+            out[name], bad = v, bad | b
+        if "pids" in batch.schema.names:
+            p = pc().utf8_trim_whitespace(batch.column("pids"))
+            out["has_pid"] = np.where(to_np(pc().utf8_length(p)) > 0, 1.0, np.nan)
+            gpu = out.get("gpu", np.full(batch.num_rows, np.nan))
+            _add_pids(self.pids, gpu, batch.column("pids").to_pylist())
+        if "source" in batch.schema.names:
+            col = pc().utf8_trim_whitespace(batch.column("source"))
+            self.sources.update(x for x in pc().unique(col).to_pylist() if x)
+        out["bad"] = bad
+        self.cols.put(out, batch.num_rows)
+
+    def columns(self) -> "_Read":
+        return _Read(self.cols)
 
 
-def _detector_log(c: Columns, path: str) -> Log:
+class _Read:
+    """The converted columns with Columns' reading interface (num, has, bad, n)."""
+
+    def __init__(self, cols: BatchColumns):
+        self._cols = cols
+        self.n = cols.rows
+        self.bad = cols.get("bad") if "bad" in cols else np.zeros(0, bool)
+
+    def has(self, name: str) -> bool:
+        return name in self._cols
+
+    def num(self, name: str, hexa: bool = False) -> np.ndarray:
+        v = self._cols.get(name)
+        return np.full(self.n, np.nan) if v is None else v
+
+
+def _add_pids(out: dict, gpu: np.ndarray, texts: list) -> None:
+    """Each row's PIDs into ``out[gpu]`` (rows without a GPU index leave theirs out)."""
+    index, bad = gpu_index(gpu)      # (NaN, inf, -1, 1e12: no GPU, no PIDs)
+    for g, ptxt in zip(np.where(bad, -1, index).tolist(), texts):
+        if g >= 0 and ptxt:
+            out.setdefault(g, set()).update(int(x) for x in ptxt.split() if x.isdigit())
+
+
+def _detector_log(c, path: str, malformed) -> Log:
+    """The detector's columns of ``c`` (Columns, or _Read)."""
     t = c.num("time")
     gpu, bad_gpu = gpu_index(c.num("gpu"))
     c.bad |= bad_gpu
@@ -95,25 +166,18 @@ def _detector_log(c: Columns, path: str) -> Log:
     samples = SampleCols(t, gpu, has_pid=_has_pid(c), **s)
     jobs = JobCols(t, gpu, **{k: c.num(v) for k, v in JOB_CSV.items()})
     host = HostCols(t, **{k: c.num(v) for k, v in HOST_CSV.items()})
-    return Log(path, "gpumon", samples, jobs, host, {}, c.body.malformed, c.n)
+    return Log(path, "gpumon", samples, jobs, host, {}, malformed, c.n)
 
 
-def _has_pid(c: Columns) -> np.ndarray:
+def _has_pid(c) -> np.ndarray:
+    """1.0 where a row lists a PID, NaN where it lists none: an empty cell is "not known"
+    (the log writes None and no process alike as "")."""
+    if isinstance(c, _Read):
+        return c.num("has_pid")
     if not c.has("pids"):
         return np.full(c.n, np.nan)
-    # An empty cell is "not known" (the log writes None and no process alike as "").
     p = pc().utf8_trim_whitespace(c.table.column("pids").combine_chunks())
     return np.where(to_np(pc().utf8_length(p)) > 0, 1.0, np.nan)
-
-
-def _pids(c: Columns) -> dict:
-    """GPU -> every PID the log saw on it."""
-    out: dict[int, set] = {}
-    gpu, bad = gpu_index(c.num("gpu"))      # (NaN, inf, -1, 1e12: no GPU, no PIDs)
-    for g, ptxt in zip(np.where(bad, -1, gpu).tolist(), c.text("pids")):
-        if g >= 0 and ptxt:
-            out.setdefault(g, set()).update(int(x) for x in ptxt.split() if x.isdigit())
-    return {g: tuple(sorted(v)) for g, v in out.items()}
 
 
 # -- replay -----------------------------------------------------------------------------------
@@ -129,7 +193,7 @@ def ticks(lines: Lines, names: list[str], source: Optional[str] = "replay",
     ends where time goes back by more than a minute: a second run in the same file), and the
     columns (their ``body.malformed`` counts the rows left out)."""
     c = Columns(lines, names)
-    log = _detector_log(c, "")
+    log = _detector_log(c, "", c.body.malformed)
     t, gpu = log.samples.time, log.samples.gpu
     c.bad |= bad_values(log)
     vals = {f.name: c.num(f.name, hexa=(f.name == "clock_events"))

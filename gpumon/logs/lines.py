@@ -134,13 +134,13 @@ class _Cleaner:
 
     def _lines(self, body: bytes) -> None:
         """Whole lines (each ending in a line break): the clean ones kept."""
-        n = body.count(b"\n")
-        if n == len(body):                  # nothing but blank lines (a NUL tail, padding)
-            self.line += n
+        if not body.rstrip(b"\n"):           # nothing but blank lines (padding)
+            self.line += len(body)
             self.gaps = True
             return
         buf = np.frombuffer(body, np.uint8)
         nl, low, high = _scan(buf)
+        n = len(nl)
         starts = np.concatenate(([0], nl[:-1] + 1))
         lengths = nl - starts
         bad = lengths > MAX_LINE_BYTES
