@@ -27,8 +27,9 @@ PARSERS = parsers()
 NAMES = [" ".join(prefix) for prefix, _ in PARSERS]
 
 
-# Types that take any text (a GPU list, a file name): nothing to refuse at parse time.
-TEXT_TYPES = ("gpu_list", "_plot_path")
+# Types that take most text (a GPU list, a file name, a scenario checked when the simulator
+# is loaded): none of the values below is refused at parse time.
+TEXT_TYPES = ("gpu_list", "_plot_path", "sim_spec")
 
 
 def typed(parser):
