@@ -683,8 +683,7 @@ def run_cli(case: Case, path: str, args, as_limit: int, endless: bool = False) -
         timer.cancel()
         p.returncode = os.waitstatus_to_exitcode(status)
         if cat:
-            if endless:
-                cat.kill()
+            cat.kill()                # (`yes` never ends; a finished `cat` takes no harm)
             cat.wait()
         secs = time.monotonic() - t0
         err.seek(0)
@@ -1102,8 +1101,7 @@ def main(argv=None) -> int:
     print(f"fuzz: {len(cases)} cases, seed {args.seed}, {args.workers} workers, "
           f"{args.timeout:g} s per file", flush=True)
     s = run_cases(cases, args)
-    if not (args.only or args.no_bombs):
-        s.bombs = run_bombs(args, scale=args.bomb_scale)
+    s.bombs = [] if args.only or args.no_bombs else run_bombs(args, scale=args.bomb_scale)
     for r in (s.results if args.only else []):
         print(f"\ncase {r.case.n}: {r.case.base} {r.case.label}"
               + (f" (kept: {os.path.join(args.keep, r.case.name)})" if args.keep else ""))

@@ -123,20 +123,9 @@ def labels(tl: Timeline, t0: float, s_per_in: float) -> list[tuple[float, float,
     touching segments that name the same one, at its middle, only where the name fits in the stretch, and in a
     lane (LANES) where it overlaps no other name (where segments meet, or several jobs'
     segments lie over one another)."""
-    stretches: list[list] = []          # [start, end, text]
-    for d in sorted(tl.segments, key=lambda d: (d.start, d.end)):
-        if d.straggler_gpu is None:
-            continue
-        text = (f"GPU {d.straggler_gpu} throttled" if d.verdict == THROTTLED
-                else f"straggler GPU {d.straggler_gpu}")
-        last = stretches[-1] if stretches else None
-        if last is not None and last[2] == text and d.start <= last[1]:
-            last[1] = max(last[1], d.end)
-        else:
-            stretches.append([d.start, d.end, text])
     out: list[tuple[float, float, str]] = []
     taken: dict[float, list] = {y: [] for y in LANES}      # lane -> (left, right) in use
-    for a, b, text in stretches:
+    for a, b, text in _stretches(tl):
         width = len(text) * CHAR_IN * s_per_in
         x = (a + b) / 2 - t0
         left, right = x - width / 2, x + width / 2
@@ -157,6 +146,23 @@ def title(log: Log, sm: dict) -> str:
         head += f", straggler GPU {sm['straggler_gpu']}"
     sim = " - SIMULATED GPUs (recorded with --sim)" if log.simulated else ""
     return f"{os.path.basename(log.path)}: {head}{sim}"
+
+
+def _stretches(tl: Timeline) -> list[list]:
+    """[start, end, name] of each run of touching segments that name the same straggler
+    (or throttled GPU), in time order."""
+    out: list[list] = []
+    for d in sorted(tl.segments, key=lambda d: (d.start, d.end)):
+        if d.straggler_gpu is None:
+            continue
+        text = (f"GPU {d.straggler_gpu} throttled" if d.verdict == THROTTLED
+                else f"straggler GPU {d.straggler_gpu}")
+        last = out[-1] if out else None
+        if last is not None and last[2] == text and d.start <= last[1]:
+            last[1] = max(last[1], d.end)
+        else:
+            out.append([d.start, d.end, text])
+    return out
 
 
 def plot(log: Log, tl: Timeline, path: str) -> None:

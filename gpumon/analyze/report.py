@@ -83,16 +83,21 @@ def _header(log: Log, tl: Timeline, sm: dict) -> list[str]:
         f"{_dur(span - gap)} of samples in {len(tl.gaps) + 1} runs over {_dur(span)}")
     what = f"{log.kind} log" + (" of SIMULATED GPUs" if log.simulated else "")
     out = [f"{log.path}: {what}, {length}, GPUs {gpus}, {_rate(tl.samples_per_s)}"]
-    out += [f"  note: {n}" for n in log.notes]
-    if len(tl.gaps) > MAX_GAP_ROWS:
-        longest = max(b - a for a, b in tl.gaps)
-        out.append(f"  no samples in {len(tl.gaps):,} stretches ({_dur(gap)} in all, the "
-                   f"longest {_dur(longest)}): no verdict there (--format json lists them)")
+    out += [f"  note: {n}" for n in log.notes] + _many_gaps(tl.gaps)
     if log.malformed.count:
         line = (f", the first at line {log.malformed.first_line}"
                 if log.malformed.first_line is not None else "")
         out.append(f"  {log.malformed.count} malformed line(s) skipped{line}")
     return out
+
+
+def _many_gaps(gaps: list) -> list[str]:
+    """Gaps too many to list in the timeline, in one line."""
+    if len(gaps) <= MAX_GAP_ROWS:
+        return []
+    total, longest = sum(b - a for a, b in gaps), max(b - a for a, b in gaps)
+    return [f"  no samples in {len(gaps):,} stretches ({_dur(total)} in all, the longest "
+            f"{_dur(longest)}): no verdict there (--format json lists them)"]
 
 
 def _rate(rate: Optional[float]) -> str:

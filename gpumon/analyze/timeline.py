@@ -255,12 +255,17 @@ def _join(parts: list[Timeline], th: Thresholds = DEFAULT) -> Timeline:
     for p in parts:
         tl.segments += p.segments
         tl.jobs += [j for j in p.jobs if j not in tl.jobs]
-        tl.gaps += p.gaps
-    ordered = sorted(parts, key=lambda p: p.start)
-    tl.gaps += [(a.end, b.start) for a, b in zip(ordered, ordered[1:]) if b.start > a.end]
-    tl.gaps.sort()
+    tl.gaps = _gaps(parts)
     tl.segments.sort(key=lambda d: (d.start, d.gpus))
     return tl
+
+
+def _gaps(parts: list[Timeline]) -> list:
+    """Where the runs have no samples: between them, and within a run of lone samples."""
+    ordered = sorted(parts, key=lambda p: p.start)
+    inner = [g for p in parts for g in p.gaps]
+    return sorted(inner + [(a.end, b.start) for a, b in zip(ordered, ordered[1:])
+                           if b.start > a.end])
 
 
 def _merge_short(parts: list[Timeline], th: Thresholds) -> list[Timeline]:
