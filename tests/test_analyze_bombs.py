@@ -55,6 +55,17 @@ def test_a_month_of_hourly_samples_costs_its_samples_not_its_span(tmp_path):
     assert len(to_json(tl, log)["gaps"]) == 719
 
 
+def test_a_sample_a_minute_costs_its_samples_not_its_span(tmp_path):
+    # A week at one sample every 59 s (under the 60 s that ends a run): 600,000 bins
+    # before; no window of 20 s can hold 3 such samples, so each is a run of its own.
+    path = _hourly(tmp_path, 7 * 86400 // 59, step=59)
+    (log, tl), peak = _traced_peak(lambda: analyze_file(path))
+    assert peak < 30 * MIB
+    assert [d.verdict for d in tl.segments] == ["insufficient_data"]
+    assert tl.segments[0].advice.startswith("one sample every 59 s is too few to see bursts "
+                                            "and gaps (a 12 s window needs 3)")
+
+
 def test_rows_a_hundred_million_seconds_apart_are_read(tmp_path):
     # "Unable to allocate 13.1 TiB" before.
     rows = ["timestamp,gpu,util"] + [f"{1 + 10 ** 8 * k},0,50" for k in range(1000)]

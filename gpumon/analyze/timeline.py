@@ -240,7 +240,8 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
     """The log's segments (per job, in time order), its jobs and its span. Where logging
     stopped (logs.log.runs) there is a gap: each run is judged on its own."""
     with small_pages():
-        parts = [_timeline(r, th) for r in runs(log, th.log_gap_s)]
+        parts = [_timeline(r, th) for r in runs(log, th.log_gap_s, th.window_max_s,
+                                                int(th.min_samples))]
     return _join(parts, th)
 
 
@@ -281,8 +282,9 @@ def _merge_short(parts: list[Timeline], th: Thresholds) -> list[Timeline]:
         gpus = tuple(sorted(set(q.segments[0].gpus) | set(p.segments[0].gpus)))
         n = q.lone + p.lone
         span = p.end - q.start
+        every = span / max(n - 1, 1)
         d = replace(q.segments[0], gpus=gpus, end=p.end,
-                    advice=_sparse_advice(span / max(n - 1, 1), th))
+                    advice=_sparse_advice(every, _rate_th(th, 1 / every if every else 0.0)))
         out[-1] = Timeline(segments=[d], jobs=[], start=q.start, end=p.end,
                            samples_per_s=n / span if span > 0 else 0.0,
                            gaps=q.gaps + ([(q.end, p.start)] if p.start > q.end else []),
@@ -295,8 +297,7 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
     start, end = float(np.nanmin(log.samples.time)), float(np.nanmax(log.samples.time))
     if end - start < th.window_s:
         return _too_short(log, rate, start, end)
-    if rate and rate < 2.0:
-        th = replace(th, window_s=max(th.window_s, th.window_1hz_s))
+    th = _rate_th(th, rate)
     st = build_store(log, th)
     nb = st.nb
     start = st.bin_time(0)
@@ -319,6 +320,14 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
         tl.segments = [replace(d, advice=_sparse_advice(every, th))
                        if d.verdict == INSUFFICIENT_DATA else d for d in tl.segments]
     return tl
+
+
+def _rate_th(th: Thresholds, rate: float) -> Thresholds:
+    """The thresholds a log sampled ``rate`` times a second per GPU is judged with: under 2,
+    windows of window_1hz_s at least."""
+    if rate and rate < 2.0:
+        return replace(th, window_s=max(th.window_s, th.window_1hz_s))
+    return th
 
 
 def _sparse_advice(every: float, th: Thresholds) -> str:

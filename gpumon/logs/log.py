@@ -155,13 +155,15 @@ def row_times(gpu: np.ndarray, step: float) -> np.ndarray:
     return t
 
 
-def runs(log: Log, gap_s: float) -> Iterator[Log]:
+def runs(log: Log, gap_s: float, window_s: Optional[float] = None,
+         min_samples: int = 3) -> Iterator[Log]:
     """The log cut where logging stopped: at a jump back in time of more than ``gap_s`` (a
     second run appended to the file) and, within each, at every pause between samples longer
-    than ``gap_s``. Each run is in time order. The detector bins a run by the second, so
-    no run holds a stretch without samples longer than ``gap_s``: a sparse log (one sample
-    an hour, or a year between two) costs what its samples cost, not its span. Runs are
-    made one at a time, as they are asked for."""
+    than ``gap_s``; in a run sampled too sparsely for a window of ``window_s`` to hold
+    ``min_samples`` samples at its usual (median) interval, at every pause longer than
+    ``window_s`` too. Each run is in time order. The detector bins a run by the second, so
+    a sparse log (a sample a minute, an hour, or a year between two) costs what its samples
+    cost, not its span. Runs are made one at a time, as they are asked for."""
     t = log.samples.time
     if len(t) < 2:
         if len(t):
@@ -176,9 +178,20 @@ def runs(log: Log, gap_s: float) -> Iterator[Log]:
         else:
             idx = a + np.argsort(ts, kind="stable")
             ts = t[idx]
-        cut = np.flatnonzero(np.diff(ts) > gap_s) + 1
+        step = np.diff(ts)
+        cut = np.flatnonzero(step > _limit(step, gap_s, window_s, min_samples)) + 1
         if ordered and len(back) == 0 and len(cut) == 0:
             yield log       # one run, in order already: the log itself, not a copy
             return
         for c, d in zip(np.r_[0, cut], np.r_[cut, len(idx)]):
             yield log.take(idx[c:d])
+
+
+def _limit(step: np.ndarray, gap_s: float, window_s: Optional[float], min_samples: int
+           ) -> float:
+    """The longest pause within a run (see runs)."""
+    if window_s is None or window_s >= gap_s or not (step > window_s).any():
+        return gap_s            # (the usual log: no median of a day's steps to take)
+    pos = step[step > 0]        # (a poll's GPUs share their time)
+    sparse = len(pos) and float(np.median(pos)) * (min_samples - 1) > window_s
+    return window_s if sparse else gap_s
