@@ -1,19 +1,21 @@
-# Ctrl-C while Python imports gpumon is held back (see gpumon/interrupts.py, which cannot be
-# imported yet without opening the same window) and then ends gpumon with one line.
-import signal
+"""`gpumon` (the console script) and `python -m gpumon`.
 
-_noted: list = []
-_held = signal.getsignal(signal.SIGINT) is signal.default_int_handler
-if _held:
-    signal.signal(signal.SIGINT, lambda signum, frame: _noted.append(signum))
-try:
-    from gpumon.cli import main
-finally:
-    if _held:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-if _noted:
-    import sys
-    print("gpumon: interrupted", file=sys.stderr)
-    raise SystemExit(130)
+The stop signals are taken before anything else is imported (gpumon/interrupts.py): a
+signal while Python imports gpumon is held, then ends it with one line and exit 130.
+"""
+from gpumon import interrupts
 
-raise SystemExit(main())
+
+def main() -> int:
+    interrupts.install()
+    try:
+        from gpumon.cli import main as cli_main
+        return cli_main()
+    except KeyboardInterrupt:       # a second signal while the first one was being answered
+        return 130
+    finally:
+        interrupts.hold()           # the way out is never cut by a signal
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

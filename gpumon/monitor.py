@@ -200,29 +200,40 @@ class Monitor:
             listener(judged, self.diagnoses)
         return tick
 
-    def run(self) -> None:
+    def run(self, wait: Optional[Callable[[float], bool]] = None) -> None:
         """Sample once per interval until ``stop()`` is called or, with ``duration``, for
         the polls that fit in it (at 0, interval, 2 intervals... up to duration): a count,
         not a race with the clock, so a run of a simulated source is the same every time.
         With ``count``, until that many polls brought readings (a simulation's first poll,
-        its start, has none), or the duration ends, whichever comes first."""
+        its start, has none), or the duration ends, whichever comes first.
+
+        ``wait(seconds)`` sleeps between polls and says whether to stop (default: until
+        ``stop()``; `gpumon log` passes interrupts.wait, which a stop signal ends, so no
+        signal ever interrupts a poll: the poll in progress is finished and written)."""
         polls = (int(math.floor(self.duration / self.interval + 1e-9)) + 1
                  if self.duration is not None else None)
         deadline = self._deadline()
+        wait = wait or self.stop_event.wait
         next_at = time.monotonic()
         while not self.stop_event.is_set():
             tick = self.step()
             if tick.gpus or tick.lost:
                 self.readings += 1
-            if ((polls is not None and self.ticks >= polls)
-                    or (self.count is not None and self.readings >= self.count)
-                    or time.monotonic() >= deadline):
+            if self._done(polls, deadline):
                 break
             next_at += self.interval
             now = time.monotonic()
             if next_at < now:            # fell behind (a slow call): skip, don't burst
                 next_at = now + self.interval
-            self.stop_event.wait(next_at - now)
+            if wait(next_at - now):
+                break
+
+    def _done(self, polls: Optional[int], deadline: float) -> bool:
+        """The polls that fit in the duration, or ``count`` readings, are taken, or the
+        duration's deadline has passed."""
+        return ((polls is not None and self.ticks >= polls)
+                or (self.count is not None and self.readings >= self.count)
+                or time.monotonic() >= deadline)
 
     def _deadline(self) -> float:
         """When a run with ``duration`` ends whatever the count (monotonic time): polls slower

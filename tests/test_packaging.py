@@ -61,7 +61,7 @@ def test_distribution_name_is_not_the_command_name_and_has_metadata(dists):
     assert f"Name: {NAME}\n" in meta and "License: MIT" in meta
     assert re.search(r"^Home-page: https://", meta, re.M)
     assert re.search(r"^Project-URL: Source, https://", meta, re.M)
-    assert "gpumon = gpumon.cli:main" in entry
+    assert "gpumon = gpumon.__main__:main" in entry
     assert "Provides-Extra: analyze" not in meta          # pandas was never imported
     assert "Requires-Dist: pyarrow" in meta               # analyze reads logs with it
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import sys
 import time
 
+from gpumon import interrupts
 from gpumon.commands.common import (LostNotices, add_count_options, add_sampling_options,
-                                    make_detector, open_source, reopen_on_sigusr1,
-                                    stop_on_sigterm)
+                                    make_detector, open_source, reopen_on_sigusr1)
 from gpumon.commands.helptext import help_kwargs
 from gpumon.csvlog import CsvSink
 from gpumon.logfile import STDOUT
@@ -56,11 +56,14 @@ class _Unmapped:
 def run(args) -> int:
     if args.append and args.output == STDOUT:
         raise UserError("log: --append cannot continue standard output (-o -)", 2)
-    stop_on_sigterm()
+    with interrupts.held_stops():   # SIGINT, SIGTERM, SIGHUP: noted, read between polls
+        return _log(args)
+
+
+def _log(args) -> int:
     source = open_source(args)
     sink = monitor = None
     started = time.time()
-    interrupted = False
     try:
         infos = source.gpu_infos()
         sink = _open_sink(args, source.kind, [i.index for i in infos])
@@ -72,23 +75,37 @@ def run(args) -> int:
         monitor.listeners.append(_Unmapped(args.quiet))
         if not args.quiet:
             _say_start(args, source, len(infos), sink)
-        monitor.run()
+        if not interrupts.stop_signal():
+            monitor.run(wait=interrupts.wait)
+        interrupted = bool(interrupts.stop_signal())
     except KeyboardInterrupt:
         interrupted = True
     finally:
         _close(monitor, sink, source)
-    if interrupted and (monitor is None or not monitor.ticks):
+    return _end(args, monitor, sink, started, interrupted)
+
+
+def _end(args, monitor, sink, started: float, interrupted: bool) -> int:
+    if interrupted and (sink is None or not sink.rows):
         where = f"; nothing logged to {sink.name}" if sink is not None else ""
-        print(f"gpumon: interrupted before the first sample{where}", file=sys.stderr)
+        _say(f"gpumon: interrupted before the first sample{where}")
         return 130
     if not interrupted and monitor.every_gpu_lost:
         raise EveryGpuLostError(monitor.latest.lost, f"; stopped: {_written(sink)} in "
                                 f"{time.time() - started:.1f} s written to {sink.name}")
     if not args.quiet:
         how = "stopped" if interrupted else "done"
-        print(f"gpumon: {how}: {_written(sink)} in {time.time() - started:.1f} s written to "
-              f"{sink.name}", file=sys.stderr)
+        _say(f"gpumon: {how}: {_written(sink)} in {time.time() - started:.1f} s written to "
+             f"{sink.name}")
     return 0
+
+
+def _say(line: str) -> None:
+    """A closing line on stderr; none where stderr is gone (SIGHUP: the terminal closed)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _open_sink(args, kind: str, gpus: list):
@@ -114,7 +131,8 @@ def _close(monitor, sink, source) -> None:
 
 def _say_start(args, source, gpus: int, sink) -> None:
     if sink.cut:
-        print(f"gpumon: {sink.name} ended in a partial row ({sink.cut} bytes, a write cut "
+        what = "line" if sink.UNIT == "lines" else "row"
+        print(f"gpumon: {sink.name} ended in a partial {what} ({sink.cut} bytes, a write cut "
               "short); cut it off before appending", file=sys.stderr)
     label = "SIMULATED " if source.kind == "sim" else ""
     print(f"gpumon: logging {gpus} {label}GPU(s) to {sink.name} every {args.interval:g} s; "

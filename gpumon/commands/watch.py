@@ -5,6 +5,7 @@ import sys
 import time
 from typing import Callable, Optional
 
+from gpumon import interrupts
 from gpumon.commands.common import (LostNotices, SelectGpus, add_count_options,
                                     add_sampling_options, lost_text, make_detector, no_color,
                                     open_source, poll_interval, reopen_on_sigusr1,
@@ -95,10 +96,14 @@ def watch(args, source, *, label: str = "", interval: Optional[float] = None,
     """
     out = out or sys.stdout
     interval = interval or args.interval
+    sinks: list = []
     try:
         infos = source.gpu_infos()
         sinks = open_sink(args)
+        interrupts.check()          # a stop signal held during the set-up: nothing watched yet
     except BaseException:
+        for sink in sinks:
+            sink.close()
         source.close()
         raise
     detector = make_detector()
@@ -161,6 +166,11 @@ def check_replay_options(args) -> None:
 
 def run(args) -> int:
     check_replay_options(args)
+    with interrupts.held_stops():   # until the screen's loop takes them, and after it
+        return _run(args)
+
+
+def _run(args) -> int:
     if args.replay:
         from gpumon.replay import ReplaySource
         speed = args.speed or 1.0
@@ -172,13 +182,13 @@ def run(args) -> int:
                 source.close()
                 raise
         interval = max(REPLAY_MIN_POLL_S, args.interval / speed)
-        until = lambda: source.done  # noqa: E731
+        until = lambda: source.done or bool(interrupts.stop_signal())  # noqa: E731
     else:
         # The screen's process table shows per-process SM use, its list a little fresher; the
         # energy counter only goes to a --log.
         source = open_source(args, process_util=True, process_every_s=2.0,
                              skip=() if getattr(args, "log", None) else ("energy",))
-        interval, until = args.interval, None
+        interval, until = args.interval, lambda: bool(interrupts.stop_signal())
     started = time.monotonic()
     dash = watch(args, source, label=label_of(args, source), interval=interval, until=until)
     elapsed = None if args.replay else time.monotonic() - started
