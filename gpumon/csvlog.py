@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from gpumon.diagnosis import Diagnosis
 from gpumon.errors import UserError
-from gpumon.logfile import AppendSink, ShortWrite, write_all
+from gpumon.logfile import AppendSink, cut_partial_end, refuse_other_format
 from gpumon.samples import (GpuSample, HostSample, JobProcs, Tick, csv_fields)
 
 _GPU_FIELDS = csv_fields(GpuSample)
@@ -55,10 +55,6 @@ _JOB_FMT = [(f.name, _formatter(f)) for f in _JOB_FIELDS]
 _HOST_FMT = [(f.name, _formatter(f)) for f in _HOST_FIELDS]
 
 
-# Bytes read back from the end of a log that --append continues: its last row of every GPU
-# is in them (8 GPUs write about 7 KB a second).
-TAIL_BYTES = 1 << 18
-# The path that means standard output (`gpumon log -o -`).
 _HEADER = (",".join(COLUMNS) + "\n").encode()
 _TIME_CELL = dict(_GPU_FMT)["time"]
 
@@ -91,22 +87,12 @@ def prepare_append(path: str, size: int) -> tuple[dict[int, float], int]:
     bytes cut."""
     try:
         with open(path, "r+b") as f:
-            if f.readline(64 * 1024).rstrip(b"\r\n") != _HEADER.rstrip(b"\n"):
+            first = f.readline(64 * 1024)
+            refuse_other_format(path, first, "csv")
+            if first.rstrip(b"\r\n") != _HEADER.rstrip(b"\n"):
                 raise UserError(f"{path} is not a gpumon log of this version (its columns "
                                 "differ); log to a new file instead")
-            start = max(0, size - TAIL_BYTES)
-            f.seek(start)
-            tail = f.read()
-            cut = 0
-            if not tail.endswith(b"\n"):
-                end = tail.rfind(b"\n") + 1
-                if end:
-                    cut = len(tail) - end
-                    f.truncate(start + end)
-                else:                      # a last row longer than the tail: end it here
-                    f.seek(0, os.SEEK_END)
-                    f.write(b"\n")
-                tail = tail[:end]
+            tail, start, cut = cut_partial_end(f, size)
     except OSError as exc:
         raise UserError(f"cannot append to {path}: {exc.strerror or exc}; log to a new file "
                         "instead") from None
@@ -127,7 +113,6 @@ class CsvSink(AppendSink):
     """
 
     def __init__(self, path: str, *, force: bool = False, append: bool = False):
-        self.cut = 0                   # bytes of a partial last row cut off before appending
         self._after: dict[int, float] = {}
         self._header_said = False      # (on stdout: the header once, whatever the fd's size)
         super().__init__(path, force=force, append=append)
@@ -146,15 +131,9 @@ class CsvSink(AppendSink):
         to nothing by copytruncate); counts the rows that reached the file."""
         try:
             head = _HEADER if self._header_due() else b""
-            write_all(self._fd, head + data)
-        except ShortWrite as short:
-            data, done = head + data, short.done
-            self.rows += data.count(b"\n", len(head), done)
-            self._cut_partial(done - (data.rfind(b"\n", 0, done) + 1))
-            self._fail(short.error)
         except OSError as exc:
             self._fail(exc)
-        self.rows += data.count(b"\n")
+        self._emit_records(data, head)
 
     def _header_due(self) -> bool:
         """Before the first row of a new or emptied file; on standard output, once."""
@@ -162,13 +141,6 @@ class CsvSink(AppendSink):
             due, self._header_said = not self._header_said, True
             return due
         return os.fstat(self._fd).st_size == 0
-
-    def _cut_partial(self, nbytes: int) -> None:
-        if nbytes and not self.stdout:
-            try:
-                os.ftruncate(self._fd, os.fstat(self._fd).st_size - nbytes)
-            except OSError:
-                pass
 
     def _new_samples(self, samples: Sequence[GpuSample]) -> Sequence[GpuSample]:
         """Without the samples an appended file already holds: at or before their GPU's last

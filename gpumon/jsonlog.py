@@ -24,7 +24,9 @@ from datetime import datetime
 from typing import Sequence
 
 from gpumon.diagnosis import Diagnosis
-from gpumon.logfile import AppendSink, ShortWrite, write_all
+from gpumon.errors import UserError
+from gpumon.logfile import (JSONL_START, TAIL_BYTES, AppendSink, cut_partial_end,
+                            refuse_other_format)
 from gpumon.samples import GpuSample, HostSample, JobProcs, Tick, csv_fields
 
 _GPU_FIELDS = [f.name for f in csv_fields(GpuSample) if f.name not in ("time", "gpu", "source")]
@@ -81,7 +83,10 @@ def tick_object(tick: Tick, diagnoses: Sequence[Diagnosis], gpus: Sequence[int],
 
 
 class JsonlSink(AppendSink):
-    """Appends one JSON line per tick to a file (or standard output, ``-``)."""
+    """Appends one JSON line per tick to a file (or standard output, ``-``). With ``append``
+    the file must be a JSON-lines log of gpumon's (a CSV log is refused in one line), and a
+    partial last line (a write cut short) is cut off first; a line a failed write cuts short
+    is taken out, the lines before it stay."""
 
     UNIT = "lines"
 
@@ -90,7 +95,9 @@ class JsonlSink(AppendSink):
         super().__init__(path, force=force, append=append)
         self.source = source
         self.gpus = set(gpus)
-        self.cut = 0                       # (CsvSink's; a JSON line is written whole)
+
+    def _continue(self, size: int) -> None:
+        self.cut = prepare_append(self.path, size)
 
     def write(self, tick: Tick, diagnoses: Sequence[Diagnosis]) -> None:
         if not tick.gpus and not tick.lost:
@@ -98,8 +105,30 @@ class JsonlSink(AppendSink):
         self._reopen_if_asked()
         self.gpus.update(s.gpu for s in tick.gpus)
         obj = tick_object(tick, diagnoses, sorted(self.gpus), self.source)
-        try:
-            write_all(self._fd, (json.dumps(obj, separators=(",", ":")) + "\n").encode())
-        except ShortWrite as short:
-            self._fail(short.error)
-        self.rows += 1
+        self._emit_records((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+
+
+def _is_tick_line(line: bytes) -> bool:
+    """A whole line of gpumon's JSON-lines log: an object with its time and GPUs."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and "time" in obj and "gpus" in obj
+
+
+def prepare_append(path: str, size: int) -> int:
+    """Checks that ``path`` is gpumon's JSON-lines log and cuts a partial last line off (so
+    the next line does not glue onto it); returns the bytes cut."""
+    try:
+        with open(path, "r+b") as f:
+            first = f.readline(TAIL_BYTES)
+            refuse_other_format(path, first, "jsonl")
+            whole = first.endswith(b"\n")
+            if not (_is_tick_line(first) if whole else first.startswith(JSONL_START)):
+                raise UserError(f"{path} is not a JSON-lines log of gpumon's; log to a new "
+                                "file instead")
+            return cut_partial_end(f, size)[2]
+    except OSError as exc:
+        raise UserError(f"cannot append to {path}: {exc.strerror or exc}; log to a new file "
+                        "instead") from None

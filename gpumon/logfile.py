@@ -2,8 +2,10 @@
 
 O_APPEND writes (logrotate's `copytruncate` works), ``reopen`` after a rename (SIGUSR1,
 logrotate's `postrotate`), ``-`` for standard output, an existing file refused unless
-``force`` (start again) or ``append`` (continue it), and a failed write raised as one line
-that counts what reached the file.
+``force`` (start again) or ``append`` (continue it: a partial last record, a write cut short
+by a full disk or a power loss, is cut off first, and a log of the other format is refused),
+and a failed write raised as one line that counts what reached the file (the record it cut
+short is taken out).
 """
 from __future__ import annotations
 
@@ -13,6 +15,14 @@ import os
 from gpumon.errors import UserError
 
 STDOUT = "-"
+# Bytes read back from the end of a log that --append continues: its last row of every GPU
+# is in them (8 GPUs write about 7 KB a second).
+TAIL_BYTES = 1 << 18
+# How each format's first line begins (the CSV's header; a JSON line's first key).
+CSV_START = b"time,gpu,"
+JSONL_START = b'{"time":'
+FORMATS = {"csv": "a CSV log (gpumon log, watch --log, run --log)",
+           "jsonl": "a JSON-lines log (gpumon log --format jsonl)"}
 
 
 class ShortWrite(Exception):
@@ -56,6 +66,44 @@ def open_append(path: str, *, truncate: bool = False) -> int:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
+def format_of(first: bytes) -> str:
+    """Which of gpumon's logs a file whose first line is ``first`` is: "csv", "jsonl" or ""."""
+    if first.startswith(CSV_START):
+        return "csv"
+    return "jsonl" if first.startswith(JSONL_START) else ""
+
+
+def refuse_other_format(path: str, first: bytes, wanted: str) -> None:
+    """One line where ``path`` is gpumon's log of another format than ``wanted``."""
+    found = format_of(first)
+    if found and found != wanted:
+        raise UserError(f"{path} is {FORMATS[found]}, not {FORMATS[wanted].split(' (')[0]}; "
+                        f"--append continues a log in its own format: log to a new file, or "
+                        f"continue it with `gpumon log --format {found} --append`")
+
+
+def cut_partial_end(f, size: int) -> tuple[bytes, int, int]:
+    """In a log open for reading and writing (``size`` bytes), cuts a partial last record
+    off (one without its newline: a write cut short), so that the next record does not glue
+    onto it. Returns the whole records of the last TAIL_BYTES, where they start in the file
+    (0: the tail is the whole file) and the bytes cut. A last record longer than the tail
+    is ended with a newline instead (nothing is taken out that cannot be seen whole)."""
+    start = max(0, size - TAIL_BYTES)
+    f.seek(start)
+    tail = f.read()
+    cut = 0
+    if tail and not tail.endswith(b"\n"):
+        end = tail.rfind(b"\n") + 1
+        if end or not start:
+            cut = len(tail) - end
+            f.truncate(start + end)
+        else:
+            f.seek(0, os.SEEK_END)
+            f.write(b"\n")
+        tail = tail[:end]
+    return tail, start, cut
+
+
 class AppendSink:
     """The file side of a log sink: subclasses format ticks and write them with write_all;
     ``rows`` counts the records (``UNIT``) that reached the file."""
@@ -65,6 +113,7 @@ class AppendSink:
     def __init__(self, path: str, *, force: bool = False, append: bool = False):
         self.path = path
         self.rows = 0
+        self.cut = 0                       # bytes of a partial last record cut off (--append)
         self._reopen = False
         self.stdout = path == STDOUT
         if self.stdout:
@@ -105,6 +154,29 @@ class AppendSink:
     def _reopen_if_asked(self) -> None:
         if self._reopen:
             self.reopen()
+
+    def _emit_records(self, data: bytes, head: bytes = b"") -> None:
+        """Writes ``head`` and ``data`` (whole records, each ending in a newline) at once;
+        counts the records of ``data`` that reached the file. Where a failure cut a record
+        short, it is taken out of the file (the ones before it stay) and the failure is
+        raised as one line."""
+        try:
+            write_all(self._fd, head + data)
+        except ShortWrite as short:
+            whole, done = head + data, short.done
+            self.rows += whole.count(b"\n", len(head), done)
+            self._cut_partial(done - (whole.rfind(b"\n", 0, done) + 1))
+            self._fail(short.error)
+        except OSError as exc:
+            self._fail(exc)
+        self.rows += data.count(b"\n")
+
+    def _cut_partial(self, nbytes: int) -> None:
+        if nbytes and not self.stdout:
+            try:
+                os.ftruncate(self._fd, os.fstat(self._fd).st_size - nbytes)
+            except OSError:
+                pass
 
     def _fail(self, exc: OSError) -> None:
         if self.stdout and exc.errno == errno.EPIPE:
