@@ -178,7 +178,10 @@ def rows_text(samples: Sequence[GpuSample], host, diagnoses: Sequence[Diagnosis]
             and '"' not in text and "\r" not in text):
         return text
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(_rows(samples, host, diagnoses))
+    # (A NUL in a cell is dropped: gpumon's reader skips a line holding one, as the hole a
+    # copytruncate leaves, and Python 3.10's csv cannot write one.)
+    csv.writer(buf, lineterminator="\n").writerows(
+        [c.replace("\0", "") for c in row] for row in _rows(samples, host, diagnoses))
     return buf.getvalue()
 
 

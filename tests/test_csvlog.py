@@ -235,10 +235,11 @@ def _cell_by_cell(samples, host, diagnoses) -> str:
     w = csv.writer(buf, lineterminator="\n")
     for s in samples:
         job = host.job_on(s.gpu) if host else None
-        w.writerow([fmt(getattr(s, name)) for name, fmt in C._GPU_FMT]
-                   + [fmt(getattr(job, name)) if job else "" for name, fmt in C._JOB_FMT]
-                   + [fmt(getattr(host, name)) if host else "" for name, fmt in C._HOST_FMT]
-                   + C._verdict_cells(by_gpu.get(s.gpu)))
+        row = ([fmt(getattr(s, name)) for name, fmt in C._GPU_FMT]
+               + [fmt(getattr(job, name)) if job else "" for name, fmt in C._JOB_FMT]
+               + [fmt(getattr(host, name)) if host else "" for name, fmt in C._HOST_FMT]
+               + C._verdict_cells(by_gpu.get(s.gpu)))
+        w.writerow([c.replace("\0", "") for c in row])     # (a NUL is dropped)
     return buf.getvalue()
 
 
@@ -277,4 +278,4 @@ def test_cells_csv_quotes_are_quoted_as_csv_writer_does(odd, tmp_path):
     sink.write(t, [d])
     sink.close()
     rows = list(csv.DictReader(open(path, newline="")))
-    assert len(rows) == len(t.gpus) and {r["source"] for r in rows} == {odd}
+    assert len(rows) == len(t.gpus) and {r["source"] for r in rows} == {odd.replace("\0", "")}

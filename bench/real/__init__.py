@@ -6,7 +6,11 @@
 from __future__ import annotations
 
 import os
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:     # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MANIFEST = os.path.join(HERE, "manifest.toml")
