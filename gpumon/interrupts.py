@@ -6,10 +6,11 @@ entry point (gpumon/__main__.py) calls ``install()`` before anything else: from 
 stop signal is only *noted*: its handler only sets a number (no lock, no I/O), and the interpreter's
 wake-up pipe ends ``wait()``. Where it is noted:
 
-- while gpumon's modules are imported (``held_interrupts()``, around the command's import):
-  at the end of the block it is raised as one KeyboardInterrupt, which the command line
+- until the command's module is imported (``held_interrupts()`` in the command line): at
+  the end of that block it is raised as one KeyboardInterrupt, which the command line
   answers with `gpumon: interrupted` and exit 130; from then on SIGINT, SIGTERM and SIGHUP
-  raise KeyboardInterrupt as Ctrl-C does in Python, for commands that handle it;
+  raise KeyboardInterrupt as Ctrl-C does in Python, for commands that handle it, except in
+  the imports a command makes later inside ``held_interrupts()`` (held, then raised);
 - in a command that polls (``held_stops()``: `gpumon log`, `gpumon watch`): the command reads
   ``stop_signal()`` between its steps and waits with ``wait()``, which returns at once when
   one comes. A second signal while stopping changes nothing.
@@ -40,6 +41,7 @@ STOPS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if has
 class _State:
     installed = False      # install() ran: the stop signals are ours for the process's life
     holding = True         # note stop signals (else: raise KeyboardInterrupt at each)
+    polled = False         # a command reads stop_signal() (held_stops): held to the end
     stop = 0               # the first stop signal noted (0: none)
     wake_r = -1            # read end of the pipe a signal wakes wait() through
     wake_w = -1
@@ -70,20 +72,25 @@ def _take() -> dict:
             old[s] = signal.signal(s, _on_stop)
     if hasattr(signal, "SIGUSR1") and _ours(signal.SIGUSR1):
         old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, _on_usr1)
-    r, w = os.pipe()
-    os.set_blocking(r, False)
-    os.set_blocking(w, False)
+    try:
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        old["wakeup"] = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except (OSError, ValueError):     # (no such pipe here: wait() sleeps its time out)
+        return old
     _State.wake_r, _State.wake_w = r, w
-    old["wakeup"] = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
     return old
 
 
 def _give_back(old: dict) -> None:
-    signal.set_wakeup_fd(old.pop("wakeup"))
+    wakeup = old.pop("wakeup")
     for s, h in old.items():
         signal.signal(s, h if h is not None else signal.SIG_DFL)
-    for fd in (_State.wake_r, _State.wake_w):
-        os.close(fd)
+    if _State.wake_r >= 0:
+        signal.set_wakeup_fd(wakeup)
+        os.close(_State.wake_r)
+        os.close(_State.wake_w)
     _State.wake_r = _State.wake_w = -1
 
 
@@ -180,7 +187,7 @@ def held_stops():
     Where ``install()`` did not run (a call from Python), the handlers are taken for the
     block and given back after it."""
     if _State.installed:
-        _State.holding = True
+        _State.holding = _State.polled = True
         _drained()             # (signals raised as KeyboardInterrupt before: handled)
         yield
         return
@@ -202,9 +209,14 @@ def held_interrupts():
     held, then raised as one KeyboardInterrupt at the end of the block. Imports only: a slow
     driver call must stay interruptible."""
     if _State.installed:
+        if _State.polled:
+            yield              # (the command reads the signals itself, between its steps)
+            return
         _State.holding = True
-        yield
-        _release()
+        try:
+            yield
+        finally:
+            _release()
         return
     if (not _main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):

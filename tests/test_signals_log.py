@@ -206,3 +206,26 @@ def test_watch_log_two_signals_close_together(clean_env, tmp_path):
         assert "Traceback" not in err and p.returncode in (0, 130), (k, p.returncode, err)
         data = path.read_bytes() if path.exists() else b""
         assert data == b"" or data.endswith(b"\n")
+
+
+def test_a_commands_own_held_imports_keep_its_signals_held(clean_env):
+    """A command that reads its stop signals between polls imports lazily under
+    held_interrupts (its source, its detector): that must not hand the signals back to
+    KeyboardInterrupt, which would cut a poll."""
+    code = """\
+import os, signal
+from gpumon import interrupts
+interrupts.install()
+with interrupts.held_interrupts():
+    pass                                   # (the command's module)
+with interrupts.held_stops():
+    with interrupts.held_interrupts():
+        import json                        # (a lazy import of the command's)
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGINT)
+    assert interrupts.wait(5) and interrupts.stop_signal() == signal.SIGTERM
+print("held")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=clean_env, timeout=30)
+    assert r.returncode == 0 and r.stdout == "held\n", r.stderr
