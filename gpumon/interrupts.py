@@ -3,8 +3,8 @@
 A KeyboardInterrupt raised at a random point (inside an import, a lock's release, a
 handler already unwinding the first one) ends in a traceback, or is lost. So the command's
 entry point (gpumon/__main__.py) calls ``install()`` before anything else: from then on a
-stop signal is only *noted*: its handler only sets a number (no lock, no I/O), and the interpreter's
-wake-up pipe ends ``wait()``. Where it is noted:
+stop signal is only *noted* (its handler sets a number: no lock, no I/O; the interpreter's
+wake-up pipe ends ``wait()``). Where it is noted:
 
 - until the command's module is imported (``held_interrupts()`` in the command line): at
   the end of that block it is raised as one KeyboardInterrupt, which the command line
