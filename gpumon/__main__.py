@@ -3,10 +3,24 @@
 The stop signals are taken before anything else is imported (gpumon/interrupts.py): a
 signal while Python imports gpumon is held, then ends it with one line and exit 130.
 """
+import os
+
 from gpumon import interrupts
 
 
+def _hold_closed_std_fds() -> None:
+    """A standard descriptor closed at start (`>&-`, `<&-`) is held by /dev/null opened
+    read-only (writes to it fail, reads see the end): no pipe or file gpumon opens later
+    takes its number and receives what is meant for standard output."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDONLY)    # (the lowest free number: this one)
+
+
 def main() -> int:
+    _hold_closed_std_fds()
     interrupts.install()
     try:
         from gpumon.cli import main as cli_main

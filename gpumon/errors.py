@@ -20,7 +20,7 @@ EXIT_CODES = {
     EXIT_DRIVER: "NVIDIA driver not loaded, or NVML cannot use it (permissions, version mismatch)",
     EXIT_NO_LIBRARY: "NVML library (libnvidia-ml.so.1) or nvidia-ml-py not found",
     EXIT_GPU_LOST: "every GPU fell off the bus (GPU is lost)",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C) before the first sample",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C, SIGTERM, SIGHUP) before the first sample",
 }
 
 # The codes that mean "no usable NVIDIA GPU here" (`make run` then starts the simulated demo).

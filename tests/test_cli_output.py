@@ -81,3 +81,22 @@ def test_in_process_main_puts_stdout_back(capsys):
     before = sys.stdout
     assert main(["sim", "list", "--json"]) == 0
     assert sys.stdout is before and '"name": "busy"' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("redirect", [">&-", "<&-"])
+def test_a_closed_standard_descriptor_is_held_before_anything_opens(clean_env, tmp_path,
+                                                                     redirect):
+    """The entry point's first act opens the stop signals' wake-up pipe: a closed stdin or
+    stdout must not lend it its number (it would then be read or written as standard I/O)."""
+    code = ("import os, sys\n"
+            "from gpumon import __main__ as entry\n"
+            "entry._hold_closed_std_fds()\n"
+            "entry.interrupts.install()\n"
+            "print(os.readlink('/proc/self/fd/0'), os.readlink('/proc/self/fd/1'), "
+            "file=sys.stderr)\n")
+    import sys
+    r = subprocess.run(["sh", "-c", f'exec "$@" {redirect}', "sh", sys.executable, "-c", code],
+                       env=clean_env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    fd = 1 if redirect == ">&-" else 0
+    assert r.stderr.split()[fd] == "/dev/null", r.stderr
