@@ -3,6 +3,7 @@ parser (every command, its options and examples) by argparse-manpage (a build-ti
 pip install 'gpumon-dl[completion]')."""
 from __future__ import annotations
 
+import os
 import sys
 
 from gpumon import __version__
@@ -23,5 +24,18 @@ def manpage() -> str:
     return str(Manpage(parser, _data=data, format="single-commands-section"))
 
 
+def main() -> int:
+    """Writes the man page to standard output; one that cannot be written is one line."""
+    text = manpage()
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        sys.stdout = open(os.devnull, "w")      # (nothing left for the exit's flush)
+        print(f"gpumon.manpage: cannot write standard output: {exc.strerror}", file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    sys.stdout.write(manpage())
+    raise SystemExit(main())

@@ -100,3 +100,15 @@ def test_a_closed_standard_descriptor_is_held_before_anything_opens(clean_env, t
     assert r.returncode == 0, r.stderr
     fd = 1 if redirect == ">&-" else 0
     assert r.stderr.split()[fd] == "/dev/null", r.stderr
+
+
+def test_the_man_page_on_a_full_stdout_is_one_line(clean_env, tmp_path):
+    pytest.importorskip("argparse_manpage")
+    import sys
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "gpumon.manpage"], env=clean_env,
+                           cwd=tmp_path, stdout=full, stderr=subprocess.PIPE, text=True,
+                           timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip() == ("gpumon.manpage: cannot write standard output: No space left "
+                                "on device"), r.stderr
