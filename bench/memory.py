@@ -81,8 +81,14 @@ class _VirtualClock:
 
 
 def _unpace_monitor(clock: _VirtualClock) -> None:
-    """gpumon.monitor's clock and stop event, made virtual: a wait returns at once."""
+    """gpumon.monitor's clock, stop event and the commands' wait between polls
+    (interrupts.wait), made virtual: a wait returns at once."""
+    import gpumon.interrupts as gi
     import gpumon.monitor as gm
+
+    def wait(timeout: float) -> bool:
+        clock.advance(timeout)
+        return bool(gi.stop_signal())
 
     class Event(threading.Event):
         def wait(self, timeout=None):
@@ -91,6 +97,7 @@ def _unpace_monitor(clock: _VirtualClock) -> None:
             clock.advance(timeout)
             return self.is_set()
 
+    gi.wait = wait
     gm.time = types.SimpleNamespace(monotonic=clock.monotonic, time=time.time)
     gm.threading = types.SimpleNamespace(Event=Event, Lock=threading.Lock,
                                          Thread=threading.Thread)

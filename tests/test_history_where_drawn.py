@@ -3,6 +3,7 @@ column's child) and `export` keep the Monitor's newest ticks and the detector's 
 never the screen's sparklines, whatever the length of the run."""
 import pytest
 
+import gpumon.interrupts as gi
 import gpumon.monitor as gm
 from gpumon.cli import main
 from gpumon.ui import spark
@@ -14,6 +15,7 @@ def unpaced(monkeypatch):
     from bench import memory
     monkeypatch.setattr(gm, "time", gm.time)            # (put back after the test)
     monkeypatch.setattr(gm, "threading", gm.threading)
+    monkeypatch.setattr(gi, "wait", gi.wait)
     memory._unpace_monitor(memory._VirtualClock())
 
 

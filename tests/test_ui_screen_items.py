@@ -144,4 +144,6 @@ def test_make_run_passes_the_note_to_the_screen():
     from pathlib import Path
     make = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
     line = next(x for x in make.splitlines() if "--sim demo $(ARGS)" in x and "exec" in x)
-    assert f'{NOTE_ENV}="make run: no NVIDIA driver here' in line
+    note = next(x for x in make.splitlines() if x.strip().startswith("note="))
+    assert f'{NOTE_ENV}="$$note"' in line
+    assert "make run: $$why, running the SIMULATED demo node" in note
