@@ -374,7 +374,7 @@ def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> 
         same = (v[a2:b2] == vcode) & (c[a2:b2] == ccode) & (s[a2:b2] == scode)
         conf = r["confidence"][a2:b2][same].tolist()
         out.append(_merge(ds, key, gpus, st.bin_time(a), min(st.bin_time(b), end), conf,
-                          bool(over[a:b2].any())))
+                          bool(over[a:b2].any()), th))
     return out
 
 
@@ -600,7 +600,7 @@ def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.
 
 
 def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
-           conf: list[float], relabelled: bool = False) -> Diagnosis:
+           conf: list[float], relabelled: bool = False, th: Thresholds = DEFAULT) -> Diagnosis:
     from gpumon.detect.advice import advice
     from gpumon.detect.rules import CAUSE_NAMES
     v, c, s = key
@@ -615,14 +615,15 @@ def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
     base = float(np.mean(conf)) if conf else 0.5
     for m in missing:
         base *= CONFIDENCE_FACTOR.get(m, 1.0)
-    rule, why = _reason(ds, verdict, cause, relabelled)
+    rule, why = _reason(ds, verdict, cause, relabelled, th)
     return Diagnosis(verdict=verdict, gpus=tuple(gpus), cause=cause, straggler_gpu=strag,
                      confidence=round(min(0.99, base), 3), evidence=ev,
                      advice=advice(verdict, cause, strag), start=start, end=end,
                      missing=tuple(missing), rule=rule, because=why)
 
 
-def _reason(ds: list[Diagnosis], verdict: str, cause, relabelled: bool) -> tuple[str, str]:
+def _reason(ds: list[Diagnosis], verdict: str, cause, relabelled: bool,
+            th: Thresholds = DEFAULT) -> tuple[str, str]:
     """A segment's rule and reason: those of its middle window that gave its verdict (its
     first windows may still show the verdict it changed from); else what made it."""
     same = [d for d in ds if d.verdict == verdict and d.cause == cause]
@@ -631,8 +632,8 @@ def _reason(ds: list[Diagnosis], verdict: str, cause, relabelled: bool) -> tuple
         return same[len(same) // 2].rule, same[len(same) // 2].because
     if relabelled and verdict == PAUSED:     # (analyze/pauses.recovered's DIP)
         return "hindsight", (f"its windows read {d.verdict} (rule {d.rule}), but the log "
-                             f"shows steady work on either side, {DEFAULT.context_s:.0f} s and "
-                             f"{DEFAULT.isolation:.0f} times the stop or more: a one-off stop, "
+                             f"shows steady work on either side, {th.context_s:.0f} s and "
+                             f"{th.isolation:.0f} times the stop or more: a one-off stop, "
                              "not a starved rhythm")
     if relabelled:     # analyze's hindsight relabelled these seconds (analyze/pauses.py)
         return "hindsight", (f"its windows read {d.verdict} (rule {d.rule}), but the log "
@@ -641,7 +642,7 @@ def _reason(ds: list[Diagnosis], verdict: str, cause, relabelled: bool) -> tuple
         return "too_few_samples", "too few samples in these seconds to judge them"
     # The hold kept the verdict before while another had not yet won.
     return "hold", (f"kept from the seconds before: its windows' {d.verdict} (rule {d.rule}) "
-                    f"did not last the {DEFAULT.hold_s:.0f} s a change needs")
+                    f"did not last the {th.hold_s:.0f} s a change needs")
 
 
 def _median(vals: list) -> float:

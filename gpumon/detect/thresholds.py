@@ -107,9 +107,6 @@ class Thresholds:
     steady_duty_sd: float = th(0.025, "share", "Standard deviation of a GPU's per-second duty "
                                "over the window below which its plateau is flat (see "
                                "steady_floor_duty).")
-    gap_sync_min: float = th(0.6, "ratio", "Idle time shared by every GPU of the job over the "
-                             "mean idle time per GPU: starvation idles all ranks together; a "
-                             "straggler idles alone.")
     # --- stragglers and collectives ----------------------------------------------------------
     duty_spread: float = th(0.12, "share", "Spread of duty cycle between GPUs of one job above "
                             "which one GPU is the odd one out (SageMaker's load-balancing rule "
