@@ -173,7 +173,20 @@ class Monitor:
         return self.history.latest
 
     def step(self) -> Tick:
-        tick = self.source.read()
+        """One poll: the source's tick through the detector to the sinks and listeners. A
+        source that is ``behind`` (a replay whose clock has passed more logged ticks than one)
+        hands each tick due in turn, and each is stepped as the live run stepped it: the
+        detector, the sinks and the screen see the same ticks, so the same verdicts, at any
+        speed. Returns the last tick."""
+        tick = self._take(self.source.read())
+        while getattr(self.source, "behind", False) and not self.stop_event.is_set():
+            tick = self._take(self.source.read())
+        with self.lock:
+            self.ticks += 1
+        return tick
+
+    def _take(self, tick: Tick) -> Tick:
+        """One tick: judged (its scope's part), kept, written and handed to the listeners."""
         self.seen.update(s.gpu for s in tick.gpus)
         self.every_gpu_lost = bool(tick.lost) and self.seen <= set(tick.lost)
         judged = tick
@@ -191,7 +204,6 @@ class Monitor:
         with self.lock:
             self.history.add(tick)
             self.diagnoses = list(diagnoses)
-            self.ticks += 1
         for sink in self.sinks:
             sink.write(tick, self.diagnoses)
         for listener in self.listeners:

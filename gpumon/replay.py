@@ -85,23 +85,29 @@ class ReplaySource:
         tick, self._next = self._next, next(self._ticks, None)
         return tick
 
-    def read(self) -> Tick:
-        """The log's ticks due by now, as one; at least the next one (none left: an empty tick)."""
+    def _log_now(self) -> float:
+        """The log's time the clock has reached (the first read starts the clock)."""
         now = self.clock()
         if self._wall_start is None:
             self._wall_start = now
-        log_now = self._log_start + (now - self._wall_start) * self.speed
-        due: list[Tick] = []
-        while self._next is not None and (not due or self._next.time <= log_now):
-            due.append(self._advance())
-        if not due:
+        return self._log_start + (now - self._wall_start) * self.speed
+
+    @property
+    def behind(self) -> bool:
+        """The next logged tick is due already: the clock ran past more than one tick since
+        the last read (a fast replay, a slow poll). The Monitor then reads on at once."""
+        return self._next is not None and self._next.time <= self._log_now()
+
+    def read(self) -> Tick:
+        """The next logged tick, as the live run got it: one per read, never several merged
+        (a merged tick spans seconds the detector would judge only at its end, with one host
+        sample for them all). None left: an empty tick."""
+        self._log_now()
+        if self._next is None:
             return Tick(time=self._last_time, gpus=())
-        self._last_time = due[-1].time
-        if len(due) == 1:
-            return due[0]
-        samples = tuple(sorted((s for t in due for s in t.gpus), key=lambda s: (s.gpu, s.time)))
-        host = next((t.host for t in reversed(due) if t.host is not None), None)
-        return Tick(time=due[-1].time, gpus=samples, host=host)
+        tick = self._advance()
+        self._last_time = tick.time
+        return tick
 
     def close(self) -> None:
         pass

@@ -17,8 +17,8 @@ from gpumon.ui.live import Loop, is_terminal, make_console, run_plain, run_scree
 from gpumon.ui.model import Dashboard
 from gpumon.ui.summary import summary_text
 
-# Poll at least this often during a fast replay, s: the log's ticks (1 s each) then arrive
-# about one per poll instead of many merged into one.
+# Poll at most this often during a fast replay, s: each poll steps every logged tick due
+# (1 s each), one by one, so a faster poll would only add polls.
 REPLAY_MIN_POLL_S = 0.05
 
 
