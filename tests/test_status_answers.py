@@ -18,7 +18,7 @@ def run(clean_env, *args, env=None):
 
 @pytest.fixture(scope="module")
 def sim_json(clean_env_module):
-    return json.loads(run(clean_env_module, "--sim", "sync_stall", "--json"))
+    return json.loads(run(clean_env_module, "--sim", "busy", "--json"))
 
 
 @pytest.fixture(scope="module")

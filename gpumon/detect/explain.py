@@ -195,6 +195,25 @@ def _pause(w: _Window) -> str:
             f"{_PAUSE_WHY.get(cause, _PAUSE_WHY['unknown'])}")
 
 
+def _too_short(w: _Window) -> str:
+    """What can be said of a window shorter than the rules need, and how long they need."""
+    from gpumon.detect.windows import power_need, short_hang
+    th, run = w.th, int(w.f["data_run"][w.e])
+    if short_hang(w.f, th)[w.e]:
+        need = int(math.ceil(th.hang_s / th.bin_s))
+        say = (f"every GPU at {_pct(w.ev.get('duty_cycle'))} utilization drawing "
+               f"{_pct(w.ev.get('power_frac_busy'))} of its power limit for {run} s: a hang "
+               f"is called after {th.hang_s:.0f} s")
+    else:
+        need, run = int(math.ceil(power_need(th))), min(run, w.seconds())
+        say = (f"every GPU at {_pct(w.ev.get('duty_cycle'))} utilization; whether some wait "
+               f"in a collective (busy but cold) needs their power compared over "
+               f"{th.power_min_s:.0f} s of every GPU at work")
+        if w.ev.get("rel_power_min") is not None:
+            say += f" (coldest at {_pct(w.ev['rel_power_min'])} of the hottest's so far)"
+    return f"no verdict yet (needs {need * th.bin_s:.0f} s of samples, had {run}): {say}"
+
+
 def _busy(w: _Window) -> str:
     ev = w.ev
     s = (f"every GPU ran a kernel {_pct(ev.get('duty_cycle'))} of the last {w.seconds()} s "
@@ -229,6 +248,7 @@ BECAUSE: dict[str, Callable[[_Window], str]] = {
     "duty_low": _duty_low,
     "hang": _hang,
     "busy_but_cold": _busy_but_cold,
+    "too_short": _too_short,
     "busy": _busy,
 }
 

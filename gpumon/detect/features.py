@@ -188,6 +188,7 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     is judged on several of them.
     """
     out = pause if excluded is None else excluded
+    since = keep
     keep = ~out if keep is None else (~out & keep)
     C, pos, L = _live_sums(g, keep)                 # running sums, shared by the windows
     ix = _DENSE_ROWS if pos is _ALL else {k: pos[v] for k, v in _DENSE_ROWS.items()}
@@ -209,6 +210,7 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     f["kernel_recent"] = (recent if recent is not None
                           else kernel_recent(last_kernel(g, out=out), th))[ends]
     f["window"] = W
+    f["data_run"] = data_run(g, since, ends, th)
     f.update(_seen(g, h))
     return f
 
@@ -381,6 +383,22 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
                                int(math.ceil(th.hang_s / th.bin_s)) + 1)
     f["all_busy_bins"] = rs[1][0] if rs.shape[1] else np.zeros(len(ends))   # (settled ones)
     return f
+
+
+def data_run(g: np.ndarray, since: Optional[np.ndarray], ends: np.ndarray,
+             th: Thresholds) -> np.ndarray:
+    """Seconds of the job's data up to each window's end (E,): from the first bin with a
+    sample from any of its GPUs (and ``since`` True: the job seen in use) among the last
+    hang_s + 1 bins, as cold_run is read (a longer history reads hang_s + 1). What the rules
+    that need more seconds than were sampled compare with (rules.too_short)."""
+    has = (g[GI["n"]] > 0).any(axis=0) if g.shape[1] else np.zeros(g.shape[-1], bool)
+    if since is not None:
+        has &= since
+    T = has.shape[-1]
+    # The first bin at or after each bin with data (T: none).
+    nxt = np.minimum.accumulate(np.where(has, np.arange(T), T)[::-1])[::-1]
+    first = nxt[np.maximum(ends + 1 - (int(math.ceil(th.hang_s / th.bin_s)) + 1), 0)]
+    return np.where(first <= ends, ends - first + 1, 0)
 
 
 def _host_features(h: np.ndarray, keep: np.ndarray, W: np.ndarray, ends: np.ndarray,

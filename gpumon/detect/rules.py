@@ -18,6 +18,8 @@ Order, and why:
 - every GPU below duty_starved together -> data_starvation; cause from host counters.
 - every GPU busy and cold for hang_s, none computing -> sync_stall (hang).
 - every GPU ~100% but some at a fraction of the hottest one's power -> sync_stall.
+- fewer seconds of data than the two rules before need (a job's first seconds, a short
+  status sample), and nothing seen that rules them out -> insufficient_data.
 - otherwise busy.
 """
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 from gpumon.detect import nanops as N
 from gpumon.detect.hostview import CALM
 from gpumon.detect.thresholds import DEFAULT, Thresholds
-from gpumon.detect.windows import Windows, clip, low_nan
+from gpumon.detect.windows import Windows, clip, low_nan, power_need, short_hang
 from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, PAUSED,
                               SYNC_STALL, THROTTLED, VERDICTS)
 
@@ -206,6 +208,23 @@ def busy_but_cold(w: Windows) -> None:
              s=hot, cf=lambda: clip(0.55 + N.nan_to_num(gap, nan=0.05), 0.55, 0.95))
 
 
+def too_short(w: Windows) -> None:
+    """Busy so far, but the job's data is shorter than a rule that could overturn busy needs
+    (a job's first seconds, a short `gpumon status` sample): every GPU busy at a hang's low
+    power since the data began, for less than hang_s; or GPUs whose power could not be
+    compared over power_min_s settled seconds (power_need) and was not seen to agree in the
+    seconds there are. No verdict yet (insufficient_data), never a confident busy."""
+    f, th = w.f, w.th
+    need = power_need(th)
+    if w.G < 2 or (f["data_run"].min() >= th.hang_s / th.bin_s and f["window"].min() >= need):
+        return                  # (a job seen long enough: every live window after its first)
+    with CALM:
+        rel_min = np.where(np.isnan(f["rel_power"]), np.inf, f["rel_power"]).min(axis=0)
+    agree = (f["all_busy_bins"] >= 1) & (rel_min > th.cold_power_ratio)
+    short = np.minimum(f["data_run"], f["window"]) < need
+    w.decide("too_short", short_hang(f, th) | (short & ~agree), INSUFFICIENT_DATA, cf=0.0)
+
+
 def busy(w: Windows) -> None:
     """None of the above."""
     w.decide("busy", np.ones(w.E, bool), BUSY,
@@ -215,7 +234,7 @@ def busy(w: Windows) -> None:
 # The rules in the order they are tried.
 ORDER = (job_gone, too_few_samples, pause, no_kernels, quiet_after_work, throttle,
          rank_computes, rank_host_starved, stall_over, rank_host, duty_low, hang, busy_but_cold,
-         busy)
+         too_short, busy)
 RULES = tuple(r.__name__ for r in ORDER)
 # Rules whose verdict a live screen takes at once, without the hold (Hysteresis.step's
 # ``quick``): a rank idle beside spinning ones is evidence from two signals that agree (its
@@ -240,4 +259,14 @@ def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> di
         # of AT_ONCE (the host's flag alone must not rush a stall past the hold).
         out["quick"] = ((out["quick"] & (out["verdict"] == VERDICTS.index(DATA_STARVATION)))
                         | np.isin(out["rule"], AT_ONCE))
+        if f["data_run"].min() * th.bin_s < th.window_s:     # (the job's first seconds)
+            out["confidence"] = out["confidence"] * short_factor(f, th)
         return out
+
+
+def short_factor(f: dict, th: Thresholds) -> np.ndarray:
+    """(E,): confidence kept on a window that holds fewer seconds of the job's data than
+    window_s: half at none, all at window_s (a verdict from a short sample is never a
+    confident one)."""
+    have = np.minimum(f["data_run"], f["window"]) * th.bin_s
+    return 0.5 + 0.5 * np.minimum(have / th.window_s, 1.0)

@@ -48,6 +48,19 @@ def high_nan(a):
     return np.fmin(a, np.inf)
 
 
+def short_hang(f: dict, th: Thresholds) -> np.ndarray:
+    """(E,): every GPU busy at a hang's low power since the job's data began, fewer than
+    hang_s ago: whether it is a hang cannot be told yet (rules.too_short)."""
+    run = f["data_run"]
+    return (f["cold_run"] >= run) & (run > 0) & (run < th.hang_s / th.bin_s)
+
+
+def power_need(th: Thresholds) -> float:
+    """Bins of data a window must hold to compare its GPUs' power (busy_but_cold): power_min_s
+    of seconds with every GPU at work, each after power_settle_s more."""
+    return (th.power_min_s + th.power_settle_s) / th.bin_s
+
+
 class Windows:
     def __init__(self, f: dict, shared_process: bool, th: Thresholds, rules: tuple):
         self.f, self.shared, self.th, self.rules = f, shared_process, th, rules

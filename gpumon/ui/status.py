@@ -113,6 +113,10 @@ def no_verdict_text(v: View, seconds: float) -> str:
         verb = "does" if len(blind) == 1 else "do"
         return (f"no verdict: GPU{'s' if len(blind) > 1 else ''} {','.join(map(str, blind))} "
                 f"{verb} not report utilization (MIG or vGPU): idle cannot be told from busy")
+    d = v.diagnosis
+    if d is not None and d.rule == "too_short" and d.because:
+        # (The detector says what it saw and how many seconds its rules need.)
+        return f"{d.because}; sample longer with --sample S"
     return (f"no verdict yet: {seconds:.1f} s of samples are not enough to judge "
             "(sample longer with --sample S)")
 
