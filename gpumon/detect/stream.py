@@ -233,14 +233,24 @@ class StreamingDetector:
     def update(self, tick: Tick) -> list[Diagnosis]:
         if tick.lost and not self._lost.issuperset(tick.lost):
             self._lost = self._lost.union(tick.lost)
-        if not tick.gpus:
-            return self.current
-        last = self._ingest(tick)
-        st = self.store
+        last = self._ingest(tick) if tick.gpus else None
         if last is None:
             return self.current
-        first = max(self._done + 1, last - self.window + 1, st.b0)
+        first = max(self._done + 1, last - self.window + 1, self.store.b0)
         self._done = last
+        found = self._found(last)
+        if found is not None:
+            out = [self._judge(tuple(gpus), shared, first, last) for gpus, shared in found]
+            keys = {tuple(gpus) for gpus, _ in found}
+            for k in [k for k in self._jobs if k not in keys]:
+                del self._jobs[k]
+            self.current = out
+        return self.current
+
+    def _found(self, last: int) -> Optional[list]:
+        """The jobs to judge at bin ``last``; None where there is none, ``current`` then
+        saying why (no sample for a whole window, or no GPU in use)."""
+        st = self.store
         stop = last - st.b0 + 1
         t_end = st.bin_time(stop)
         # A second with no sample from a GPU (a hole in a replayed log, a monitor that fell
@@ -253,7 +263,7 @@ class StreamingDetector:
             # samples come back they are judged on, not found anew as if they had started).
             self.current = [no_data_diagnosis(gpus, t_end - self.th.window_s, t_end)
                             for gpus in self._jobs]
-            return self.current
+            return None
         recent = frozenset(gpu for gpu, t in self._kernel_t.items()
                            if t_end - t < self.th.idle_after_s)
         found = (store_jobs(st, stop, stop - lo, self._pids, self._ppid, self.th, self._groups,
@@ -262,13 +272,8 @@ class StreamingDetector:
             self.current = no_job_diagnoses(st, lo, stop, t_end - self.th.window_s, t_end,
                                             self.th, self._lost)
             self._jobs.clear()
-            return self.current
-        out = [self._judge(tuple(gpus), shared, first, last) for gpus, shared in found]
-        keys = {tuple(gpus) for gpus, _ in found}
-        for k in [k for k in self._jobs if k not in keys]:
-            del self._jobs[k]
-        self.current = out
-        return out
+            return None
+        return found
 
     def _ingest(self, tick: Tick) -> Optional[int]:
         """Add the tick to the store; the last complete bin when it completed one not yet
