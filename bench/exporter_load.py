@@ -184,16 +184,7 @@ def run(conns: int = CONNS, load_s: float = LOAD_S, after_s: float = AFTER_S,
     finally:
         for s in idle:
             s.close()
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        out["exit_code"] = proc.returncode
-        err = proc.stderr.read() if proc.stderr else ""
-        out["tracebacks"] = err.count("Traceback")
+        _stop(proc, out)
     return out
 
 
@@ -375,6 +366,8 @@ def _scrapes(out: dict, port: int, auth: Optional[str], load_s: float) -> None:
 
 
 def _stop(proc, out: dict) -> None:
+    """Ends the exporter (SIGTERM, SIGKILL 10 s later) and records its exit code and how many
+    tracebacks it printed."""
     if proc.poll() is None:
         proc.terminate()
         try:
