@@ -58,7 +58,7 @@ class Diagnosis:
     start: Optional[float] = None
     end: Optional[float] = None
     missing: tuple[str, ...] = ()          # signals that were not available
-    rule: str = ""                         # the rule that decided (detect/rules.py RULES)
+    rule: str = ""                         # the rule that decided (detect/rules/ RULES)
     because: str = ""                      # why, in numbers a user can check on the screen
 
     def as_dict(self) -> dict:

@@ -719,7 +719,7 @@ def test_a_lone_stall_with_calm_loaders_is_over_once_every_gpu_runs_full_again()
 def test_a_rank_stall_shows_at_once_live():
     """Rank 1 idle beside rank 0 spinning cold (rank_host) is evidence from two signals that
     agree; a live screen shows it from the first second the rule fires, not hold_s later
-    (rules.AT_ONCE). The rank-0 saves of bench/real read busy for 2 s of each ~3 s stall
+    (Rule.shows_at_once). The rank-0 saves of bench/real read busy for 2 s of each ~3 s stall
     with the hold."""
     from gpumon.detect.thresholds import DEFAULT
     ticks = [dataclasses.replace(tk, host=None) for tk in _one_slow_batch(10)]

@@ -26,6 +26,7 @@ from gpumon.detect.features import kernel_recent, last_kernel, view_bins, window
 from gpumon.detect.cold import cold_seconds, spin_seconds
 from gpumon.detect.pauses import gap_stops, host_bins, pause_flags
 from gpumon.detect.rules import judge
+from gpumon.detect.rules import held
 from gpumon.detect.stream import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.logs.log import Log, runs
@@ -602,10 +603,9 @@ def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.
 def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
            conf: list[float], relabelled: bool = False, th: Thresholds = DEFAULT) -> Diagnosis:
     from gpumon.detect.advice import advice
-    from gpumon.detect.rules import CAUSE_NAMES
     v, c, s = key
     verdict = VERDICTS[v]
-    cause = CAUSE_NAMES[c] if c >= 0 else None
+    cause = CAUSES[c] if c >= 0 else None
     strag = gpus[s] if s >= 0 else None
     ev = {}
     for k in EVIDENCE_KEYS:
@@ -641,8 +641,7 @@ def _reason(ds: list[Diagnosis], verdict: str, cause, relabelled: bool,
     if verdict == INSUFFICIENT_DATA:
         return "too_few_samples", "too few samples in these seconds to judge them"
     # The hold kept the verdict before while another had not yet won.
-    return "hold", (f"kept from the seconds before: its windows' {d.verdict} (rule {d.rule}) "
-                    f"did not last the {th.hold_s:.0f} s a change needs")
+    return held.hold.name, held.hold.because(d.verdict, d.rule, th)
 
 
 def _median(vals: list) -> float:

@@ -6,7 +6,7 @@ per job.
     det = StreamingDetector(); det.update(tick) -> list[Diagnosis]   # live, with hysteresis
 
 How (pipeline.py, the stages in order): samples -> per-second bins (bins.py) -> jobs
-(jobs.py) -> pauses (pauses.py) -> features over a window (features.py) -> rules (rules.py)
+(jobs.py) -> pauses (pauses.py) -> features over a window (features.py) -> rules (rules/)
 -> Diagnosis; live (stream.py) adds hysteresis, `gpumon analyze` (analyze/timeline.py)
 hindsight. thresholds.py names every threshold with its unit and why.
 

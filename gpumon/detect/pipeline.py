@@ -5,7 +5,7 @@ log, with hindsight).
 
     ticks -> columns (tick_columns) -> per-second bins (bins.Store)
           -> jobs (store_jobs) -> per job: duty per bin (bin_duty), pauses (pauses.py)
-          -> window features and rules (judge_job: features.py, rules.py)
+          -> window features and rules (judge_job: features.py, rules/)
           -> Diagnosis with evidence, rule and reason (make_diagnosis)
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from gpumon.detect import nanops as N
 
-from gpumon.diagnosis import Diagnosis, INSUFFICIENT_DATA, VERDICTS
+from gpumon.diagnosis import CAUSES, Diagnosis, INSUFFICIENT_DATA, VERDICTS
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
 from gpumon.detect.bins import GI, HostCols, JobCols, SampleCols, Store
@@ -25,8 +25,9 @@ from gpumon.detect.features import window_features
 from gpumon.detect.jobs import GroupMemo, active, group_active
 from gpumon.detect.cold import cold_seconds, spin_seconds
 from gpumon.detect.pauses import gap_stops, host_bins, pause_flags
-from gpumon.detect.explain import because, no_util_text
-from gpumon.detect.rules import CAUSE_NAMES, RULES, judge
+from gpumon.detect.rules import BY_NAME, RULES, judge
+from gpumon.detect.rules.idle import NO_SAMPLES, no_job, too_few_samples
+from gpumon.detect.rules.words import Window, no_util_text
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 # The evidence keys, in order (stable: the exporter and the dashboard show them).
@@ -191,14 +192,16 @@ def make_diagnosis(f: dict, r: dict, e: int, gpus: Sequence[int], start: Optiona
     conf = float(r["confidence"][e])
     for m in missing:
         conf *= CONFIDENCE_FACTOR.get(m, 1.0)
-    cause = CAUSE_NAMES[c] if c >= 0 else None
+    cause = CAUSES[c] if c >= 0 else None
     strag = gpus[s] if s >= 0 else None
     ev = evidence(f, e, s, th)
     rule = RULES[int(r["rule"][e])] if "rule" in r else ""
+    with np.errstate(all="ignore"):
+        why = BY_NAME[rule].because(Window(f, e, gpus, s, ev, th)) if rule else ""
     return Diagnosis(verdict=v, gpus=tuple(gpus), cause=cause, straggler_gpu=strag,
                      confidence=round(conf, 3), evidence=ev,
                      advice=advice(v, cause, strag), start=start, end=end, missing=missing,
-                     rule=rule, because=because(rule, f, e, gpus, s, ev, th))
+                     rule=rule, because=why)
 
 
 def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
@@ -273,26 +276,19 @@ def idle_diagnosis(gpus: Sequence[int], start, end, th: Thresholds = DEFAULT,
                    whole_log: bool = False) -> Diagnosis:
     """No job on these GPUs (store_jobs found none): the rule ``no_job``; ``whole_log``: found
     over a whole log (analyze), not live."""
-    from gpumon.diagnosis import IDLE
-    kernels = (f"{th.active_duty:.0%} or more of its samples show a kernel (above "
-               f"{th.idle_util_pct:.0f}%)" if whole_log else f"it ran a kernel (a sample above "
-               f"{th.idle_util_pct:.0f}%) in the last {th.idle_after_s:.0f} s")
-    return Diagnosis(verdict=IDLE, gpus=tuple(gpus), confidence=0.9,
-                     evidence={k: None for k in EVIDENCE_KEYS}, advice=advice(IDLE, None, None),
-                     start=start, end=end, rule="no_job",
-                     because=f"no GPU is in use: none has a process or holds "
-                     f"{th.mem_active_mib:.0f} MiB of memory (where neither is known: "
-                     f"none where {kernels})")
+    return Diagnosis(verdict=no_job.verdict, gpus=tuple(gpus), confidence=0.9,
+                     evidence={k: None for k in EVIDENCE_KEYS},
+                     advice=advice(no_job.verdict, None, None), start=start, end=end,
+                     rule=no_job.name, because=no_job.because(th, whole_log))
 
 
 def no_data_diagnosis(gpus: Sequence[int], start, end,
-                      because: str = "no utilization sample from any GPU of the job in the "
-                      "window") -> Diagnosis:
-    """A window in which no GPU of the job sent a sample."""
-    return Diagnosis(verdict=INSUFFICIENT_DATA, gpus=tuple(gpus), confidence=0.0,
+                      because: str = NO_SAMPLES) -> Diagnosis:
+    """A window in which no GPU of the job sent a sample: the rule ``too_few_samples``."""
+    return Diagnosis(verdict=too_few_samples.verdict, gpus=tuple(gpus), confidence=0.0,
                      evidence={k: None for k in EVIDENCE_KEYS},
-                     advice=advice(INSUFFICIENT_DATA, None, None), start=start, end=end,
-                     rule="too_few_samples", because=because)
+                     advice=advice(too_few_samples.verdict, None, None), start=start,
+                     end=end, rule=too_few_samples.name, because=because)
 
 
 def no_job_diagnoses(store: Store, lo: int, stop: int, start, end, th: Thresholds = DEFAULT,

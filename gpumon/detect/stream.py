@@ -27,7 +27,6 @@ from gpumon.detect.jobs import GroupMemo
 from gpumon.detect.cold import cold_seconds, settle_bins, spin_seconds
 from gpumon.detect.onesec import all_busy, cold_second, gap_second, host_second, second_at
 from gpumon.detect.pauses import PauseTracker, Seconds, gap_stops, host_bins
-from gpumon.detect.rules import CAUSE_NAMES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 _INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
@@ -79,7 +78,7 @@ class Hysteresis:
         loaders refilling after an epoch boundary): busy gives way to data_starvation after
         ``host_hold_s`` (Thresholds.host_hold_s; 0: at its first verdict). The GPUs waiting
         and the loaders, main process or storage behind them agree; the hold is for a
-        verdict from the GPUs' counters alone. Also a rule of rules.AT_ONCE: a rank's
+        verdict from the GPUs' counters alone. Also a rule with shows_at_once: a rank's
         stall (rank_host) displaces busy, and busy (stall_over) the stall, at once.
         """
         if self._kept(t, key, sticky):
@@ -123,7 +122,7 @@ class Hysteresis:
         if quick and key[0] == _STARVED and self.current[0] == _BUSY:
             return self.host_hold_s
         if quick and {key[0], self.current[0]} == {_BUSY, _STALL}:
-            return 0.0          # a rank's stall and its end (rules.AT_ONCE)
+            return 0.0          # a rank's stall and its end (Rule.shows_at_once)
         return self.hold_s
 
 
@@ -356,7 +355,7 @@ def _named(key: Optional[tuple], gpus: Sequence[int]):
     if key is None:
         return None
     v, c, s = key
-    return (VERDICTS[v], CAUSE_NAMES[c] if c >= 0 else None, gpus[s] if s >= 0 else None)
+    return (VERDICTS[v], CAUSES[c] if c >= 0 else None, gpus[s] if s >= 0 else None)
 
 
 def _hold(fresh: Diagnosis, key: Optional[tuple], gpus: Sequence[int],

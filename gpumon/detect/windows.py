@@ -50,7 +50,7 @@ def high_nan(a):
 
 def short_hang(f: dict, th: Thresholds) -> np.ndarray:
     """(E,): every GPU busy at a hang's low power since the job's data began, fewer than
-    hang_s ago: whether it is a hang cannot be told yet (rules.too_short)."""
+    hang_s ago: whether it is a hang cannot be told yet (rules.idle.too_short)."""
     run = f["data_run"]
     return (f["cold_run"] >= run) & (run > 0) & (run < th.hang_s / th.bin_s)
 
@@ -75,16 +75,16 @@ class Windows:
         self.all_decided = E == 0          # every window decided (updated by decide)
         self.slope = np.full(E, np.nan)
 
-    def decide(self, name, mask, v, c=None, s=None, cf=None) -> None:
-        """Windows not decided yet where ``mask`` holds get verdict ``v`` by rule ``name``;
-        ``c``, ``s`` and ``cf`` may be callables, evaluated only when some window takes
-        this branch."""
+    def decide(self, rule, mask, c=None, s=None, cf=None) -> None:
+        """Windows not decided yet where ``mask`` holds get the verdict of ``rule`` (a
+        rules.Rule), with cause ``c``, straggler row ``s`` and confidence ``cf``; these may
+        be callables, evaluated only when some window takes this branch."""
         m = mask & self.open
         if not m.any():
             return
         c, s, cf = (x() if callable(x) else x for x in (c, s, cf))
-        self.verdict[m] = V[v]
-        self.rule[m] = self.rules.index(name)
+        self.verdict[m] = V[rule.verdict]
+        self.rule[m] = self.rules.index(rule.name)
         for out, x in ((self.cause, c), (self.strag, s), (self.conf, cf)):
             if x is not None:
                 out[m] = x[m] if isinstance(x, np.ndarray) else x
@@ -102,7 +102,7 @@ class Windows:
                 # The host shows the cause now, in a job that has run without a pause for
                 # window_max_s (after an epoch boundary new loader workers refill their queue
                 # flat out, however well they keep up later): Hysteresis.step's ``quick``
-                # (rules.judge adds the rules of rules.AT_ONCE).
+                # (rules.judge adds the rules that show at once).
                 "quick": feeding & (f["since_pause"] > th.window_max_s / th.bin_s)}
 
     # -- the job's duty cycle ----------------------------------------------------------------

@@ -1,0 +1,140 @@
+"""The verdict rules, as named objects in one registry.
+
+A rule is a `Rule`: its name, the verdict it gives, its place in the order (``order``: the
+rules are tried from the lowest; numbers leave gaps for new ones), what it means (one line,
+the README's rule table), whether a live screen shows it at once (``shows_at_once``: no
+hold), how it decides windows (``decide``, over windows.Windows: the first rule that fires
+decides a window) and ``because``, its reason built from the numbers it used.
+
+Each family of rules has its module (idle, pause, starve, stall, throttle, busy, held); the
+registry is every Rule those modules define, in order. To add a rule, define it in its
+family's module with ``@rule(...)`` (or ``Rule(...)`` for one decided elsewhere): nothing
+here lists it.
+
+Order, and why:
+- no job on the GPUs -> idle; the job let go of its GPUs -> idle; too few samples ->
+  insufficient_data; a stop after steady work (pauses.py) -> paused; no kernels -> idle
+  (held with memory), or right after work -> data_starvation.
+- clock-event reasons with the SM clock held down -> throttled (not while every GPU waits for
+  input its host cannot supply); with several GPUs and not all throttled, the throttled one
+  is the straggler.
+- GPUs of one job at different duty cycles: one is the odd one out. Whether the busier GPUs
+  compute or spin decides who waits for whom: a rank waiting in an NCCL collective keeps a
+  kernel running at low power (NVIDIA/nccl #968, #199, #1550; pytorch #36285). A computing
+  busier GPU is the straggler (imbalance; DataParallel's GPU 0). Spinning busier GPUs wait
+  for an idle rank held up on its host: its own host counters decide (starving: starvation
+  on it; otherwise, and always without host counters, rank_host).
+- every GPU below duty_starved together -> data_starvation; cause from host counters.
+- every GPU busy and cold for hang_s, none computing -> sync_stall (hang).
+- every GPU ~100% but some at a fraction of the hottest one's power -> sync_stall.
+- fewer seconds of data than the two rules before need (a job's first seconds, a short
+  status sample), and nothing seen that rules them out -> insufficient_data.
+- otherwise busy; a live verdict the hold kept from the seconds before -> hold.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, fields
+from typing import Callable, Iterable, Optional
+
+import numpy as np
+
+from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.detect.windows import Windows
+from gpumon.diagnosis import DATA_STARVATION, VERDICTS
+
+
+@dataclass(frozen=True, eq=False)
+class Rule:
+    """One rule. ``because`` takes, for a rule that decides windows, the window as a reason
+    reads it (words.Window: features, evidence, straggler and the thresholds judged with);
+    for ``no_job`` the thresholds and whether a whole log was read; for ``hold`` the verdict
+    and rule that did not last, and the thresholds."""
+    name: str
+    verdict: str                # "" for hold: it keeps the verdict before
+    order: int                  # tried from the lowest; unique
+    means: str                  # when it fires, one line; {field} quotes a Thresholds field
+    because: Callable[..., str]  # its reason, from the numbers it used
+    decide: Optional[Callable[[Windows], None]] = None   # None: decided outside windows
+    shows_at_once: bool = False  # a live screen takes its verdict without the hold
+    cause: str = ""             # the causes it gives, in words (the README's table)
+    family: str = ""            # the module that defines it
+
+    def meaning(self, th: Thresholds) -> str:
+        """``means`` with the thresholds ``th`` quoted."""
+        return self.means.format(**{x.name: getattr(th, x.name) for x in fields(th)})
+
+
+def rule(verdict: str, order: int, means: str, because: Callable[..., str],
+         shows_at_once: bool = False,
+         cause: str = "") -> Callable[[Callable[[Windows], None]], Rule]:
+    """Makes the decorated function (which decides windows with ``Windows.decide``, naming
+    its own Rule) a Rule of that name."""
+    def make(fn: Callable[[Windows], None]) -> Rule:
+        return Rule(fn.__name__, verdict, order, means, because, fn, shows_at_once, cause,
+                    fn.__module__)
+    return make
+
+
+def collect(modules: Iterable) -> tuple[Rule, ...]:
+    """Every Rule the modules define, in order; a name or a place taken twice is an error."""
+    found = {id(r): r for m in modules for r in vars(m).values() if isinstance(r, Rule)}
+    out = tuple(sorted(found.values(), key=lambda r: r.order))
+    for what in ("name", "order"):
+        seen = [getattr(r, what) for r in out]
+        twice = sorted({x for x in seen if seen.count(x) > 1})
+        if twice:
+            raise ValueError(f"rules: {what} taken twice: {twice}")
+    return out
+
+
+# (The families import `Rule` and `rule` from here: they are defined above.)
+from gpumon.detect.rules import busy, held, idle, pause, stall, starve, throttle  # noqa: E402
+
+FAMILIES = (idle, pause, starve, stall, throttle, busy, held)
+REGISTRY: tuple[Rule, ...] = collect(FAMILIES)
+RULES = tuple(r.name for r in REGISTRY)      # r["rule"] of judge indexes this
+BY_NAME = {r.name: r for r in REGISTRY}
+TRIED = tuple(r for r in REGISTRY if r.decide is not None)
+# Hysteresis.step's ``quick``: rules whose verdict a live screen shows at once.
+AT_ONCE = np.array([i for i, r in enumerate(REGISTRY) if r.shows_at_once])
+
+
+def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> dict:
+    """Verdict codes (index into VERDICTS), cause codes (index into CAUSES or -1),
+    straggler rows (or -1), confidence, the deciding rule (index into RULES) and whether the
+    host shows starvation, per window. (Windows without power or host counters make all-NaN
+    slices: expected, not warnings.)"""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        w = Windows(f, shared_process, th, RULES)
+        for r in TRIED:
+            r.decide(w)
+            if w.all_decided:
+                break
+        out = w.result()
+        # ``quick`` as Hysteresis reads it: a starvation verdict the host confirms, or a rule
+        # shown at once (the host's flag alone must not rush a stall past the hold).
+        out["quick"] = ((out["quick"] & (out["verdict"] == VERDICTS.index(DATA_STARVATION)))
+                        | np.isin(out["rule"], AT_ONCE))
+        if f["data_run"].min() * th.bin_s < th.window_s:     # (the job's first seconds)
+            out["confidence"] = out["confidence"] * short_factor(f, th)
+        return out
+
+
+def short_factor(f: dict, th: Thresholds) -> np.ndarray:
+    """(E,): confidence kept on a window that holds fewer seconds of the job's data than
+    window_s: half at none, all at window_s (a verdict from a short sample is never a
+    confident one)."""
+    have = np.minimum(f["data_run"], f["window"]) * th.bin_s
+    return 0.5 + 0.5 * np.minimum(have / th.window_s, 1.0)
+
+
+def table(th: Thresholds) -> str:
+    """The README's rule table: each rule in order, its verdict and when it fires."""
+    rows = ["| rule | fires when | verdict (cause) |", "|---|---|---|"]
+    for r in REGISTRY:
+        said = f"`{r.verdict}`" if r.verdict else "the verdict kept"
+        rows.append(f"| `{r.name}` | {r.meaning(th)} | {said}"
+                    + (f" ({r.cause})" if r.cause else "") + " |")
+    return "\n".join(rows)

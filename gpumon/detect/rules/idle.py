@@ -1,0 +1,145 @@
+"""Idle, or too little to judge: no job, the job gone, too few samples, no kernels, too
+short a sample for the rules that need longer."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpumon.detect.hostview import CALM
+from gpumon.detect.rules import Rule, rule
+from gpumon.detect.rules.words import Window, gpu_list, no_util_text, pct
+from gpumon.detect.thresholds import Thresholds
+from gpumon.detect.windows import C, Windows, clip, power_need, short_hang
+from gpumon.diagnosis import IDLE, INSUFFICIENT_DATA
+
+
+def _no_job(th: Thresholds, whole_log: bool) -> str:
+    """``whole_log``: no job found over a whole log (analyze), not live."""
+    kernels = (f"{th.active_duty:.0%} or more of its samples show a kernel (above "
+               f"{th.idle_util_pct:.0f}%)" if whole_log else f"it ran a kernel (a sample above "
+               f"{th.idle_util_pct:.0f}%) in the last {th.idle_after_s:.0f} s")
+    return (f"no GPU is in use: none has a process or holds {th.mem_active_mib:.0f} MiB of "
+            f"memory (where neither is known: none where {kernels})")
+
+
+# Decided where jobs are found (pipeline.store_jobs found none), before any window.
+no_job = Rule("no_job", IDLE, 0, "no GPU has a process or holds {mem_active_mib:.0f} MiB "
+              "(without either: ran a kernel in the last {idle_after_s:.0f} s)", _no_job,
+              family=__name__)
+
+
+def _job_gone(x: Window) -> str:
+    mib = x.th.mem_active_mib
+    gone = [g for g, m in zip(x.gpus, x.col("mem_last").tolist()) if m < mib]
+    verb = "holds" if len(gone) == 1 else "hold"
+    if len(gone) == len(x.gpus):
+        return (f"{gpu_list(gone)} {verb} less than {mib:.0f} MiB of memory: the job let go "
+                f"of {'it' if len(gone) == 1 else 'them'}")
+    return (f"{gpu_list(gone)} of the job's {gpu_list(x.gpus)} {verb} less than {mib:.0f} "
+            "MiB of memory: the job is not (or no longer) running on all of them")
+
+
+@rule(IDLE, 10, "one of the job's GPUs holds less than {mem_active_mib:.0f} MiB", _job_gone)
+def job_gone(w: Windows) -> None:
+    """The job does not hold its GPUs (one of them, where its memory is known, holds less
+    than mem_active_mib: the seconds the pause tracker counts the job absent): idle, however
+    few of the window's seconds are left to judge (a job that ends during a pause has every
+    second of its last windows set aside; one that is still starting has none yet)."""
+    with CALM:
+        gone = (w.f["mem_last"] < w.th.mem_active_mib).any(axis=0) if w.G else \
+            np.zeros(w.E, bool)
+    w.decide(job_gone, gone, cf=0.9)
+
+
+# Why a window of a job had no sample at all (pipeline.no_data_diagnosis).
+NO_SAMPLES = "no utilization sample from any GPU of the job in the window"
+
+
+def _too_few(x: Window) -> str:
+    """Too few samples; a GPU that sent none in the whole window (MIG, vGPU) is named."""
+    s = (f"{int(np.nanmin(x.col('n'))) if len(x.gpus) else 0} utilization samples in the "
+         f"window, fewer than {x.th.min_samples:.0f}")
+    none = [g for g, n in zip(x.gpus, x.col("n_all").tolist()) if not n > 0] \
+        if "n_all" in x.f else []
+    return s + f"; {no_util_text(none)}" if none else s
+
+
+@rule(INSUFFICIENT_DATA, 20, "fewer than {min_samples:.0f} utilization samples per GPU in "
+      "the window", _too_few)
+def too_few_samples(w: Windows) -> None:
+    """Fewer than min_samples per GPU in the window. (A pause leaves its seconds out of the
+    window: whether the window had samples at all is counted with them, so a log sampled
+    every 15 s is never "paused".)"""
+    f, th = w.f, w.th
+    insufficient = (w.nmin < th.min_samples) | (f["bins"] < 1) | np.isnan(w.jduty)
+    sparse = (f["n_all"].min(axis=0) if w.G else np.zeros(w.E)) < th.min_samples
+    w.decide(too_few_samples, (insufficient & ~f["pause"]) | sparse, cf=0.3)
+
+
+def _no_kernels(x: Window) -> str:
+    th = x.th
+    mem = x.col("mem_last")
+    mem = mem[~np.isnan(mem)]
+    held = (f", holding {mem.max():.0f} MiB of memory" if len(mem) and
+            mem.max() >= th.mem_active_mib else "")
+    return (f"the GPUs ran a kernel {pct(x.ev.get('duty_max'))} of the last {x.seconds()} s "
+            f"and {pct(x.f['ctx_duty'][x.e])} of the {th.context_s:.0f} s before "
+            f"(under {pct(th.idle_duty)}), no sample above {th.idle_util_pct:.0f}% in the "
+            f"last {th.idle_after_s:.0f} s{held}")
+
+
+@rule(IDLE, 40, "no kernel in the window, none in the {context_s:.0f} s before, no sample "
+      "above {idle_util_pct:.0f}% in the last {idle_after_s:.0f} s; host not feeding",
+      _no_kernels, cause="`held` if memory is held")
+def no_kernels(w: Windows) -> None:
+    """No kernels in the window nor in the context before it (no sample there above
+    idle_util_pct, the duty under idle_duty), the host not feeding: idle (held when the job
+    still holds its GPUs' memory). A job whose rare bursts recur (one every 20 s, a loader
+    far too slow) still runs kernels: quiet_after_work decides."""
+    f, th = w.f, w.th
+    quiet = (w.dmax < th.idle_duty) & ~(f["ctx_duty"] >= th.idle_duty) & ~f["kernel_recent"]
+
+    def held():
+        return (f["mem_last"] >= th.mem_active_mib).any(axis=0) if w.G else np.zeros(w.E, bool)
+    w.decide(no_kernels, quiet & ~w.feeding, c=lambda: np.where(held(), C["held"], -1),
+             cf=lambda: clip(0.7 + 0.3 * (th.idle_duty - w.dmax) / th.idle_duty, 0.5, 0.99))
+
+
+def _too_short(x: Window) -> str:
+    """What can be said of a window shorter than the rules need, and how long they need."""
+    th, ev, run = x.th, x.ev, int(x.f["data_run"][x.e])
+    if short_hang(x.f, th)[x.e]:
+        need = int(math.ceil(th.hang_s / th.bin_s))
+        say = (f"every GPU at {pct(ev.get('duty_cycle'))} utilization drawing "
+               f"{pct(ev.get('power_frac_busy'))} of its power limit for {run} s: a hang "
+               f"is called after {th.hang_s:.0f} s")
+    else:
+        need, run = int(math.ceil(power_need(th))), min(run, x.seconds())
+        say = (f"every GPU at {pct(ev.get('duty_cycle'))} utilization; whether some wait "
+               f"in a collective (busy but cold) needs their power compared over "
+               f"{th.power_min_s:.0f} s of every GPU at work")
+        if ev.get("rel_power_min") is not None:
+            say += f" (coldest at {pct(ev['rel_power_min'])} of the hottest's so far)"
+    return f"no verdict yet (needs {need * th.bin_s:.0f} s of samples, had {run}): {say}"
+
+
+@rule(INSUFFICIENT_DATA, 140, "busy so far, but fewer seconds of data than a rule needs: "
+      "every GPU busy at {hang_power_frac:.0%} of its power limit or less for under "
+      "{hang_s:.0f} s, or the GPUs' power not yet compared over {power_min_s:.0f} s",
+      _too_short)
+def too_short(w: Windows) -> None:
+    """Busy so far, but the job's data is shorter than a rule that could overturn busy needs
+    (a job's first seconds, a short `gpumon status` sample): every GPU busy at a hang's low
+    power since the data began, for less than hang_s; or GPUs whose power could not be
+    compared over power_min_s settled seconds (power_need) and was not seen to agree in the
+    seconds there are. No verdict yet (insufficient_data), never a confident busy."""
+    f, th = w.f, w.th
+    need = power_need(th)
+    if w.G < 2 or (f["data_run"].min() >= th.hang_s / th.bin_s and f["window"].min() >= need):
+        return                  # (a job seen long enough: every live window after its first)
+    with CALM:
+        rel_min = np.where(np.isnan(f["rel_power"]), np.inf, f["rel_power"]).min(axis=0)
+    agree = (f["all_busy_bins"] >= 1) & (rel_min > th.cold_power_ratio)
+    short = np.minimum(f["data_run"], f["window"]) < need
+    w.decide(too_short, short_hang(f, th) | (short & ~agree), cf=0.0)

@@ -1,0 +1,148 @@
+"""Sync stalls: GPUs of one job wait for each other (a straggler, a rank held up on its host,
+a hang), or stopped waiting (stall_over)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpumon.detect import nanops as N
+from gpumon.detect.hostview import CALM
+from gpumon.detect.rules import rule
+from gpumon.detect.rules.words import Window, gpu_list, pct
+from gpumon.detect.windows import C, Windows, clip, low_nan
+from gpumon.diagnosis import BUSY, SYNC_STALL
+
+
+def _rank_computes(x: Window) -> str:
+    s, o = x.srow, x.others()
+    return (f"GPU {x.gpus[s]} at {pct(x.mean('duty', [s]))} and "
+            f"{pct(x.mean('power_frac', [s]))} of its power limit computes while "
+            f"{gpu_list([x.gpus[i] for i in o])} at {pct(x.mean('duty', o))} draw "
+            f"{pct(x.mean('power_frac', o))}: they wait for it")
+
+
+@rule(SYNC_STALL, 70, "one GPU busier, and its power rises with its work: it computes",
+      _rank_computes, cause="imbalance, dataparallel")
+def rank_computes(w: Windows) -> None:
+    """One rank computes longer (its power rises with its work) while the others wait."""
+    if w.G > 1 and w.asym.any():      # (computes only where some window is asymmetric)
+        w.decide(rank_computes, w.asym & w.computes,
+                 c=C["dataparallel"] if w.shared else C["imbalance"], s=lambda: w.amax,
+                 cf=lambda: w.asym_conf)
+
+
+def _stall_over(x: Window) -> str:
+    duty = x.col("duty")
+    i = int(np.nanargmin(np.where(np.isnan(duty), np.inf, duty)))
+    secs = int(x.f["steady_run"][x.e])
+    return (f"GPU {x.gpus[i]} idled in this window while the others waited for it, but every "
+            f"GPU has run at {pct(x.th.log_steady_duty)} or more for the last {secs} s: "
+            "its stall is over")
+
+
+@rule(BUSY, 90, "one GPU idled beside spinning ones, but every GPU has been at "
+      "{log_steady_duty:.0%} duty or more for {recover_s:.0f} s", _stall_over,
+      shows_at_once=True)      # (it waited recover_s of steady work itself)
+def stall_over(w: Windows) -> None:
+    """The busier GPUs spun while one rank idled, but every GPU has been back at steady work
+    (log_steady_duty) for recover_s: that rank's stall is over (a save, a slow batch),
+    whatever the window still holds of it."""
+    if w.G > 1 and w.asym.any():
+        back = w.f["steady_run"] >= w.th.recover_s / w.th.bin_s
+        w.decide(stall_over, w.asym & (w.lone_idler >= 0) & ~w.feeding & back, cf=0.6)
+
+
+def _rank_host(x: Window) -> str:
+    s, o = x.srow, x.others()
+    sd, od = x.mean("duty", [s]), x.mean("duty", o)
+    pf, watts = x.mean("power_frac_busy", o), x.mean("power_w", o)
+    power = (f" drawing {pct(pf)} of their power limit" if not math.isnan(pf) else
+             f" drawing {watts:.0f} W" if not math.isnan(watts) else "")
+    gs, og = x.gpus[s], gpu_list([x.gpus[i] for i in o])
+    host = ("no host counters to tell its input pipeline from checkpointing or logging on it"
+            if x.ev.get("loader_cpu_pct") is None and x.ev.get("main_cpu_pct") is None else
+            f"its host shows no starved input ({x.host_line()}): a checkpoint, logging or "
+            "other host work on that rank")
+    return (f"GPU {gs} at {pct(sd)} while {og} at {pct(od)}{power}: they wait in a "
+            f"collective for GPU {gs}; {host}")
+
+
+@rule(SYNC_STALL, 100, "one GPU idles beside spinning ones, its host shows no starved input "
+      "(or no host counters)", _rank_host, cause="rank_host",
+      shows_at_once=True)      # (two signals agree: its duty, the others' power)
+def rank_host(w: Windows) -> None:
+    """The busier GPUs spin while one rank idles, and its host shows no starved input (or
+    there are no host counters): the cause is on that rank's host but cannot be told (its
+    input, a checkpoint or logging on it)."""
+    if w.G > 1 and w.asym.any():
+        w.decide(rank_host, w.asym & (w.lone_idler >= 0) & ~w.feeding, c=C["rank_host"],
+                 s=w.lone_idler, cf=lambda: np.minimum(w.asym_conf, 0.7))
+
+
+def _hang(x: Window) -> str:
+    run, th = int(x.f["cold_run"][x.e]), x.th
+    return (f"{gpu_list(x.gpus)} busy ({pct(x.ev.get('duty_cycle'))}) at "
+            f"{pct(x.ev.get('power_frac_busy'))} of their power limit for {run} s or more, "
+            f"none computing (at most {pct(th.hang_power_frac)} for {th.hang_s:.0f} s): "
+            "a collective waiting for a rank that is not coming")
+
+
+@rule(SYNC_STALL, 120, "every GPU busy at {hang_power_frac:.0%} of its power limit or less "
+      "for {hang_s:.0f} s", _hang, cause="hang")
+def hang(w: Windows) -> None:
+    """Every GPU busy but cold for hang_s, none computing: a collective never completes."""
+    w.decide(hang, (w.G > 1) & (w.f["cold_run"] >= w.th.hang_s / w.th.bin_s), c=C["hang"],
+             cf=0.8)
+
+
+def _busy_but_cold(x: Window) -> str:
+    s = x.srow
+    who = f"GPU {x.gpus[s]}" if s >= 0 else "GPU ?"
+    hot, cold = (x.f[k][..., x.e] for k in ("hot_bins", "cold_bins"))
+    turns = (f", the hottest in {hot[s] * x.th.bin_s:.0f} of the {cold * x.th.bin_s:.0f} s "
+             "another was cold" if s >= 0 else "")
+    return (f"every GPU busy, but the others draw as little as "
+            f"{pct(x.ev.get('rel_power_min'))} of {who}'s power{turns}: "
+            "they spin in a collective while it computes")
+
+
+@rule(SYNC_STALL, 130, "every GPU busy, the others at a fraction of the hottest one's power, "
+      "the same GPU hottest in most seconds", _busy_but_cold,
+      cause="imbalance, dataparallel")
+def busy_but_cold(w: Windows) -> None:
+    """Every GPU reads ~100%, but the others draw a fraction of the hottest one's power, the
+    same GPU the hottest in most seconds: they spin while it computes. Without a power limit
+    (dmon) the ratio decides alone; power is a 1 s average, so a few seconds of every GPU at
+    work are needed to compare."""
+    if w.G < 2:
+        return
+    f, th = w.f, w.th
+    with CALM:
+        rel_min = np.where(np.isnan(f["rel_power"]), np.inf, f["rel_power"]).min(axis=0)
+    maybe = (rel_min <= th.cold_power_ratio) & (f["all_busy_bins"] >= th.power_min_s / th.bin_s)
+    if not maybe.any():        # (no GPU cold in a window long enough to compare)
+        return
+    hot, gap = _hottest(w)
+    # The same GPU the hottest whenever another is cold: a straggler, not ranks taking turns.
+    same = f["hot_bins"][hot, np.arange(w.E)] >= th.straggler_hot_share * f["cold_bins"]
+    cold = (maybe & same & ((gap >= th.power_spread) | np.isnan(gap))
+            & ~w.over_power)      # (the cold GPU spun during the stall that is over)
+    w.decide(busy_but_cold, cold, c=C["dataparallel"] if w.shared else C["imbalance"],
+             s=hot, cf=lambda: clip(0.55 + N.nan_to_num(gap, nan=0.05), 0.55, 0.95))
+
+
+def _hottest(w: Windows) -> tuple[np.ndarray, np.ndarray]:
+    """(E,) each: the hottest GPU's row (without a power limit, by its power relative to the
+    others) and how far its power fraction is above the others' mean."""
+    pfb, ar = w.f["power_frac_busy"], np.arange(w.E)
+    with CALM:
+        hot = np.where(np.isnan(pfb).all(axis=0), np.argmax(low_nan(w.f["rel_power"]), axis=0),
+                       np.argmax(low_nan(pfb), axis=0))
+        top = pfb[hot, ar]
+        has = ~np.isnan(pfb)
+        # Mean power of the other GPUs (a median costs 20x more for the same answer).
+        med = (np.where(has, pfb, 0.0).sum(axis=0) - N.nan_to_num(top)) / np.maximum(
+            has.sum(axis=0) - 1, 1)
+        med = np.where(has.sum(axis=0) > 1, med, np.nan)
+    return hot, top - med
