@@ -1162,3 +1162,55 @@ def test_a_rank_that_stops_after_the_start_while_the_others_spin_ends_the_start_
     v = _verdicts(ticks)
     assert v[15] == "paused", v
     assert all(v[s] == "sync_stall" for s in range(27, 33)), v
+
+
+# -- the pause tracker over a job's seconds (pauses.pause_flags) ---------------------------------
+def _one_gpu(duty: list):
+    """(duty, n, u) of a 1-GPU job sampled 6 times a second at these duties."""
+    d = np.array([duty])
+    n = np.full(d.shape[1], 6.0)
+    return d, n, d[0] * 6
+
+
+@pytest.mark.parametrize("level, paused", [(0.97, True), (0.75, False)])
+def test_steady_work_for_a_context_lifts_the_cooldown_of_a_starving_pause(level, paused):
+    """An epoch restart with a choppy start (work for 2 s, then another stop) is taken for
+    starvation, and a job found starving gets no new pause for 3 context spans. Steady work
+    (duty_starved) for a whole context (20 s) after it shows it was not: the next stop, 24 s
+    later, is a pause again. Work below duty_starved (still at pause_context_duty, so a
+    healthy context but for the cooldown) does not lift it."""
+    from gpumon.detect.pauses import pause_flags
+    d = [0.97] * 30 + [0.0] * 3 + [0.8, 0.7] + [0.0] * 2 + [level] * 24 + [0.0] * 8 + \
+        [0.97] * 30
+    pause, _, _ = pause_flags(*_one_gpu(d), DEFAULT)
+    assert not pause[33:37].all()            # the choppy restart: starvation
+    assert pause[61:69].tolist() == [paused] * 8
+    # (Without the choppy restart, the same work below duty_starved before the stop is a
+    # healthy context: the stop is a pause.)
+    pause, _, _ = pause_flags(*_one_gpu([0.97] * 37 + d[37:]), DEFAULT)
+    assert pause[61:69].all()
+
+
+def test_a_pause_leaves_out_the_seconds_its_stop_ran_before_it_was_told():
+    """Saves 15 s apart: each a second half-spent (the stop began inside it), then rank 0
+    alone at a trickle. With the first save within context_s, the second is told from a
+    starved rank's late batch only once rank 0 was alone two seconds; the seconds its stop
+    ran before that are left out of the windows too (not only the one just before the
+    pause): otherwise they stay in the windows after it and read as starvation
+    (titanx-ddp2-ckpt-paused-125m in bench/real)."""
+    from gpumon.detect.pauses import CAUSES, pause_flags
+    work = [0.95] * 40
+    save = [0.5, 0.1, 0.1, 0.1, 0.3]          # rank 0: half a second, then alone
+    wait = [0.5, 0.0, 0.0, 0.0, 0.2]          # rank 1
+    duty = np.array([work + save + work[:10] + save + work,
+                     work + wait + work[:10] + wait + work])
+    T = duty.shape[1]
+    n = np.full(T, 12.0)
+    u = duty.sum(axis=0) * 6
+    pause, excl, why = pause_flags(duty, n, u, DEFAULT)
+    second = 55                               # the second save's half-spent second
+    first = second + int(np.flatnonzero(pause[second:])[0])
+    assert first == second + 2                # told once rank 0 was alone two seconds
+    assert excl[second:first].all()           # the stop's own seconds before it, left out
+    assert not excl[second - 10:second].any()   # the work before it kept
+    assert why[first] == CAUSES.index("checkpoint")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from operator import itemgetter
+from itertools import count, repeat
 from typing import Optional
 
 import numpy as np
@@ -100,40 +100,77 @@ NO_HOST = (math.nan, False, False, True, math.nan, False)
 class _Host:
     """What the host says of one second, for the tracker (see ``host_bins``)."""
 
+    __slots__ = ("starving", "writing", "present", "main_busy", "workers", "known", "changed",
+                 "fresh", "new_work", "explained", "starved_now")
+
     def __init__(self, host: Optional[tuple], tr: "PauseTracker"):
         th = tr.th
         workers, self.starving, self.writing, self.present, age, self.main_busy = \
             host if host is not None else NO_HOST
         self.workers = workers
         self.known = known = not math.isnan(workers)
+        self.changed = self.fresh = self.new_work = self.explained = False
+        self.starved_now = False
+        if known:
+            self._loader(workers, age, tr, th)
+
+    def _loader(self, workers: float, age: float, tr: "PauseTracker", th: Thresholds) -> None:
+        """What the loader workers (known) say of the second."""
         # More loader workers than in steady work: a validation DataLoader.
-        self.changed = known and tr.workers is not None and workers - tr.workers >= 0.5
+        self.changed = tr.workers is not None and workers - tr.workers >= 0.5
         # Workers started when the GPUs stopped: a new DataLoader (an epoch boundary's).
-        aged = known and (not math.isnan(age) or workers < 0.5)    # (no workers: none new)
+        aged = not math.isnan(age) or workers < 0.5    # (no workers: none new)
         since = (tr.length if tr.in_pause else 0) * th.bin_s
         self.fresh = aged and age <= since + th.fresh_slack_s
         # Something explains a stop: new or extra workers, checkpoint writes, or a main
         # process busy with something other than waiting for batches (saving, evaluating).
-        self.new_work = known and (self.changed or self.writing or self.fresh)
-        self.explained = self.new_work or (known and self.main_busy)
+        self.new_work = self.changed or self.writing or self.fresh
+        self.explained = self.new_work or self.main_busy
         # Saturated loaders that are not new behind GPUs that stopped, nothing else to explain
         # it: the input pipeline cannot keep up. (Without worker ages, new workers at an
         # epoch boundary look the same for up to loader_startup_s: only a longer stop says.)
         self.starved_now = aged and self.starving and not self.explained
 
 
+# The view of a second in which no loader workers are known holds only the host's flags
+# (starving, writing, present, main_busy), nothing of the tracker: one view of each serves.
+_UNKNOWN: dict = {}
+
+
+def _view(host: Optional[tuple], tr: "PauseTracker") -> _Host:
+    """_Host(host, tr), shared among the seconds in which no loader workers are known."""
+    if host is None:
+        host = NO_HOST
+    elif host[0] == host[0]:            # (workers known: NaN is the one value unequal to itself)
+        return _Host(host, tr)
+    key = (host[1], host[2], host[3], host[5])
+    hv = _UNKNOWN.get(key)
+    if hv is None:
+        hv = _UNKNOWN[key] = _Host(host, tr)
+    return hv
+
+
+_NONE = range(0)
+
+
 class PauseTracker:
     """Marks, one second at a time, the seconds of a job that are a pause of healthy work.
 
-    A pause starts at a stop (every GPU idle; one rank working alone at a trickle; one rank
-    idle beside the others while checkpoint-size writes go to disk) that is explained: by
-    steady work for context_s before it with no stop in it (a one-off: a starving job's gaps
-    recur), by the host (new or extra loader workers, checkpoint writes) or by one rank
-    working alone, after resume_s of steady work. Saturated old loaders behind it say it is
-    starvation. It ends when work is back at the job's level for resume_s, after pause_max_s,
-    or when the job lets go of its GPUs; it turns out to be starvation ("hungry": its seconds
-    are unmarked, and no pause starts for cooldown_contexts) when, with nothing to explain
-    it, work comes back at a starved rhythm or every GPU stops again after being back.
+    Two states (``in_pause``), one second with data at a time (``step``):
+    outside  the second joins the history a stop is judged against (``hist``: context_s of
+             work and stops). -> paused at a stop (every GPU idle; one rank alone at a trickle
+             two seconds; one rank idle beside the others while checkpoint-size writes go to
+             disk), or a new DataLoader, that is explained: by steady work for context_s with
+             no stop in it (a one-off: a starving job's gaps recur; not in a cooldown), by the
+             host (new or extra loader workers, checkpoint writes) or by one rank alone, after
+             resume_s of steady work; never behind saturated old loaders. ``begin`` (the job
+             seen starting) -> paused too, its cause "startup".
+    paused   -> outside when work is back at the job's level for resume_s, after pause_max_s,
+             when the job lets go of its GPUs, or when one rank stops while the others spin
+             (``held``: a stall, not a pause); "hungry" when, with nothing to explain it, work
+             comes back at a starved rhythm or every GPU stops again after being back: the
+             pause's seconds are unmarked (``unmark``) and no pause starts for
+             cooldown_contexts (``cooldown``), unless context_s of steady work follows.
     """
 
     def __init__(self, th: Thresholds = DEFAULT):
@@ -145,6 +182,7 @@ class PauseTracker:
         self.back = max(1, int(round(th.back_s / th.bin_s)))
         self.started = max(self.resume, int(round(th.startup_run_s / th.bin_s)))
         self.hist: deque = deque(maxlen=self.ctx)   # (n, u, stop) of bins outside pauses
+        self.last_stop = -self.ctx - 1   # the newest bin with a stop in hist
         self.recent: deque = deque(maxlen=self.resume)
         self.after: deque = deque(maxlen=self.resume)   # duty since work resumed in a pause
         self.first: deque = deque(maxlen=self.resume)   # duty of a start's last seconds
@@ -154,8 +192,8 @@ class PauseTracker:
         self.resumed = False
         self.i = -1                  # bins fed so far - 1
         self.start = 0               # first bin of the current pause
-        self.unmark: range = range(0)   # bins of a "pause" just found to be starvation
-        self.lead_in: range = range(0)  # the bins before a pause that just started in which
+        self.unmark: range = _NONE     # bins of a "pause" just found to be starvation
+        self.lead_in: range = _NONE    # the bins before a pause that just started in which
         # its stop had already run (part of the pause: their duty is not the job's work)
         # (bin, duty) of the last bins with data outside a pause (the last one last): the
         # seconds a stop had run before a pause was told from it (see _start).
@@ -170,6 +208,7 @@ class PauseTracker:
         self.worked = True        # the job has run GPU work since it started
         self.reason = "unknown"   # why the current pause (a cause of diagnosis.CAUSES)
         self.bar = th.duty_starved   # duty at which work is back (see _return_bar)
+        self.starved = th.duty_starved   # (read every second)
 
     def step(self, sec: tuple, host: Optional[tuple] = None) -> bool:
         """Feed one second (``Seconds.at``) and the host's view of it (``host_bins``); True
@@ -177,8 +216,8 @@ class PauseTracker:
         has, idle, alone, lone_idle, all_on, full, n, u, held = sec
         self.i += 1
         self.cooldown -= 1
-        self.unmark = self.lead_in = range(0)
-        hv = _Host(host, self)
+        self.unmark = self.lead_in = _NONE
+        hv = _view(host, self)
         # A rank alone at a trickle for two seconds in a row: one second of it is also what a
         # starved rank shows when its batch arrives at the end of the second.
         alone, self.alone = alone and self.alone, alone and has
@@ -186,22 +225,29 @@ class PauseTracker:
             return self._no_data()
         stop = idle or alone or (lone_idle and hv.writing)
         duty = u / n
-        self.recent.append(duty if all_on else 0.0)    # (work is back on every GPU)
         if self.in_pause:
-            if self._held_up(held, hv):
-                self._outside(n, u, True, all_on, hv)
-                return False
-            if self._inside(duty, idle, alone, all_on, hv, full):
-                self.hist.append((0.0, 0.0, True))
-                # A second of every GPU at warm work at the job's level before the pause
-                # (Seconds.full, the return bar) is work, whatever the tracker still waits
-                # to see (resume_s) before it ends the pause; not while a validation pass's
-                # extra DataLoader is there (its forward bursts).
-                return not (full >= self.bar and not hv.changed)
-        elif self._starts(stop, alone, hv):
+            return self._paused(n, u, duty, stop, idle, alone, all_on, full, held, hv)
+        if (stop or hv.changed) and self._starts(stop, alone, hv):
             self._start(hv, alone)
             return True
-        self._outside(n, u, stop, all_on, hv)
+        self._outside(n, u, duty, stop, all_on, hv)
+        return False
+
+    def _paused(self, n: float, u: float, duty: float, stop: bool, idle: bool, alone: bool,
+                all_on: bool, full: float, held: bool, hv: _Host) -> bool:
+        """A second with data in a pause: whether it is part of it."""
+        self.recent.append(duty if all_on else 0.0)    # (work is back on every GPU)
+        if self._held_up(held, hv):
+            stop = True
+        elif self._inside(duty, idle, alone, all_on, hv, full):
+            self.hist.append((0.0, 0.0, True))
+            self.last_stop = self.i
+            # A second of every GPU at warm work at the job's level before the pause
+            # (Seconds.full, the return bar) is work, whatever the tracker still waits to
+            # see (resume_s) before it ends the pause; not while a validation pass's extra
+            # DataLoader is there (its forward bursts).
+            return not (full >= self.bar and not hv.changed)
+        self._outside(n, u, duty, stop, all_on, hv)
         return False
 
     def _held_up(self, held: bool, hv: _Host) -> bool:
@@ -214,14 +260,24 @@ class PauseTracker:
         self.in_pause = self.starting = False
         return True
 
-    def _outside(self, n: float, u: float, stop: bool, all_on: bool, hv: _Host) -> None:
-        """One more second outside a pause: the history a pause is judged against."""
-        duty = u / n
+    def _outside(self, n: float, u: float, duty: float, stop: bool, all_on: bool,
+                 hv: _Host) -> None:
+        """One more second outside a pause: the history a pause is judged against, and the
+        steady work in a row: context_s of it lifts the cooldown of a "pause" found to be
+        starvation (a choppy restart after an epoch boundary can look like one; a starving
+        job never runs that long at full duty)."""
         # (A second with a GPU not at work is no steady work for a pause to follow.)
         self.hist.append((n, u, stop or not all_on))
+        if stop or not all_on:
+            self.last_stop = self.i
         self.tail.append((self.i, duty))
-        self._steady(not stop and duty >= self.th.duty_starved)
-        if hv.known and duty >= self.th.duty_starved:
+        if stop or duty < self.starved:
+            self.steady = 0
+        else:
+            self.steady += 1
+            if self.steady >= self.ctx and self.cooldown > 0:
+                self.cooldown = 0
+        if hv.known and duty >= self.starved:
             self.workers = hv.workers              # the loader of steady work
 
     def _no_data(self) -> bool:
@@ -232,8 +288,8 @@ class PauseTracker:
         return self.in_pause
 
     def _starts(self, stop: bool, alone: bool, hv: _Host) -> bool:
-        """A stop (or a new DataLoader appearing) that starts a pause."""
-        if not (stop or hv.changed) or not hv.present or (stop and hv.starved_now):
+        """Whether a stop, or a new DataLoader appearing (``hv.changed``), starts a pause."""
+        if not hv.present or (stop and hv.starved_now):
             return False
         if self.cooldown <= 0 and self._healthy_context():
             return True
@@ -259,6 +315,7 @@ class PauseTracker:
         self.lead_in = range(lead, self.i)
         self.recent.clear()
         self.hist.append((0.0, 0.0, True))
+        self.last_stop = self.i
 
     def _inside(self, duty: float, idle: bool, alone: bool, all_on: bool, hv: _Host,
                 full: float) -> bool:
@@ -347,73 +404,6 @@ class PauseTracker:
             return False
         return len(self.after) == self.resume and sum(self.after) / self.resume < self.bar
 
-    def _skip(self, k: int) -> bool:
-        """The counters of ``k`` bins fed at once outside a pause; False when k is 0. (The
-        last-bin flags need not be kept: a pause starts at a stop, which resets them.)"""
-        if not k:
-            return False
-        assert not self.in_pause
-        self.i += k
-        self.cooldown -= k
-        self.unmark = self.lead_in = range(0)
-        self.alone = False
-        return True
-
-    def quiet(self, ns: list, us: list, on: Optional[list] = None,
-              stops: Optional[list] = None, runs: Optional[tuple] = None) -> None:
-        """step() over bins that, outside a pause, cannot start one: bins with data, no rank
-        alone at a trickle, host unknown (no loader workers known), no checkpoint writes and
-        the job present, whose stops (``stops``: every GPU idle; none when None) each have a
-        stop or a second with a GPU not at work (``on`` False; every GPU at work when None)
-        in the context_s before them (see pause_flags). The same state as stepping each.
-        ``runs``: (steady bins at the run's start, longest steady stretch after those, steady
-        bins at its end), counted beforehand; else counted here."""
-        k = len(ns)
-        if not self._skip(k):
-            return
-        on = [True] * k if on is None else on
-        stops = [False] * k if stops is None else stops
-        r = self.resume
-        first = self.i - k + 1                      # the run's first bin
-        self.tail.extend((first + j, us[j] / ns[j]) for j in range(max(0, k - r), k))
-        self.recent.extend(u / n if a else 0.0 for n, u, a in zip(ns[-r:], us[-r:], on[-r:]))
-        c = self.ctx
-        self.hist.extend((n, u, s or not a)
-                         for n, u, a, s in zip(ns[-c:], us[-c:], on[-c:], stops[-c:]))
-        # _steady over the run: the longest run of steady bins in it (the first one joined to
-        # the run before) decides whether a cooldown was lifted; the last one carries on.
-        if runs is None:
-            runs = _steady_runs([not s and u / n >= self.th.duty_starved
-                                 for n, u, s in zip(ns, us, stops)])
-        lead, inner, tail = runs
-        longest = max(self.steady + lead, inner)
-        self.steady = self.steady + k if lead == k else tail
-        if longest >= self.ctx:
-            self.cooldown = min(self.cooldown, 0)
-
-    def gone(self, ns: list, us: list, has: list) -> None:
-        """step() over bins outside a pause in which the job does not hold its GPUs (host
-        counters say so) and every GPU is below idle_duty or sent nothing: no pause can
-        start there; the history records stops. The same state as stepping each."""
-        k = len(ns)
-        if not self._skip(k):
-            return
-        data = [j for j in range(k) if has[j]]
-        if data:
-            self.tail.extend((self.i - (k - 1 - j), us[j] / ns[j])
-                             for j in data[-self.resume:])
-            self.hist.extend((ns[j], us[j], True) for j in data[-self.ctx:])
-            self.recent.extend(0.0 for _ in data[-self.resume:])
-            self.steady = 0
-
-    def _steady(self, ok: bool) -> None:
-        """One more bin outside a pause, at steady work or not: context_s of steady work in a
-        row lifts the cooldown of a "pause" found to be starvation (a choppy restart after an
-        epoch boundary can look like one; a starving job never runs that long at full duty)."""
-        self.steady = self.steady + 1 if ok else 0
-        if self.steady >= self.ctx:
-            self.cooldown = min(self.cooldown, 0)
-
     def _why(self, saving: bool, changed: bool, fresh: bool) -> None:
         """What the current pause is, most specific first: a checkpoint (disk writes at
         checkpoint rate, or one rank alone at a trickle while the others run nothing: copying
@@ -471,8 +461,11 @@ class PauseTracker:
                 and sum(u for _, u in recent) / sn >= self.th.pause_context_duty)
 
     def _healthy_context(self) -> bool:
+        """context_s of history (half of it at least) with no stop in it, at
+        pause_context_duty. (A history holds one entry a second with data: where its newest
+        stop is fewer seconds back than it holds entries, the stop is in it.)"""
         h = self.hist
-        if len(h) < self.ctx // 2:
+        if len(h) < self.ctx // 2 or self.i - self.last_stop <= len(h):
             return False
         sn = su = 0.0
         for n, u, stop in h:
@@ -481,19 +474,6 @@ class PauseTracker:
             sn += n
             su += u
         return sn > 0 and su / sn >= self.th.pause_context_duty
-
-
-def _steady_runs(ok: list) -> tuple[int, int, int]:
-    """(bins at the start that are ``ok``, the longest stretch of them after the first that
-    is not, bins at the end that are)."""
-    lead = 0
-    while lead < len(ok) and ok[lead]:
-        lead += 1
-    inner = run = 0
-    for x in ok[lead:]:
-        run = run + 1 if x else 0
-        inner = max(inner, run)
-    return lead, inner, run
 
 
 def storage_bound(io, rd, th: Thresholds = DEFAULT):
@@ -584,131 +564,29 @@ def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     (cold.spin_seconds).
     """
     tr = PauseTracker(th)
-    T = len(n)
-    out = np.zeros(T, dtype=bool)
-    excl = np.zeros(T, dtype=bool)
-    why = np.full(T, -1, dtype=np.int64)
     sec = Seconds(duty, n, u, th, cold, gap, spin)
+    rows = zip(*(a.tolist() for a in (sec.has, sec.idle, sec.alone, sec.lone_idle,
+                                      sec.all_on, sec.full, n, u, sec.held)))
     begin = set() if starts is None else set(np.flatnonzero(starts).tolist())
-    # Runs of bins that outside a pause cannot start one (see PauseTracker.quiet) are fed
-    # at once: per bin, the end (exclusive) of its run of such bins, and the next stop that
-    # might start a pause (no stop in the context_s before it that the log alone shows).
-    hc = _host_cols(host)
-    quiet_end, risky = _quiet_runs(sec, hc, begin, tr.ctx, T)
-    gone_end = _gone_runs(sec, hc, begin, T)
-    nl, ul, hl = n.tolist(), u.tolist(), sec.has.tolist()
-    onl, stl = sec.all_on.tolist(), sec.idle.tolist()
-    steady = _Steady(n, u, sec.idle, th)
-    i = 0
-    while i < T:
-        g = gone_end[i]
-        if not tr.in_pause and quiet_end[i] > i:
-            j = min(quiet_end[i], risky[min(i + _stop_seen(tr.hist), T)])
-            if j > i:
-                tr.quiet(nl[i:j], ul[i:j], onl[i:j], stl[i:j], steady.runs(i, j))
-                i = j
-                continue
-        if g > i and not tr.in_pause:
-            tr.gone(nl[i:g], ul[i:g], hl[i:g])
-            i = g
-            continue
+    step, paused = tr.step, []
+    ends: dict = {}          # first bin of each pause -> (its last bin, its cause then)
+    marks = []               # (unmark, lead_in) ranges where the tracker set them, in order
+    for i, s, h in zip(count(), rows, host if host is not None else repeat(None)):
         if i in begin:
             tr.begin()
-        out[i] = excl[i] = tr.step(sec.at(i), host[i] if host is not None else None)
-        if out[i]:
-            # (A log knows the whole pause: what it turned out to be names all its seconds.)
-            why[max(tr.start, 0):i + 1] = np.where(out[max(tr.start, 0):i + 1],
-                                                   CAUSES.index(tr.reason), -1)
-        if tr.unmark:
-            excl[tr.unmark.start:tr.unmark.stop] = False
-        if tr.lead_in:
-            excl[tr.lead_in.start:tr.lead_in.stop] = True
-        i += 1
+        if step(s, h):
+            paused.append(i)
+            ends[max(tr.start, 0)] = (i, tr.reason)
+        if tr.unmark or tr.lead_in:
+            marks.append((tr.unmark, tr.lead_in))
+    out = np.zeros(len(n), dtype=bool)
+    out[paused] = True
+    excl = out.copy()
+    for unmark, lead_in in marks:
+        excl[unmark.start:unmark.stop] = False
+        excl[lead_in.start:lead_in.stop] = True
+    # (A log knows the whole pause: what it turned out to be names all its seconds.)
+    why = np.full(len(out), -1, dtype=np.int64)
+    for a, (b, reason) in ends.items():
+        why[a:b + 1] = np.where(out[a:b + 1], CAUSES.index(reason), -1)
     return out, excl, why
-
-
-class _Steady:
-    """_steady_runs of long runs of bins from arrays (a day-long log's quiet runs hold tens
-    of thousands of bins): each bin's steady stretch so far, and the next bin that is not
-    steady. A bin is steady with data, no stop and duty_starved or more, as _outside reads it
-    (u / n in double precision, as the tracker divides its Python floats)."""
-
-    SHORT = 32          # runs up to this long are counted in plain Python
-
-    def __init__(self, n: np.ndarray, u: np.ndarray, idle: np.ndarray, th: Thresholds):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ok = (n > 0) & ~idle & (u.astype(np.float64) / n.astype(np.float64)
-                                    >= th.duty_starved)
-        at = np.arange(len(ok))
-        self.stretch = at - np.maximum.accumulate(np.where(ok, -1, at))
-        self.next_bad = _run_ends(ok, len(ok))
-
-    def runs(self, i: int, j: int) -> Optional[tuple[int, int, int]]:
-        """_steady_runs of bins i to j (exclusive); None for a short run."""
-        if j - i <= self.SHORT:
-            return None
-        lead = min(self.next_bad[i], j) - i
-        if lead == j - i:
-            return lead, 0, 0
-        return lead, int(self.stretch[i + lead:j].max()), int(self.stretch[j - 1])
-
-
-def _host_cols(host: Optional[list]) -> Optional[tuple]:
-    """host_bins' (workers, writing, present) per bin as numpy arrays (None without)."""
-    if host is None:
-        return None
-    T = len(host)
-    return (np.fromiter(map(itemgetter(0), host), float, T),
-            np.fromiter(map(itemgetter(2), host), bool, T),
-            np.fromiter(map(itemgetter(3), host), bool, T))
-
-
-def _gone_runs(sec: Seconds, host: Optional[tuple], begin: set, T: int) -> list:
-    """Per bin, the end (exclusive) of the run of bins it starts (itself when not one) in
-    which the job does not hold its GPUs and every GPU is below idle_duty or sent nothing
-    (see PauseTracker.gone); none without host views (``host``: _host_cols)."""
-    if host is None:
-        return list(range(T))
-    q = ~host[2] & (sec.dead | ~sec.has)
-    if begin:
-        q[list(begin)] = False
-    return _run_ends(q, T)
-
-
-def _run_ends(q: np.ndarray, T: int) -> list:
-    """Per bin, the first bin at or after it where ``q`` is False (T if none)."""
-    idx = np.where(q, T, np.arange(T))
-    return np.minimum.accumulate(idx[::-1])[::-1].tolist()
-
-
-def _quiet_runs(sec: Seconds, host: Optional[tuple], begin: set, ctx: int,
-                T: int) -> tuple[list, list]:
-    """Per bin: the end (exclusive) of the run of quiet bins it starts (itself when it is
-    not quiet), and the first bin at or after it (T if none) that is a stop with no stop, and
-    no second with a GPU not at work, among the ``ctx`` quiet bins before it (a pause may
-    start there; see PauseTracker._healthy_context). Quiet bins: with data, no rank alone
-    at a trickle, no loader workers known, no checkpoint writes, the job present and not
-    seen starting there. ``host``: _host_cols."""
-    q = sec.has & ~sec.alone
-    if host is not None:
-        w, wr, pres = host
-        q &= np.isnan(w) & pres & ~wr
-    if begin:
-        q[list(begin)] = False
-    # A quiet bin with a stop, or a GPU not at work, leaves a stop in the tracker's history
-    # whatever it does (in a pause or not); bins between add at most one entry each.
-    flag = q & (sec.idle | ~sec.all_on)
-    at = np.arange(T)
-    last = np.maximum.accumulate(np.where(flag, at, -(ctx + 1)))
-    before = np.concatenate(([-(ctx + 1)], last[:-1]))
-    risky = q & sec.idle & (at - before > ctx)
-    return _run_ends(q, T), _run_ends(~risky, T) + [T]
-
-
-def _stop_seen(hist) -> int:
-    """How many of the next bins fed are sure to find a stop in the tracker's history
-    already there (its newest stop stays in it for that many more bins): 0 if none."""
-    for d, (_, _, stop) in enumerate(reversed(hist), 1):
-        if stop:
-            return hist.maxlen - d + 1
-    return 0
