@@ -170,7 +170,7 @@ class PauseTracker:
              (``held``: a stall, not a pause); "hungry" when, with nothing to explain it, work
              comes back at a starved rhythm or every GPU stops again after being back: the
              pause's seconds are unmarked (``unmark``) and no pause starts for
-             cooldown_contexts (``cooldown``), unless context_s of steady work follows.
+             cooldown_contexts (until bin ``calm``), unless context_s of steady work follows.
     """
 
     def __init__(self, th: Thresholds = DEFAULT):
@@ -181,7 +181,8 @@ class PauseTracker:
         self.resume = max(1, int(round(th.resume_s / th.bin_s)))
         self.back = max(1, int(round(th.back_s / th.bin_s)))
         self.started = max(self.resume, int(round(th.startup_run_s / th.bin_s)))
-        self.hist: deque = deque(maxlen=self.ctx)   # (n, u, stop) of bins outside pauses
+        # (n, u, stop) of the last bins with data: (0, 0, True) for a pause's own
+        self.hist: deque = deque(maxlen=self.ctx)
         self.last_stop = -self.ctx - 1   # the newest bin with a stop in hist
         self.recent: deque = deque(maxlen=self.resume)
         self.after: deque = deque(maxlen=self.resume)   # duty since work resumed in a pause
@@ -195,12 +196,10 @@ class PauseTracker:
         self.unmark: range = _NONE     # bins of a "pause" just found to be starvation
         self.lead_in: range = _NONE    # the bins before a pause that just started in which
         # its stop had already run (part of the pause: their duty is not the job's work)
-        # (bin, duty) of the last bins with data outside a pause (the last one last): the
-        # seconds a stop had run before a pause was told from it (see _start).
-        self.tail: deque = deque(maxlen=self.resume)
+        self.gap = -1             # the last bin without data
         self.alone = False        # the last bin had one rank alone at a trickle
         self.workers: Optional[float] = None   # loader workers during steady work
-        self.cooldown = 0
+        self.calm = 0             # the first bin a pause may start in (see _inside)
         self.steady = 0           # bins of steady work in a row, outside pauses
         self.on_bins = 0          # bins with every GPU at work since the pause began
         self.extra = False        # more loader workers than steady work had, last bin
@@ -215,7 +214,6 @@ class PauseTracker:
         when the second is part of a pause."""
         has, idle, alone, lone_idle, all_on, full, n, u, held = sec
         self.i += 1
-        self.cooldown -= 1
         self.unmark = self.lead_in = _NONE
         hv = _view(host, self)
         # A rank alone at a trickle for two seconds in a row: one second of it is also what a
@@ -270,17 +268,17 @@ class PauseTracker:
         self.hist.append((n, u, stop or not all_on))
         if stop or not all_on:
             self.last_stop = self.i
-        self.tail.append((self.i, duty))
         if stop or duty < self.starved:
             self.steady = 0
         else:
             self.steady += 1
-            if self.steady >= self.ctx and self.cooldown > 0:
-                self.cooldown = 0
+            if self.steady >= self.ctx and self.calm > self.i:
+                self.calm = self.i
         if hv.known and duty >= self.starved:
             self.workers = hv.workers              # the loader of steady work
 
     def _no_data(self) -> bool:
+        self.gap = self.i
         if self.in_pause:
             self.length += 1
             if self.length >= self.pmax:
@@ -291,7 +289,7 @@ class PauseTracker:
         """Whether a stop, or a new DataLoader appearing (``hv.changed``), starts a pause."""
         if not hv.present or (stop and hv.starved_now):
             return False
-        if self.cooldown <= 0 and self._healthy_context():
+        if self.i >= self.calm and self._healthy_context():
             return True
         return stop and (hv.new_work or alone) and self._steady_since_pause()
 
@@ -306,12 +304,13 @@ class PauseTracker:
         self.on_bins = 0
         self.start = self.i
         # The stop's own seconds before this one (it began inside a second, or a rank alone
-        # takes two seconds to tell): the bins just before, below the bar, back to resume_s.
+        # takes two seconds to tell): the bins just before, with data and outside a pause
+        # (n > 0 in hist), below the bar, back to resume_s.
         lead = self.i
-        for b, d in reversed(self.tail):
-            if b != lead - 1 or d >= self.bar:
+        for n, u, _ in reversed(self.hist):
+            if lead - 1 <= self.gap or self.i - lead >= self.resume or not n or u / n >= self.bar:
                 break
-            lead = b
+            lead -= 1
         self.lead_in = range(lead, self.i)
         self.recent.clear()
         self.hist.append((0.0, 0.0, True))
@@ -332,7 +331,7 @@ class PauseTracker:
             if hungry:
                 self.unmark = range(self.start, self.i)
                 # A job found starving gets no new pause for a while: its long gaps recur.
-                self.cooldown = int(self.th.cooldown_contexts * self.ctx)
+                self.calm = self.i + int(self.th.cooldown_contexts * self.ctx)
             return False
         if self._back_to_work(hv):
             self.in_pause = self.starting = False
