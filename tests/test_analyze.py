@@ -180,7 +180,7 @@ def test_hold_fills_settled_runs_exactly_as_stepping_every_bin():
     feeding every bin, on raw verdicts that flap, stick and pass through insufficient_data."""
     import numpy as np
     from gpumon.analyze.timeline import hold
-    from gpumon.detect.stream import Hysteresis
+    from gpumon.detect.hold import Hysteresis
     rng = np.random.default_rng(5)
     for trial in range(40):
         n = 400

@@ -10,7 +10,7 @@ import numpy as np
 
 import pytest
 
-from gpumon.detect import EVIDENCE_KEYS, Hysteresis, StreamingDetector, diagnose
+from gpumon.detect import EVIDENCE_KEYS, StreamingDetector, diagnose
 from gpumon.detect.jobs import group
 from gpumon.detect.thresholds import DEFAULT, describe
 from gpumon.diagnosis import VERDICTS
@@ -285,46 +285,7 @@ def test_one_second_utilization_only_still_answers_with_less_confidence():
     assert b.confidence < a.confidence
 
 
-# -- hysteresis ---------------------------------------------------------------------------------
-def test_hysteresis_needs_two_seconds_in_a_row():
-    hy = Hysteresis(2.0, 1.0)
-    B, S = (VERDICTS.index("busy"), -1, -1), (VERDICTS.index("data_starvation"), 0, -1)
-    assert hy.step(0, B) and hy.current == B
-    flapping = [S, B, S, B, S, B]
-    for i, k in enumerate(flapping, start=1):
-        hy.step(i, k)
-        assert hy.current == B
-    hy.step(10, S)
-    assert hy.current == B
-    assert hy.step(11, S) and hy.current == S
-    # insufficient_data does not displace a verdict for a hole shorter than a window...
-    hy.step(12, (VERDICTS.index("insufficient_data"), -1, -1))
-    hy.step(13, (VERDICTS.index("insufficient_data"), -1, -1))
-    assert hy.current == S
-
-
-def test_insufficient_data_for_a_whole_window_displaces_the_verdict():
-    """A held verdict whose data has left the window (too few samples for window_s in a row)
-    is stale: insufficient_data replaces it; the next verdict with data is taken at once."""
-    I, B = (VERDICTS.index("insufficient_data"), -1, -1), (VERDICTS.index("busy"), -1, -1)
-    hy = Hysteresis(2.0, 1.0, stale_s=6.0)
-    hy.step(0, B)
-    for t in range(1, 6):
-        hy.step(t, I)
-        assert hy.current == B, t
-    assert hy.step(6, I) and hy.current == I
-    assert hy.step(7, B) and hy.current == B
-
-
-def test_hysteresis_takes_a_pause_and_its_end_at_once():
-    """The pause tracker decides a pause second by second with its own history: no hold."""
-    hy = Hysteresis(2.0, 1.0)
-    B, P = (VERDICTS.index("busy"), -1, -1), (VERDICTS.index("paused"), 0, -1)
-    hy.step(0, B)
-    assert hy.step(1, P) and hy.current == P
-    assert hy.step(2, B) and hy.current == B
-
-
+# -- hysteresis (the hold's own cases: tests/test_hold.py) ------------------------------------
 def test_streaming_detector_does_not_flap_on_a_noisy_boundary():
     # Duty hovering around the starvation threshold second by second.
     rng = np.random.default_rng(0)

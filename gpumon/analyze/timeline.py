@@ -27,7 +27,7 @@ from gpumon.detect.cold import cold_seconds, spin_seconds
 from gpumon.detect.pauses import gap_stops, host_bins, pause_flags
 from gpumon.detect.rules import judge
 from gpumon.detect.rules import held
-from gpumon.detect.stream import Hysteresis
+from gpumon.detect.hold import Hysteresis
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.logs.log import Log, runs
 from gpumon.logs.memory import small_pages

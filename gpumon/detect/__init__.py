@@ -7,7 +7,7 @@ per job.
 
 How (pipeline.py, the stages in order): samples -> per-second bins (bins.py) -> jobs
 (jobs.py) -> pauses (pauses.py) -> features over a window (features.py) -> rules (rules/)
--> Diagnosis; live (stream.py) adds hysteresis, `gpumon analyze` (analyze/timeline.py)
+-> Diagnosis; live (stream.py) adds the hold (hold.py), `gpumon analyze` (analyze/timeline.py)
 hindsight. thresholds.py names every threshold with its unit and why.
 
 Diagnosis.evidence keys (numbers, None when unknown; stable for the exporter and dashboard):
@@ -37,7 +37,8 @@ processes, memory, job_processes, host; each lowers the confidence.
 """
 from gpumon.detect.pipeline import diagnose
 from gpumon.detect.pipeline import EVIDENCE_KEYS
-from gpumon.detect.stream import Hysteresis, StreamingDetector
+from gpumon.detect.hold import Hysteresis
+from gpumon.detect.stream import StreamingDetector
 from gpumon.detect.thresholds import DEFAULT as THRESHOLDS, Thresholds
 
 __all__ = ["diagnose", "StreamingDetector", "Hysteresis", "EVIDENCE_KEYS", "THRESHOLDS",

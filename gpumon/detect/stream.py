@@ -4,7 +4,7 @@ Each tick's samples are added into a sliding store of per-second bins (cheap: a 
 calls per tick). Once per completed second of data the rules judge the window ending there,
 and a verdict replaces the current one only after winning for ``hold_s`` seconds of data, so
 a noisy boundary does not flap. ``gpumon analyze`` runs the same rules and the same
-``Hysteresis`` over every second of a log.
+hold (detect/hold.py) over every second of a log.
 """
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, INSUFFICIENT_DATA, PAUSED, SYNC_STALL,
-                              VERDICTS, Diagnosis)
+from gpumon.diagnosis import CAUSES, VERDICTS, Diagnosis
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
 from gpumon.detect.bins import GI, Store
@@ -23,108 +22,12 @@ from gpumon.detect.pipeline import (active_since, bin_duty, judge_job, make_diag
                                     no_data_diagnosis, no_job_diagnoses, store_jobs,
                                     tick_columns)
 from gpumon.detect.features import kernel_recent, last_kernel, view_bins
+from gpumon.detect.hold import Hysteresis
 from gpumon.detect.jobs import GroupMemo
 from gpumon.detect.cold import cold_seconds, settle_bins, spin_seconds
 from gpumon.detect.onesec import all_busy, cold_second, gap_second, host_second, second_at
 from gpumon.detect.pauses import PauseTracker, Seconds, gap_stops, host_bins
 from gpumon.detect.thresholds import DEFAULT, Thresholds
-
-_INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
-_BUSY = VERDICTS.index(BUSY)
-_STARVED = VERDICTS.index(DATA_STARVATION)
-_PAUSED = VERDICTS.index(PAUSED)
-_STALL = VERDICTS.index(SYNC_STALL)
-
-
-class Hysteresis:
-    """Keeps the current (verdict, cause, straggler) until another wins ``hold_s`` of data in a
-    row (verdicts come once per ``step_s``: hold 2 s = two verdicts in a row).
-
-    insufficient_data displaces a verdict only once it has won ``stale_s`` in a row (a whole
-    window, ``window_s``, with too few samples: the held verdict's data has left it); a hole
-    shorter than that keeps the verdict. The first verdict is taken at once, and so is a
-    change into or out of ``paused``: the pause tracker decides a pause with its own history
-    (steady work before a stop, work back after it), per second, not from a window whose edge
-    wobbles.
-    """
-
-    def __init__(self, hold_s: float, step_s: float = 1.0, host_hold_s: float = 0.0,
-                 sticky_s: float = 10.0, stale_s: float = DEFAULT.window_s):
-        self.hold_s = hold_s
-        self.stale_s = max(stale_s, hold_s)
-        self.host_hold_s = min(host_hold_s, hold_s)   # (see ``quick``)
-        self.step_s = step_s                     # time between two verdicts fed in
-        # A starvation verdict held this long is established enough to be sticky.
-        self.sticky_s = sticky_s
-        self.current: Optional[tuple] = None
-        self.since: Optional[float] = None       # when ``current`` was adopted
-        self._cand: Optional[tuple] = None
-        self._cand_since = 0.0
-
-    def settled(self, key: tuple) -> bool:
-        """True when feeding ``key`` again changes nothing: it is the current verdict and no
-        other is waiting out its hold (a run of equal keys can then be skipped)."""
-        return self.current == key and self._cand is None
-
-    def step(self, t: float, key: tuple, sticky: bool = False, quick: bool = False) -> bool:
-        """Feed the raw verdict key at time ``t``; True when ``current`` changed.
-
-        ``sticky``: the host still shows the cause of starvation (saturated loaders, a main
-        process at a full core, storage reads with iowait). A starving job whose GPUs run
-        flat out for a while is eating its prefetched batches; it will starve again, so
-        data_starvation is not given up for busy while its cause persists.
-
-        ``quick``: the host shows the cause now (as for ``sticky``; rules' "quick": not
-        loaders refilling after an epoch boundary): busy gives way to data_starvation after
-        ``host_hold_s`` (Thresholds.host_hold_s; 0: at its first verdict). The GPUs waiting
-        and the loaders, main process or storage behind them agree; the hold is for a
-        verdict from the GPUs' counters alone. Also a rule with shows_at_once: a rank's
-        stall (rank_host) displaces busy, and busy (stall_over) the stall, at once.
-        """
-        if self._kept(t, key, sticky):
-            return False
-        if self.current is None or (self.current[0] == _INSUFFICIENT and key[0] != _INSUFFICIENT):
-            changed = self.current != key
-            self.current, self.since, self._cand = key, t, None
-            return changed
-        if key == self.current:
-            self._cand = None
-            return False
-        self._candidate(t, key)
-        if t - self._cand_since >= self._hold(key, quick) - self.step_s - 1e-9:
-            self.current, self.since, self._cand = key, t, None
-            return True
-        return False
-
-    def _kept(self, t: float, key: tuple, sticky: bool) -> bool:
-        """``key`` cannot displace the current verdict: an established starvation verdict
-        stays while its host cause persists (see step)."""
-        cur = self.current
-        if cur is None:
-            return False
-        if sticky and key[0] == _BUSY and cur[0] == _STARVED and t - self.since >= self.sticky_s:
-            self._cand = None
-            return True
-        return False
-
-    def _candidate(self, t: float, key: tuple) -> None:
-        """Another verdict keeps winning while its cause or straggler wobble: it counts."""
-        if key[0] != self.current[0] and self._cand is not None and key[0] == self._cand[0]:
-            self._cand = key
-        elif key != self._cand:
-            self._cand, self._cand_since = key, t
-
-    def _hold(self, key: tuple, quick: bool) -> float:
-        if key[0] == _INSUFFICIENT:
-            return self.stale_s
-        if _PAUSED in (key[0], self.current[0]):
-            return 0.0
-        if quick and key[0] == _STARVED and self.current[0] == _BUSY:
-            return self.host_hold_s
-        if quick and {key[0], self.current[0]} == {_BUSY, _STALL}:
-            return 0.0          # a rank's stall and its end (Rule.shows_at_once)
-        return self.hold_s
-
 
 class _Job:
     """Live state of one job: its pauses, when it started, its held verdict."""
