@@ -27,7 +27,7 @@ from gpumon.detect.cold import cold_seconds, spin_seconds
 from gpumon.detect.pauses import gap_stops, host_bins, pause_flags
 from gpumon.detect.rules import judge
 from gpumon.detect.rules import held
-from gpumon.detect.hold import Hysteresis
+from gpumon.detect.hold import Hysteresis, settle
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.logs.log import Log, runs
 from gpumon.logs.memory import small_pages
@@ -348,9 +348,8 @@ def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> 
     times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
     # (Without Hysteresis.step's ``quick``: below, a log dates every change from the
     # window in which the new verdict first appeared anyway.)
-    held, keys = hold(Hysteresis(th.hold_s, th.bin_s, sticky_s=th.sticky_s,
-                                 stale_s=th.window_s), times, v, c,
-                      s, r["sticky"])
+    held, keys = hold(Hysteresis.of(th), times, v, c, s, r["sticky"])
+    held = settle(held, keys, th)     # (one cause per verdict: detect/hold.py)
     # Segments: runs of one held verdict. Live, a verdict changes once it has won for
     # hold_s; a log knows when the new one first appeared: date each change from there.
     bounds = [0] + _first_seen(held, keys, v, c, s) + [nb]

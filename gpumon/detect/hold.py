@@ -19,13 +19,26 @@ Its exceptions, each one named case of `Hysteresis` (a method of that name):
 - ``sticky``: an established starvation verdict (held ``sticky_s``) is not given up for busy
   while its host cause persists (``sticky``): a starving job whose GPUs run flat out for a
   while is eating its prefetched batches, and will starve again.
+- ``outnumbers``: a new cause or straggler under the held verdict wins the hold as a new
+  verdict does, and replaces the held one only if that was not seen in the last
+  ``window_max_s`` or the new one was seen more often there, a second whose cause the host
+  does not show (input_pipeline) counting for none: causes that take turns do not flip the
+  screen, and not seeing a cause does not outweigh seeing one.
+
+``settle`` is the hold's hindsight for a whole log (analyze): within one verdict, a cause held
+for less than ``window_max_s`` takes the one held longest, so a verdict is one segment with
+one cause.
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Optional
 
-from gpumon.diagnosis import BUSY, DATA_STARVATION, INSUFFICIENT_DATA, PAUSED, SYNC_STALL, VERDICTS
-from gpumon.detect.thresholds import DEFAULT
+import numpy as np
+
+from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, INSUFFICIENT_DATA, PAUSED, SYNC_STALL,
+                              VERDICTS)
+from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 _INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
 _BUSY = VERDICTS.index(BUSY)
@@ -33,6 +46,8 @@ _STARVED = VERDICTS.index(DATA_STARVATION)
 _PAUSED = VERDICTS.index(PAUSED)
 _STALL = VERDICTS.index(SYNC_STALL)
 _EPS = 1e-9
+# Causes that say the host shows none (a starvation whose cause is not known).
+_NOT_SHOWN = (CAUSES.index("input_pipeline"),)
 
 
 class Hysteresis:
@@ -40,21 +55,34 @@ class Hysteresis:
     another wins the hold (see the module's text for the named cases)."""
 
     def __init__(self, hold_s: float, step_s: float = 1.0, host_hold_s: float = 0.0,
-                 sticky_s: float = 10.0, stale_s: float = DEFAULT.window_s):
+                 sticky_s: float = 10.0, stale_s: float = DEFAULT.window_s,
+                 tally_s: float = DEFAULT.window_max_s):
         self.hold_s = hold_s
         self.stale_s = max(stale_s, hold_s)
         self.host_hold_s = min(host_hold_s, hold_s)
         self.step_s = step_s                     # time between two verdicts fed in
         self.sticky_s = sticky_s
         self.current: Optional[tuple] = None
-        self.since: Optional[float] = None       # when ``current`` was adopted
+        self.since: Optional[float] = None       # when ``current``'s verdict was adopted
         self._cand: Optional[tuple] = None       # the key waiting out its hold
         self._cand_since = 0.0
+        # The last tally_s of verdicts fed in: the (cause, straggler) of each that had the
+        # held verdict (None for the others), and how many of each.
+        self._recent: deque = deque(maxlen=max(1, int(round(tally_s / step_s))))
+        self._count: dict = {}
+
+    @classmethod
+    def of(cls, th: Thresholds) -> "Hysteresis":
+        """The hold with the thresholds ``th`` (a verdict per ``bin_s``)."""
+        return cls(th.hold_s, th.bin_s, th.host_hold_s, th.sticky_s, th.window_s,
+                   th.window_max_s)
 
     def settled(self, key: tuple) -> bool:
-        """True when feeding ``key`` again changes nothing: it is the current verdict and no
-        other is waiting out its hold (a run of equal keys can then be skipped)."""
-        return self.current == key and self._cand is None
+        """True when feeding ``key`` again changes nothing: it is the current verdict, no
+        other is waiting out its hold and the last window_max_s had no other cause (a run of
+        equal keys can then be skipped)."""
+        return (self.current == key and self._cand is None
+                and self._count.get(key[1:], 0) == self._recent.maxlen)
 
     def step(self, t: float, key: tuple, sticky: bool = False, quick: bool = False) -> bool:
         """Feed the raw key at time ``t``; True when ``current`` changed. ``sticky``: the host
@@ -64,12 +92,18 @@ class Hysteresis:
             changed = self.current != key
             self._adopt(t, key)
             return changed
+        self._tally(key)
         if key == self.current or self.sticky(t, key, sticky):
             self._cand = None
             return False
         self._candidate(t, key)
-        if t - self._cand_since >= self._wait(key, quick) - self.step_s - _EPS:
+        if t - self._cand_since < self._wait(key, quick) - self.step_s - _EPS:
+            return False
+        if key[0] != self.current[0]:
             self._adopt(t, key)
+            return True
+        if self.pause(key) or self.outnumbers(key):
+            self.current, self._cand = key, None
             return True
         return False
 
@@ -101,6 +135,20 @@ class Hysteresis:
         """Busy to a stall of a rule that shows at once, or that rule's end: no wait."""
         return quick and {key[0], self.current[0]} == {_BUSY, _STALL}
 
+    def outnumbers(self, key: tuple) -> bool:
+        """A new cause or straggler under the held verdict, once it has won the hold,
+        replaces the held one if that was not seen in the last ``tally_s``, or if the new
+        one was seen more often there; against another cause, a second whose cause the host
+        does not show (input_pipeline) counts for none: not seeing a cause does not outweigh
+        seeing one."""
+        cur, count = self.current, self._count.get
+        held, new = count(cur[1:], 0), count(key[1:], 0)
+        if held == 0:
+            return True
+        if key[1] != cur[1]:
+            held, new = _weight(cur, held), _weight(key, new)
+        return new > held
+
     # -- mechanics -----------------------------------------------------------------------
     def _wait(self, key: tuple, quick: bool) -> float:
         """Seconds ``key`` must win in a row to replace the current key."""
@@ -113,7 +161,23 @@ class Hysteresis:
         return self.hold_s
 
     def _adopt(self, t: float, key: tuple) -> None:
+        """A new verdict: held from ``t``, its causes tallied afresh."""
         self.current, self.since, self._cand = key, t, None
+        self._recent.clear()
+        self._count = {}
+        self._tally(key)
+
+    def _tally(self, key: tuple) -> None:
+        """Count ``key``'s cause and straggler if it has the held verdict, for tally_s."""
+        rec, count = self._recent, self._count
+        if len(rec) == rec.maxlen:
+            old = rec[0]
+            if old is not None:
+                count[old] -= 1
+        detail = key[1:] if key[0] == self.current[0] else None
+        rec.append(detail)
+        if detail is not None:
+            count[detail] = count.get(detail, 0) + 1
 
     def _candidate(self, t: float, key: tuple) -> None:
         """Another verdict keeps winning while its cause or straggler wobble: it counts."""
@@ -121,3 +185,46 @@ class Hysteresis:
             self._cand = key
         elif key != self._cand:
             self._cand, self._cand_since = key, t
+
+
+def _weight(key: tuple, seconds: int) -> int:
+    """The seconds a key's cause counts for in the tally (see Hysteresis.outnumbers)."""
+    return 0 if key[1] in _NOT_SHOWN else seconds
+
+
+def settle(held: np.ndarray, keys: list, th: Thresholds) -> np.ndarray:
+    """Hindsight over a whole log: ``held`` (the key held after each verdict fed in, as an
+    index into ``keys``) with, within each run of one held verdict other than paused, every
+    cause or straggler held for less than ``window_max_s`` in a row replaced by the one held
+    longest over that run. Live, the first seconds of a verdict show the cause those seconds
+    show; a log tells the verdict's cause from all of them: one segment, one cause."""
+    if len(held) == 0:
+        return held
+    span = th.window_max_s / th.bin_s
+    cut = np.flatnonzero(held[1:] != held[:-1]) + 1
+    starts, ends = np.r_[0, cut], np.r_[cut, len(held)]
+    verdict = [keys[held[a]][0] for a in starts.tolist()]
+    out = held.copy()
+    i = 0
+    while i < len(starts):
+        j = i + 1
+        while j < len(starts) and verdict[j] == verdict[i]:
+            j += 1
+        if j - i > 1 and verdict[i] != _PAUSED:
+            _one_cause(out, held, starts[i:j], ends[i:j], span)
+        i = j
+    return out
+
+
+def _one_cause(out: np.ndarray, held: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+               span: float) -> None:
+    """Within one verdict's stretches (``starts``, ``ends``), the stretches shorter than
+    ``span`` take the key held longest over them all."""
+    lens = ends - starts
+    total: dict = {}
+    for a, n in zip(starts.tolist(), lens.tolist()):
+        total[int(held[a])] = total.get(int(held[a]), 0) + n
+    best = max(total, key=total.get)
+    for a, b, n in zip(starts.tolist(), ends.tolist(), lens.tolist()):
+        if n < span:
+            out[a:b] = best

@@ -39,7 +39,7 @@ class _Job:
         self.why: dict[int, int] = {}       # absolute bin -> the pause's cause (CAUSES index)
         self.since = since                  # absolute bin the job was first seen in use
         self.next = since                   # next absolute bin to feed the pause tracker
-        self.hyst = Hysteresis(th.hold_s, th.bin_s, th.host_hold_s, th.sticky_s, th.window_s)
+        self.hyst = Hysteresis.of(th)
         self.conf: Optional[float] = None   # confidence when the held verdict last won
         self.last_kernel = -math.inf        # absolute bin of the last kernel seen (features)
         self.th = th
