@@ -8,7 +8,7 @@ import json
 import shutil
 import socket
 import sys
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 from gpumon.commands.helptext import help_kwargs
 from gpumon.commands.common import (add_sampling_options, make_detector, open_source,
@@ -64,9 +64,11 @@ class Snapshot(NamedTuple):
     extras: dict                    # per GPU: fan speed, encoder and decoder utilization
 
 
-def snapshot(args) -> Snapshot:
+def snapshot(args, wait: Optional[Callable[[float], bool]] = None) -> Snapshot:
     """Sample ``args.sample`` seconds: the dashboard model, GPU UUIDs, the seconds seen, and
-    what gpustat --json shows that sampling does not read."""
+    what gpustat --json shows that sampling does not read. ``wait``: Monitor.run's wait
+    between polls (default: sleep; a simulated source runs on its own clock, so a caller may
+    pass one that returns at once)."""
     source = open_source(args, process_util=True)     # (the process table)
     monitor = None
     times: list[float] = []
@@ -83,7 +85,7 @@ def snapshot(args) -> Snapshot:
                           detector=detector)
         monitor.listeners.append(board)
         monitor.listeners.append(lambda tick, _: times.append(tick.time))
-        monitor.run()
+        monitor.run(wait)
         if hasattr(source, "extras"):
             driver = source.versions().get("driver")
             extras = source.extras()
