@@ -201,16 +201,6 @@ def test_ranks_coming_back_one_by_one_after_a_pause_are_not_a_stall(tmp_path):
                                                                 for d in tl.segments]
 
 
-def test_a_log_that_starts_with_the_job_starts_paused(tmp_path):
-    """The log starts as the job does: its four ranks get their first batches one every
-    3 s, then run steady. As for a job seen starting, that is busy, not starvation."""
-    util = [[0 if k < 3 * g else 98 for g in range(4)] for k in range(90)]
-    mem = [[20000] * 4] * 90
-    _, tl = analyze_file(_smi_mem(tmp_path, util, mem))
-    assert not {"data_starvation", "sync_stall"} & _verdicts(tl, 0, 90), [
-        (d.verdict, d.start - tl.start) for d in tl.segments]
-
-
 def test_a_log_that_starts_in_starvation_says_so_at_once(tmp_path):
     """The log starts while a job starves (2 s bursts, 2 s gaps on both GPUs): treated as a
     start, it is still starvation within 10 s, not a start-up pause."""
@@ -584,9 +574,11 @@ def test_a_job_that_starts_on_a_flat_partial_plateau_is_no_minute_long_start_up(
 
 
 def test_a_start_up_that_ramps_to_full_work_stays_a_start_up(tmp_path):
-    """Loader workers warming up: a few seconds at partial duty, then full speed."""
-    util = [[0.0]] * 8 + [[30.0], [55.0], [80.0]] + [[97.0]] * 80
-    _, tl = analyze_file(_smi(tmp_path, util))
+    """Loader workers warming up: a few seconds at partial duty, then full speed (the job
+    seen starting: its GPU free, then held)."""
+    util = [[0.0]] * 13 + [[30.0], [55.0], [80.0]] + [[97.0]] * 80
+    mem = [[2]] * 5 + [[20000]] * 91
+    _, tl = analyze_file(_smi_mem(tmp_path, util, mem))
     assert not [d for d in tl.segments if d.verdict == "data_starvation"], [
         (d.verdict, d.cause, d.end - d.start) for d in tl.segments]
     assert summary(tl)["verdict"] == "busy"
@@ -600,3 +592,17 @@ def test_a_one_gpu_job_that_let_go_of_its_gpu_says_so_in_the_singular(tmp_path):
     gone = [d for d in tl.segments if d.rule == "job_gone"]
     assert gone and gone[-1].because == ("GPU 0 holds less than 256 MiB of memory: the job "
                                          "let go of it"), [(d.rule, d.because) for d in tl.segments]
+
+
+def test_a_job_present_from_the_first_sample_was_not_seen_starting(tmp_path):
+    """A log that begins with its GPUs at 0% holding memory for 90 s, then work: nobody saw
+    that job start (it did not hold its GPUs, then did), so no second of it is a start-up
+    pause (a job seen absent and then present is: see
+    test_a_job_starting_in_the_log_is_not_starving_while_its_ranks_come_up)."""
+    util = [[0, 0]] * 90 + [[97, 98]] * 120
+    _, tl = analyze_file(_smi(tmp_path, util))
+    startup = [(d.start - tl.start, d.end - tl.start) for d in tl.segments
+               if d.verdict == "paused" and d.cause == "startup"]
+    assert not startup, startup
+    assert _verdicts(tl, 5, 85) == {"idle"}
+    assert _verdicts(tl, 110, 205) == {"busy"}

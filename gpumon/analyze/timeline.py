@@ -535,9 +535,10 @@ def job_flags(st: Store, rows: list[int], th: Thresholds
     # hole in it reads as a job starting there).
     _carry_presence(hostb, n)
     # A job seen starting in the log (it did not hold its GPUs, then does) starts paused,
-    # as it does live.
+    # as it does live; one that holds them from the log's first second was not seen
+    # starting: its first seconds are no start-up.
     present = np.fromiter(map(itemgetter(3), hostb), bool, len(hostb))
-    starts = present & ~np.concatenate(([False], present[:-1]))
+    starts = present & ~np.concatenate(([True], present[:-1]))
     pause, excl, why = pause_flags(duty, n, u, th, hostb, starts, cold_seconds(g, th),
                                    gap_stops(g, th), spin_seconds(g, th))
     # Live, a stop is a pause until the tracker finds it was starvation (the stop came
