@@ -238,7 +238,8 @@ def test_evidence_windows_gathered_match_windows_over_the_whole_log(name):
     log = read_log(path(name))
     st = T.build_store(log, DEFAULT)
     rows = list(range(len(st.gpus)))
-    pause, excl, _, why = T.job_flags(st, rows, DEFAULT)
+    job = T.job_flags(st, rows, DEFAULT)
+    pause, excl, why = job.pause, job.excl, job.why
     pts = np.unique(np.r_[0, 1, 5, np.linspace(0, st.nb - 1, 25).round().astype(int),
                           st.nb - 1])
     g, h = st.view(rows)

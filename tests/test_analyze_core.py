@@ -28,15 +28,16 @@ def test_unreadable_cells_without_pandas(tmp_path, clean_env):
     assert "1 malformed line(s) skipped, the first at line 9" in r.stdout
 
 
-def test_segment_reasons_quote_the_thresholds_the_log_was_judged_with():
-    """A held or relabelled segment's reason quotes the caller's thresholds, not the defaults."""
+def test_a_held_segments_reason_quotes_the_thresholds_the_log_was_judged_with():
+    """A held segment's reason quotes the caller's hold_s, not the default's (a relabelled
+    one's: test_analyze_pauses.test_hindsight_reasons_quote_the_thresholds_...)."""
     import dataclasses
+    from types import SimpleNamespace
     from gpumon.analyze.timeline import _reason
-    from gpumon.diagnosis import Diagnosis
+    from gpumon.diagnosis import CAUSES, VERDICTS, Diagnosis
     from gpumon.detect.thresholds import DEFAULT
-    th = dataclasses.replace(DEFAULT, hold_s=7.0, context_s=33.0, isolation=4.0)
+    th = dataclasses.replace(DEFAULT, hold_s=7.0)
     ds = [Diagnosis(verdict="busy", rule="duty_high", because="x")]
-    rule, why = _reason(ds, "data_starvation", "input_pipeline", False, th)
+    key = (VERDICTS.index("data_starvation"), CAUSES.index("input_pipeline"), -1)
+    rule, why = _reason(ds, key, SimpleNamespace(marks={}), 0, 5, th)
     assert rule == "hold" and "the 7 s a change needs" in why, why
-    rule, why = _reason(ds, "paused", None, True, th)
-    assert rule == "hindsight" and "33 s and 4 times the stop" in why, why

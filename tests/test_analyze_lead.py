@@ -1,4 +1,4 @@
-"""analyze's hindsight lead (analyze/timeline.hindsight_lead): each second's raw verdict from
+"""analyze's hindsight lead (analyze/hindsight.hindsight_lead): each second's raw verdict from
 the window ending a few seconds after it, never past a change of per-second flags."""
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 from gpumon.analyze import analyze_file
 from gpumon.diagnosis import PAUSED, VERDICTS
 
-T = importlib.import_module("gpumon.analyze.timeline")
+H = importlib.import_module("gpumon.analyze.hindsight")
 BUSY, STARVED = VERDICTS.index("busy"), VERDICTS.index("data_starvation")
 
 
 def _rules(verdicts: list[int]) -> dict:
-    """Rule output per bin as _judge_chunks gives it: the confidence is the bin's index, so
+    """Rule output per bin as judge_windows gives it: the confidence is the bin's index, so
     every output can be traced to the window it came from."""
     n = len(verdicts)
     return {"verdict": np.array(verdicts), "cause": np.full(n, -1), "straggler": np.full(n, -1),
@@ -23,11 +23,11 @@ def _rules(verdicts: list[int]) -> dict:
 
 def test_each_second_takes_the_window_ending_k_bins_later():
     r = _rules([BUSY] * 20 + [STARVED] * 10)
-    out = T.hindsight_lead(r, [np.zeros(30, bool)], 3)
+    out = H.hindsight_lead(r, [np.zeros(30, bool)], 3)
     assert out["verdict"].tolist() == [BUSY] * 17 + [STARVED] * 13
     # The last k seconds have no window k bins later: they keep their own.
     assert out["confidence"].tolist() == [e + 3 if e < 27 else e for e in range(30)]
-    assert T.hindsight_lead(r, [np.zeros(30, bool)], 0) is r
+    assert H.hindsight_lead(r, [np.zeros(30, bool)], 0) is r
 
 
 def test_the_lead_stops_where_the_per_second_flags_change():
@@ -36,7 +36,7 @@ def test_the_lead_stops_where_the_per_second_flags_change():
     v = [BUSY] * 10 + [VERDICTS.index(PAUSED)] * 10 + [STARVED] * 10
     pause = np.zeros(30, bool)
     pause[10:20] = True
-    out = T.hindsight_lead(_rules(v), [pause, pause], 3)
+    out = H.hindsight_lead(_rules(v), [pause, pause], 3)
     src = out["confidence"].astype(int).tolist()
     assert src[:10] == [3, 4, 5, 6, 7, 8, 9, 7, 8, 9]
     assert src[10:20] == list(range(10, 20))
@@ -46,7 +46,7 @@ def test_the_lead_stops_where_the_per_second_flags_change():
 
 def test_a_second_whose_later_window_reads_paused_keeps_its_own():
     v = [BUSY] * 10 + [VERDICTS.index(PAUSED)] * 5
-    out = T.hindsight_lead(_rules(v), [np.zeros(15, bool)], 3)
+    out = H.hindsight_lead(_rules(v), [np.zeros(15, bool)], 3)
     assert out["verdict"].tolist() == v
 
 
@@ -69,6 +69,6 @@ def _starvation_start(tmp_path) -> float:
 
 def test_a_log_dates_starvation_sooner_with_the_lead(tmp_path, monkeypatch):
     with_lead = _starvation_start(tmp_path)
-    monkeypatch.setattr(T, "hindsight_lead", lambda r, flags, k: r)
+    monkeypatch.setattr(H, "HINDSIGHT", tuple(h for h in H.HINDSIGHT if h.name != "lead"))
     without = _starvation_start(tmp_path)
     assert 60 <= with_lead <= 65 and with_lead < without, (with_lead, without)

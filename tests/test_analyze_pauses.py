@@ -12,6 +12,7 @@ from gpumon.analyze.pauses import two_sided
 from gpumon.detect.thresholds import DEFAULT
 
 T = importlib.import_module("gpumon.analyze.timeline")
+H = importlib.import_module("gpumon.analyze.hindsight")
 
 
 def _smi(tmp_path, util: list[list[float]], name="smi.csv"):
@@ -58,7 +59,7 @@ def test_dip_between_steady_work_is_a_pause(tmp_path, monkeypatch):
                                                for d in tl.segments]
     # Live rules alone (no look at what came next) call the choppy pass starvation: the
     # test above can fail.
-    monkeypatch.setattr(T, "two_sided", lambda *a, **k: np.zeros(len(a[1]), bool))
+    monkeypatch.setattr(H, "HINDSIGHT", tuple(h for h in H.HINDSIGHT if h.name != "two_sided"))
     _, live = analyze_file(_smi(tmp_path, _validation_run(ret=True)))
     assert "data_starvation" in _verdicts(live, 60, 110)
 
@@ -536,18 +537,32 @@ def test_a_sub_second_stop_between_long_steady_work_is_a_one_off_pause(tmp_path)
     starvation. At 10 samples a second the pause tracker sees the stop (every GPU in a 0.7 s
     gap: pauses.gap_stops): paused, rule pause, its evidence read in the pause itself; at 2
     a second the gap is one sample and the log's hindsight finds it: steady work on either
-    side, a one-off stop. Either way paused, and busy after it."""
+    side, a one-off stop (hindsight's one_off). Either way paused, and busy after it."""
     util = np.full(1300, 95.0)
     for s in (405, 805):                        # stops at 40.5 s and 80.5 s, 0.7 s each
         util[s:s + 7] = 5.0
-    for dt, rule in ((0.1, "pause"), (0.5, "hindsight")):
+    for dt, rule in ((0.1, "pause"), (0.5, "one_off")):
         _, tl = analyze_file(_fast_smi(tmp_path, util[::int(dt * 10)], f"fast{dt}.csv", dt))
         segs = [(d.verdict, d.rule) for d in tl.segments]
         assert not [d for d in tl.segments if d.verdict == "data_starvation"], segs
         stops = [d for d in tl.segments if d.verdict == "paused"]
         assert len(stops) == 2 and {d.rule for d in stops} == {rule}, (dt, segs)
         assert all(d.end - d.start <= 3 for d in stops)
-        assert rule != "hindsight" or "one-off stop" in stops[0].because
+        assert rule != "one_off" or "one-off stop" in stops[0].because
+
+
+def test_hindsight_reasons_quote_the_thresholds_the_log_was_judged_with(tmp_path):
+    """The one-off stops above, judged with other thresholds: the reason of a segment that
+    hindsight relabelled quotes those, and the numbers it used."""
+    util = np.full(1300, 95.0)
+    for s in (405, 805):
+        util[s:s + 7] = 5.0
+    th = replace(DEFAULT, context_s=15.0, isolation=4.0)
+    _, tl = analyze_file(_fast_smi(tmp_path, util[::5], "fast.csv", 0.5), th=th)
+    stops = [d for d in tl.segments if d.rule == "one_off"]
+    assert len(stops) == 2, [(d.verdict, d.rule) for d in tl.segments]
+    assert all("15 s and 4 times the stop" in d.because for d in stops), stops[0].because
+    assert all("this 2 s stop" in d.because for d in stops), stops[0].because   # (2 bins)
 
 
 def test_stops_that_recur_are_starvation_not_one_off_pauses(tmp_path):
@@ -555,7 +570,7 @@ def test_stops_that_recur_are_starvation_not_one_off_pauses(tmp_path):
     util = np.array([5.0 if k % 40 < 7 else 95.0 for k in range(1300)])
     _, tl = analyze_file(_fast_smi(tmp_path, util))
     assert summary(tl)["verdict"] == "data_starvation"
-    assert not [d for d in tl.segments if d.rule == "hindsight" and d.verdict == "paused"]
+    assert not [d for d in tl.segments if d.rule == "one_off" and d.verdict == "paused"]
 
 
 def test_a_job_that_starts_on_a_flat_partial_plateau_is_no_minute_long_start_up(tmp_path):

@@ -16,6 +16,7 @@ from gpumon.detect.thresholds import DEFAULT  # noqa: E402
 from gpumon.logs import read_log  # noqa: E402
 
 TL = sys.modules["gpumon.analyze.timeline"]     # (the package exports a function of its name)
+H = sys.modules["gpumon.analyze.hindsight"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -36,8 +37,8 @@ def test_long_runs_match_checking_each_run(seed):
     full[:3] = seed % 2 == 0                    # runs at either end, or not
     full[-3:] = seed % 3 == 0
     for need in (1, 2, 3.5, 5, 12):
-        assert np.array_equal(TL._long_runs(full, need), _loop(full, need))
-    assert not TL._long_runs(np.zeros(0, bool), 3).any()
+        assert np.array_equal(H.long_runs(full, need), _loop(full, need))
+    assert not H.long_runs(np.zeros(0, bool), 3).any()
 
 
 def test_binning_through_reused_arrays_matches_fresh_ones(monkeypatch):

@@ -1,10 +1,10 @@
 """A whole log through the detector: per-second verdicts, hysteresis, segments, summary.
 
 The log's samples go into the same per-second bins as live data (gpumon.detect.bins); the
-same features and rules judge the window ending at every second, and the same Hysteresis
-turns them into a timeline. Windows are evaluated in chunks so a day-long log stays small,
-the chunks side by side on the cores (threads.py); the few windows whose evidence describes
-each segment are then gathered and judged again on their own.
+same features and rules judge the window ending at every second (in chunks, side by side
+on the cores: threads.py), the rules of hindsight.py relabel what only a whole log shows,
+and the same Hysteresis turns them into a timeline. The few windows whose evidence
+describes each segment are then gathered and judged again on their own.
 """
 from __future__ import annotations
 
@@ -31,13 +31,14 @@ from gpumon.detect.hold import Hysteresis, settle
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.logs.log import Log, runs
 from gpumon.logs.memory import small_pages
-from gpumon.analyze.pauses import (AFTER, DIP, LEAD, host_starving, not_one_off, recovered, scan,
-                                   two_sided)
+from gpumon.analyze import hindsight as H
+from gpumon.analyze.hindsight import Job
+from gpumon.analyze.pauses import host_starving, recovered, scan
 from gpumon.logs.threads import map_threads
 
 CHUNK_BINS = 4096
-STORE_CHUNK = 1 << 17          # samples binned at once
 POINTS_PER_CALL = 512          # evidence windows judged at once (x W bins each)
+STORE_CHUNK = 1 << 17          # samples binned at once
 # Bins given to host_bins at once (see job_flags).
 HOST_BINS_CHUNK = 1 << 13
 # Evidence of a segment: the median over at most this many evenly spaced seconds of it.
@@ -344,104 +345,50 @@ def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> 
     the evidence of a few of its windows."""
     nb = st.nb
     rows = [st.rows[x] for x in gpus]
-    v, c, s, r, (pause, excl, why, over, recent) = _raw_verdicts(st, rows, shared, th)
+    job = _raw_verdicts(st, rows, shared, th)
+    v, c, s = job.v, job.c, job.s
     times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
     # (Without Hysteresis.step's ``quick``: below, a log dates every change from the
     # window in which the new verdict first appeared anyway.)
-    held, keys = hold(Hysteresis.of(th), times, v, c, s, r["sticky"])
+    held, keys = hold(Hysteresis.of(th), times, v, c, s, job.r["sticky"])
     held = settle(held, keys, th)     # (one cause per verdict: detect/hold.py)
     # Segments: runs of one held verdict. Live, a verdict changes once it has won for
     # hold_s; a log knows when the new one first appeared: date each change from there.
     bounds = [0] + _first_seen(held, keys, v, c, s) + [nb]
     spans = list(zip(bounds[:-1], bounds[1:]))
     # Evidence from windows L bins into each segment (a window's evidence lags its end); a
-    # pause's own (paused seconds keep their own windows: hindsight_lead).
+    # pause's own (paused seconds keep their own windows: hindsight's lead).
     L = min(int(round(th.hold_s / th.bin_s)), nb - 1)
     leads = [0 if keys[held[b - 1]][0] == _PAUSED else L for a, b in spans]
     picks = [np.unique(np.minimum(np.linspace(a, b - 1, min(EVIDENCE_POINTS, b - a))
                                   .round().astype(int) + lead, nb - 1))
              for (a, b), lead in zip(spans, leads)]
     pts = np.unique(np.concatenate(picks))
-    outs2, feats = _judge_points(st, rows, shared, pause, th, pts, excl, why, recent)
+    outs2, feats = _judge_points(st, rows, shared, job.pause, th, pts, job.excl, job.why,
+                                 job.recent)
     f_all, r_all = _cat(feats), _cat(outs2)
     where = {int(p): i for i, p in enumerate(pts)}
     out = []
     for (a, b), pk, lead in zip(spans, picks, leads):
         key = keys[held[b - 1]]      # (held changes at or after a)
         ds = [make_diagnosis(f_all, r_all, where[int(p)], gpus, None, None, th) for p in pk]
-        vcode, ccode, scode = key
         a2, b2 = min(a + lead, nb - 1), min(b + lead, nb)
-        same = (v[a2:b2] == vcode) & (c[a2:b2] == ccode) & (s[a2:b2] == scode)
-        conf = r["confidence"][a2:b2][same].tolist()
+        same = (v[a2:b2] == key[0]) & (c[a2:b2] == key[1]) & (s[a2:b2] == key[2])
+        conf = job.r["confidence"][a2:b2][same].tolist()
         out.append(_merge(ds, key, gpus, st.bin_time(a), min(st.bin_time(b), end), conf,
-                          bool(over[a:b2].any()), th))
+                          _reason(ds, key, job, a, b2, th)))
     return out
 
 
-def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds):
-    """(verdict, cause, straggler) per bin, the rules' output, and (pause, excluded, why)."""
-    nb = st.nb
-    pause, excl, rec, why = job_flags(st, rows, th)
-    # A pause is over, as the log shows, where every GPU is back at full speed for
-    # recover_s (live, the tracker waits for that much steady work before it ends one).
-    level = _work_level(st, rows, th)
-    working = _long_runs(level >= th.busy_bin_duty, th.recover_s / th.bin_s)
-    pause, excl = pause & ~working, excl & ~working
-    recent = kernel_recent(last_kernel(st.view(rows, raw=True)[0], out=excl), th)
-    r = _cat(_judge_chunks(st, rows, shared, pause, th, np.arange(nb), excl=excl, why=why,
-                           recent=recent))
-    # (The lead: hold_s, as a live verdict lags its window by the hold and a segment's
-    # evidence is read that far into it.)
-    r = hindsight_lead(r, [pause, excl], int(round(th.hold_s / th.bin_s)))
-    v, c, s = r["verdict"], r["cause"], r["straggler"]
-    # Starvation, or a stall on one rank's host, is over where steady work outlasted the
-    # dip (analyze/pauses.recovered). Where every GPU dipped (starvation, not one rank's
-    # stall), the dip was a one-off stop between long steady work: paused, and the work
-    # after it busy at once.
-    one_off = (rec == DIP) & (v == _STARVED)
-    over = ((rec == AFTER) & ((v == _STARVED) | ((v == _STALL) & (c == _RANK_HOST)))
-            | (rec == LEAD) & (v == _STARVED))
-    # A stall on one rank's host ends where every GPU is back at steady work for at least
-    # recover_s: windows that end later still hold the stall's seconds, but the log shows
-    # the rank back at work from that second on.
-    back = _long_runs(level >= th.log_steady_duty, th.recover_s / th.bin_s)
-    over |= (v == _STALL) & (c == _RANK_HOST) & back
-    if over.any():
-        v, c, s = np.where(over, _BUSY, v), np.where(over, -1, c), np.where(over, -1, s)
-    if one_off.any():
-        v, c, s = (np.where(one_off, _PAUSED, v), np.where(one_off, _UNKNOWN, c),
-                   np.where(one_off, -1, s))
-    return v, c, s, r, (pause, excl, why, over | one_off, recent)
-
-
-def hindsight_lead(r: dict, flags: list, k: int) -> dict:
-    """Hindsight lead: each second's raw verdict is that of the window ending ``k`` bins
-    after it. A window that ends at a second sees only the seconds before it, so a new
-    regime shows once it fills enough of the window, seconds after it began (6-7 s at 1 s,
-    a 12 s window); a log also holds the seconds that follow, and the window ending a
-    little later sees it sooner. A second keeps its own window where that later window lies
-    past a change of the per-second ``flags`` (a pause starting or ending, the job leaving
-    its GPUs) or past the log's end, or where either window reads ``paused``: those flags
-    are per second, not windowed, so pauses and stops stay where they are, and the seconds
-    before them are not given what came after them. ``r``: the rules' output per bin (on
-    its last axis)."""
-    n = len(r["verdict"])
-    if k <= 0 or n == 0:
-        return r
-    state = np.zeros(n, np.int64)
-    for i, f in enumerate(flags):
-        state |= f.astype(np.int64) << i
-    run_end = np.append(np.flatnonzero(state[1:] != state[:-1]) + 1, n)
-    last = run_end[np.searchsorted(run_end, np.arange(n), side="right")] - 1
-    own = np.arange(n)
-    src = own + k
-    keep = src > last                   # (the log's last k seconds too: no run goes past it)
-    src = np.where(keep, own, src)
-    v = r["verdict"]
-    keep |= (v == _PAUSED) | (v[src] == _PAUSED)
-    src = np.where(keep, own, src)
-    return {key: (a[..., src] if np.ndim(a) and np.shape(a)[-1] == n else a)
-            for key, a in r.items()}
+def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds) -> Job:
+    """One job's bins judged: the pause flags (job_flags), the rules' output per bin and the
+    (verdict, cause, straggler) per bin, hindsight's window and verdict rules applied."""
+    job = job_flags(st, rows, th)
+    job.recent = kernel_recent(last_kernel(st.view(rows, raw=True)[0], out=job.excl), th)
+    job.r = _cat(_judge_chunks(st, rows, shared, job.pause, th, np.arange(st.nb),
+                               excl=job.excl, why=job.why, recent=job.recent))
+    job.v, job.c, job.s = job.r["verdict"], job.r["cause"], job.r["straggler"]
+    return H.apply(H.apply(job, "window"), "verdict")
 
 
 def _first_seen(held: np.ndarray, keys: list, v: np.ndarray, c: np.ndarray,
@@ -470,14 +417,13 @@ def _first_seen(held: np.ndarray, keys: list, v: np.ndarray, c: np.ndarray,
     return out
 
 
-def _work_level(st: Store, rows: list[int], th: Thresholds) -> np.ndarray:
+def _work_level(g: np.ndarray, th: Thresholds) -> np.ndarray:
     """Per bin, the least busy GPU's duty (-inf where a GPU has no data, or where power is
     known and one is cold beside the hottest: spinning in a collective is not work). A
     pause is over where it stays at busy_bin_duty for recover_s (the job back at full speed:
     its ramp seconds would read as starvation in the windows); a stall on one rank's host
     where it stays at log_steady_duty (the rank back at steady work: real jobs run at 88-92%
     after a save, under busy_bin_duty)."""
-    g = st.view(rows, raw=True)[0]
     duty, _, _ = bin_duty(g)
     with np.errstate(invalid="ignore", divide="ignore"):
         level = np.where(np.isnan(duty), -np.inf, duty).min(axis=0)
@@ -485,18 +431,6 @@ def _work_level(st: Store, rows: list[int], th: Thresholds) -> np.ndarray:
         top = np.nanmax(np.where(np.isnan(pw), -np.inf, pw), axis=0)
         level[((pw / top) <= th.cold_power_ratio).any(axis=0)] = -np.inf
     return level
-
-
-def _long_runs(full: np.ndarray, need: float) -> np.ndarray:
-    """``full`` where its run of True is ``need`` long or longer (marked at each such run's
-    start and end, then summed: a starving job has tens of thousands of short runs)."""
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], full.astype(np.int8), [0]))))
-    a, b = edges[::2], edges[1::2]
-    long = b - a >= need
-    mark = np.zeros(len(full) + 1, np.int8)
-    mark[a[long]] = 1
-    mark[b[long]] = -1          # (a run ends on a bin that starts none)
-    return np.cumsum(mark[:-1]) > 0
 
 
 def _too_short(log: Log, rate: float, start: float, end: float) -> Timeline:
@@ -519,10 +453,9 @@ def _carry_presence(hostb: list, n: np.ndarray) -> None:
             hostb[i] = t[:3] + (hostb[i - 1][3],) + t[4:]
 
 
-def job_flags(st: Store, rows: list[int], th: Thresholds
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(pause, excluded, recovered, why) per bin of the job on these store rows (see
-    pauses.pause_flags, analyze.pauses.recovered)."""
+def job_flags(st: Store, rows: list[int], th: Thresholds) -> Job:
+    """The job on these store rows: its bins, the live pause tracker's flags per bin
+    (pauses.pause_flags) with hindsight's pause rules applied, and what hindsight reads."""
     g, hb = st.view(rows, raw=True)
     duty, n, u = bin_duty(g)
     # host_bins reads each bin on its own: a slice of bins at a time gives the same tuples,
@@ -541,25 +474,17 @@ def job_flags(st: Store, rows: list[int], th: Thresholds
     starts = present & ~np.concatenate(([True], present[:-1]))
     pause, excl, why = pause_flags(duty, n, u, th, hostb, starts, cold_seconds(g, th),
                                    gap_stops(g, th), spin_seconds(g, th))
-    # Live, a stop is a pause until the tracker finds it was starvation (the stop came
-    # again, or work came back at a starved rhythm), and then only its bins go back into
-    # the windows; a log knows that from the start: those bins are no pause.
-    pause &= excl
-    # A stop followed by less work than it took, before the next, is the next gap of a
-    # starving job (analyze/pauses.not_one_off).
-    sc = scan(duty, n, u, th)       # (what not_one_off and two_sided both read)
-    gap = not_one_off(pause, why == CAUSES.index("unknown"), duty, n, u, th, sc=sc)
-    pause, excl = pause & ~gap, excl & ~gap
-    # A log also holds what followed each stop (analyze/pauses.py).
     with np.errstate(invalid="ignore", divide="ignore"):
         power = N.div(g[GI["pw"]], g[GI["pn"]])
     starving = host_starving(hostb)
-    both = two_sided(duty, n, u, th, hostb, power, sc=sc, starving=starving)
-    why = np.where(both & (why < 0), CAUSES.index("unknown"), why)
-    pause, excl = pause | both, excl | both
+    job = H.Job(th, duty, n, u, hostb, scan(duty, n, u, th), starving, power,
+                recovered(duty, n, th, hostb, starving=starving), _work_level(g, th),
+                pause, excl, why)
+    H.apply(job, "pause")
     # Seconds in which the job did not hold its GPUs (before it started, after it ended)
     # are left out of its windows, as the live detector only judges a job once it exists.
-    return pause, excl | ~present, recovered(duty, n, th, hostb, starving=starving), why
+    job.excl = job.excl | ~present
+    return job
 
 
 def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.ndarray,
@@ -601,7 +526,7 @@ def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.
 
 
 def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
-           conf: list[float], relabelled: bool = False, th: Thresholds = DEFAULT) -> Diagnosis:
+           conf: list[float], reason: tuple[str, str]) -> Diagnosis:
     from gpumon.detect.advice import advice
     v, c, s = key
     verdict = VERDICTS[v]
@@ -615,29 +540,25 @@ def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
     base = float(np.mean(conf)) if conf else 0.5
     for m in missing:
         base *= CONFIDENCE_FACTOR.get(m, 1.0)
-    rule, why = _reason(ds, verdict, cause, relabelled, th)
     return Diagnosis(verdict=verdict, gpus=tuple(gpus), cause=cause, straggler_gpu=strag,
                      confidence=round(min(0.99, base), 3), evidence=ev,
                      advice=advice(verdict, cause, strag), start=start, end=end,
-                     missing=tuple(missing), rule=rule, because=why)
+                     missing=tuple(missing), rule=reason[0], because=reason[1])
 
 
-def _reason(ds: list[Diagnosis], verdict: str, cause, relabelled: bool,
-            th: Thresholds = DEFAULT) -> tuple[str, str]:
+def _reason(ds: list[Diagnosis], key: tuple, job: H.Job, a: int, b: int, th: Thresholds
+            ) -> tuple[str, str]:
     """A segment's rule and reason: those of its middle window that gave its verdict (its
-    first windows may still show the verdict it changed from); else what made it."""
+    first windows may still show the verdict it changed from); else the hindsight rule that
+    gave its bins [a, b) that verdict; else what made it."""
+    verdict, cause = VERDICTS[key[0]], CAUSES[key[1]] if key[1] >= 0 else None
     same = [d for d in ds if d.verdict == verdict and d.cause == cause]
     d = ds[len(ds) // 2]
     if same:
         return same[len(same) // 2].rule, same[len(same) // 2].because
-    if relabelled and verdict == PAUSED:     # (analyze/pauses.recovered's DIP)
-        return "hindsight", (f"its windows read {d.verdict} (rule {d.rule}), but the log "
-                             f"shows steady work on either side, {th.context_s:.0f} s and "
-                             f"{th.isolation:.0f} times the stop or more: a one-off stop, "
-                             "not a starved rhythm")
-    if relabelled:     # analyze's hindsight relabelled these seconds (analyze/pauses.py)
-        return "hindsight", (f"its windows read {d.verdict} (rule {d.rule}), but the log "
-                             "shows steady work outlasting the stop after it: a one-off, over")
+    by = H.relabelled(job, a, b, key[0])
+    if by is not None:
+        return by[0], H.BY_NAME[by[0]].reason(job, by[1], by[2], d)
     if verdict == INSUFFICIENT_DATA:
         return "too_few_samples", "too few samples in these seconds to judge them"
     # The hold kept the verdict before while another had not yet won.

@@ -1,0 +1,315 @@
+"""Hindsight: what only a whole log allows, as an ordered list of named rules.
+
+A live verdict judges the window that ends now; a log also holds what came after. Each rule
+below may relabel a job's seconds in one way, in this order: ``pause`` rules set or clear
+pause flags (before the windows are judged, so the windows leave those seconds out or take
+them in), the ``window`` rule picks which window a second reads, ``verdict`` rules relabel the
+rules' verdicts. Nothing else in `gpumon analyze` changes a verdict or a pause flag. A segment
+whose windows never gave its verdict, and whose seconds a rule giving that verdict relabelled,
+records that rule: its name and its reason, built from the numbers it used and the caller's
+thresholds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from gpumon.diagnosis import CAUSES, PAUSED, VERDICTS
+from gpumon.analyze.pauses import AFTER, DIP, LEAD, not_one_off, two_sided
+from gpumon.detect.thresholds import Thresholds
+
+_STARVED = VERDICTS.index("data_starvation")
+_BUSY = VERDICTS.index("busy")
+_STALL = VERDICTS.index("sync_stall")
+_PAUSED = VERDICTS.index(PAUSED)
+_RANK_HOST = CAUSES.index("rank_host")
+_UNKNOWN = CAUSES.index("unknown")
+
+
+@dataclass
+class Job:
+    """One job's seconds (bins) as hindsight reads and relabels them. ``duty`` (G, T), ``n``,
+    ``u``: per-GPU duty and the job's sample count and busy sum per bin; ``host``: host_bins'
+    tuples; ``sc``: pauses.scan of the bins; ``starving``: pauses.host_starving; ``power``:
+    per-GPU mean power (G, T); ``rec``: pauses.recovered's marks; ``level``: the least busy
+    GPU's duty (-inf where one has no data or spins cold); ``pause``, ``excl``, ``why``: the
+    pause flags; ``recent``: features.kernel_recent; ``v``, ``c``, ``s``, ``r``: the rules'
+    verdict, cause and straggler per bin and their whole output, once judged. ``marks``: per rule, the bins it relabelled."""
+    th: Thresholds
+    duty: np.ndarray
+    n: np.ndarray
+    u: np.ndarray
+    host: Optional[list]
+    sc: object
+    starving: Optional[np.ndarray]
+    power: np.ndarray
+    rec: np.ndarray
+    level: np.ndarray
+    pause: np.ndarray
+    excl: np.ndarray
+    why: np.ndarray
+    v: Optional[np.ndarray] = None
+    c: Optional[np.ndarray] = None
+    s: Optional[np.ndarray] = None
+    r: Optional[dict] = None
+    recent: Optional[np.ndarray] = None
+    marks: dict = field(default_factory=dict)
+
+    def bins(self, s: float) -> int:
+        return int(round(s / self.th.bin_s))
+
+
+@dataclass(frozen=True)
+class Hindsight:
+    """One hindsight rule: ``relabels`` "pause", "window" or "verdict"; ``gives`` the verdict
+    its seconds then read (a VERDICTS index; None: their windows say); ``when`` the bins it
+    relabels; ``apply`` relabels them; ``reason`` (job, a, b, d) says why for the bins [a, b)
+    of a segment whose middle window is ``d``."""
+    name: str
+    relabels: str
+    gives: Optional[int]
+    when: Callable[[Job], np.ndarray]
+    apply: Callable[[Job, np.ndarray], None]
+    reason: Callable[[Job, int, int, object], str]
+
+
+def _run(mask: np.ndarray, i: int) -> tuple[int, int]:
+    """The run [a, b) of True in ``mask`` that holds bin ``i`` (empty at i if it is False)."""
+    if not (0 <= i < len(mask)) or not mask[i]:
+        return i, i
+    off = np.flatnonzero(~mask)
+    a = off[off < i]
+    b = off[off > i]
+    return (int(a[-1]) + 1 if len(a) else 0), (int(b[0]) if len(b) else len(mask))
+
+
+def _secs(job: Job, k: int) -> str:
+    return f"{k * job.th.bin_s:.0f} s"
+
+
+def _dip_beside(job: Job, a: int, b: int) -> tuple[int, int]:
+    """(dip, steady): the bins of recovered()'s one-off dip next to the steady work that
+    holds [a, b), and of that steady work."""
+    work = (job.rec == LEAD) | (job.rec == AFTER)
+    wa, wb = _run(work, a)
+    dip = job.rec == DIP
+    d = _run(dip, wb) if wb < len(dip) and dip[wb] else _run(dip, wa - 1)
+    return d[1] - d[0], wb - wa
+
+
+# --- pause flags ------------------------------------------------------------------------
+
+
+def _starved_stop(job: Job) -> np.ndarray:
+    return job.pause & ~job.excl
+
+
+def _clear(job: Job, m: np.ndarray) -> None:
+    job.pause, job.excl = job.pause & ~m, job.excl & ~m
+
+
+def _why_starved_stop(job: Job, a: int, b: int, d) -> str:
+    return (f"the pause tracker found this {_secs(job, b - a)} stop to be starvation (it came "
+            "again, or work came back at a starved rhythm): a log knows it from its first "
+            "second, so no second of it is a pause")
+
+
+def _not_one_off(job: Job) -> np.ndarray:
+    unknown = job.why == _UNKNOWN
+    return not_one_off(job.pause, unknown, job.duty, job.n, job.u, job.th, sc=job.sc)
+
+
+def _why_not_one_off(job: Job, a: int, b: int, d) -> str:
+    after = int(job.sc.run_after[b]) if job.sc is not None and b < len(job.n) else 0
+    return (f"nothing on the host explains this {_secs(job, b - a)} stop and only "
+            f"{_secs(job, after)} of steady work (at {job.th.log_steady_duty:.0%} or more) "
+            "followed it before the next: the next gap of a starving job, not a pause")
+
+
+def _two_sided(job: Job) -> np.ndarray:
+    return two_sided(job.duty, job.n, job.u, job.th, job.host, job.power, sc=job.sc,
+                     starving=job.starving)
+
+
+def _mark_pause(job: Job, m: np.ndarray) -> None:
+    job.why = np.where(m & (job.why < 0), _UNKNOWN, job.why)
+    job.pause, job.excl = job.pause | m, job.excl | m
+
+
+def _why_two_sided(job: Job, a: int, b: int, d) -> str:
+    th = job.th
+    before = int(job.sc.run_before[a]) if job.sc is not None else 0
+    after = int(job.sc.run_after[b]) if job.sc is not None and b < len(job.n) else 0
+    return (f"the log shows steady work on either side of this {_secs(job, b - a)} stop "
+            f"({_secs(job, before)} before, {_secs(job, after)} after; at least "
+            f"{th.context_s:.0f} s and as long as the stop), back at the level before within "
+            f"{th.pause_max_s:.0f} s: a pause of healthy work, not starvation, which does "
+            "not stop on its own")
+
+
+def _working(job: Job) -> np.ndarray:
+    return long_runs(job.level >= job.th.busy_bin_duty, job.th.recover_s / job.th.bin_s)
+
+
+def _why_working(job: Job, a: int, b: int, d) -> str:
+    th = job.th
+    return (f"every GPU is back at {th.busy_bin_duty:.0%} or more for "
+            f"{_secs(job, b - a)} ({th.recover_s:.0f} s or more): the pause is over")
+
+
+# --- the window ---------------------------------------------------------------------------
+
+
+def hindsight_lead(r: dict, flags: list, k: int) -> dict:
+    """Each second's rule output is that of the window ending ``k`` bins after it. A window
+    that ends at a second sees only the seconds before it, so a new regime shows once it
+    fills enough of the window; a log also holds the seconds that follow, and the window
+    ending a little later sees it sooner. A second keeps its own window where that later
+    window lies past a change of the per-second ``flags`` (a pause starting or ending, the
+    job leaving its GPUs) or past the log's end, or where either window reads ``paused``:
+    those flags are per second, not windowed. ``r``: the rules' output per bin (on its last
+    axis)."""
+    n = len(r["verdict"])
+    if k <= 0 or n == 0:
+        return r
+    state = np.zeros(n, np.int64)
+    for i, f in enumerate(flags):
+        state |= f.astype(np.int64) << i
+    run_end = np.append(np.flatnonzero(state[1:] != state[:-1]) + 1, n)
+    last = run_end[np.searchsorted(run_end, np.arange(n), side="right")] - 1
+    own = np.arange(n)
+    src = own + k
+    keep = src > last                   # (the log's last k seconds too: no run goes past it)
+    src = np.where(keep, own, src)
+    v = r["verdict"]
+    keep |= (v == _PAUSED) | (v[src] == _PAUSED)
+    src = np.where(keep, own, src)
+    return {key: (a[..., src] if np.ndim(a) and np.shape(a)[-1] == n else a)
+            for key, a in r.items()}
+
+
+def _lead_when(job: Job) -> np.ndarray:
+    return np.ones(len(job.n), bool)
+
+
+def _lead(job: Job, m: np.ndarray) -> None:
+    # (The lead: hold_s, as a live verdict lags its window by the hold and a segment's
+    # evidence is read that far into it.)
+    job.r = hindsight_lead(job.r, [job.pause, job.excl], job.bins(job.th.hold_s))
+    job.v, job.c, job.s = job.r["verdict"], job.r["cause"], job.r["straggler"]
+
+
+def _why_lead(job: Job, a: int, b: int, d) -> str:
+    return (f"each second reads the window ending {job.th.hold_s:.0f} s after it (the lag of "
+            "a live verdict), not past a pause's edge")
+
+
+# --- verdicts -----------------------------------------------------------------------------
+
+
+def _relabel(verdict: int, cause: int) -> Callable[[Job, np.ndarray], None]:
+    def apply(job: Job, m: np.ndarray) -> None:
+        job.v, job.c, job.s = (np.where(m, verdict, job.v), np.where(m, cause, job.c),
+                               np.where(m, -1, job.s))
+    return apply
+
+
+def _stall_on_host(job: Job) -> np.ndarray:
+    return (job.v == _STALL) & (job.c == _RANK_HOST)
+
+
+def _over(job: Job) -> np.ndarray:
+    after, lead = job.rec == AFTER, job.rec == LEAD
+    return (after & ((job.v == _STARVED) | _stall_on_host(job))) | (lead & (job.v == _STARVED))
+
+
+def _why_over(job: Job, a: int, b: int, d) -> str:
+    th = job.th
+    dip, steady = _dip_beside(job, a, b)
+    return (f"its windows read {d.verdict} (rule {d.rule}), but the log shows "
+            f"{_secs(job, steady)} of steady work beside a {_secs(job, dip)} stop, at least "
+            f"{th.context_s:.0f} s and {th.isolation:.0f} times the stop on either side: a "
+            "one-off, over")
+
+
+def _back(job: Job) -> np.ndarray:
+    th = job.th
+    return _stall_on_host(job) & long_runs(job.level >= th.log_steady_duty,
+                                           th.recover_s / th.bin_s)
+
+
+def _why_back(job: Job, a: int, b: int, d) -> str:
+    th = job.th
+    ra, rb = _run(job.level >= th.log_steady_duty, a)
+    low = float(job.level[a:b][job.marks["back"][a:b]].min())
+    return (f"its windows read {d.verdict} (rule {d.rule}), which still hold the stall, but "
+            f"every GPU is back at steady work, {low:.0%} or more (at least "
+            f"{th.log_steady_duty:.0%}), for {_secs(job, rb - ra)} ({th.recover_s:.0f} s or "
+            "more): the rank is back at work")
+
+
+def _one_off(job: Job) -> np.ndarray:
+    return (job.rec == DIP) & (job.v == _STARVED)
+
+
+def _why_one_off(job: Job, a: int, b: int, d) -> str:
+    th = job.th
+    da, db = _run(job.rec == DIP, a)
+    after = _run((job.rec == LEAD) | (job.rec == AFTER), db)
+    return (f"its windows read {d.verdict} (rule {d.rule}), but the log shows steady work "
+            f"on either side of this {_secs(job, db - da)} stop ({_secs(job, after[1] - db)} "
+            f"after it), {th.context_s:.0f} s and {th.isolation:.0f} times the stop or more: "
+            "a one-off stop, not a starved rhythm")
+
+
+HINDSIGHT: tuple[Hindsight, ...] = (
+    Hindsight("starved_stop", "pause", None, _starved_stop, _clear, _why_starved_stop),
+    Hindsight("not_one_off", "pause", None, _not_one_off, _clear, _why_not_one_off),
+    Hindsight("two_sided", "pause", _PAUSED, _two_sided, _mark_pause, _why_two_sided),
+    Hindsight("working", "pause", None, _working, _clear, _why_working),
+    Hindsight("lead", "window", None, _lead_when, _lead, _why_lead),
+    Hindsight("over", "verdict", _BUSY, _over, _relabel(_BUSY, -1), _why_over),
+    Hindsight("back", "verdict", _BUSY, _back, _relabel(_BUSY, -1), _why_back),
+    Hindsight("one_off", "verdict", _PAUSED, _one_off, _relabel(_PAUSED, _UNKNOWN),
+              _why_one_off),
+)
+BY_NAME = {h.name: h for h in HINDSIGHT}
+
+
+def apply(job: Job, stage: str) -> Job:
+    """The rules of ``stage`` ("pause", "window" or "verdict"), in order, on ``job``."""
+    for h in HINDSIGHT:
+        if h.relabels == stage:
+            m = h.when(job)
+            job.marks[h.name] = m
+            if m.any():
+                h.apply(job, m)
+    return job
+
+
+def relabelled(job: Job, a: int, b: int, verdict: int) -> Optional[tuple[str, int, int]]:
+    """The hindsight rule that gave ``verdict`` to the most of the bins [a, b), with the run
+    of its bins there: (name, start, end); None if none did."""
+    best = None
+    for h in HINDSIGHT:
+        m = job.marks.get(h.name)
+        if h.gives != verdict or m is None:
+            continue
+        hit = np.flatnonzero(m[a:b])
+        if len(hit) and (best is None or len(hit) > best[0]):
+            best = (len(hit), h.name, a + int(hit[0]), a + int(hit[-1]) + 1)
+    return None if best is None else best[1:]
+
+
+def long_runs(full: np.ndarray, need: float) -> np.ndarray:
+    """``full`` where its run of True is ``need`` long or longer (marked at each such run's
+    start and end, then summed: a starving job has tens of thousands of short runs)."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], full.astype(np.int8), [0]))))
+    a, b = edges[::2], edges[1::2]
+    long = b - a >= need
+    mark = np.zeros(len(full) + 1, np.int8)
+    mark[a[long]] = 1
+    mark[b[long]] = -1          # (a run ends on a bin that starts none)
+    return np.cumsum(mark[:-1]) > 0
