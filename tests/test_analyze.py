@@ -175,31 +175,6 @@ def test_analyze_never_imports_pandas(clean_env):
     assert r.stdout.strip() == "False"
 
 
-def test_hold_fills_settled_runs_exactly_as_stepping_every_bin():
-    """timeline.hold skips runs of bins that cannot change the Hysteresis: same held keys as
-    feeding every bin, on raw verdicts that flap, stick and pass through insufficient_data."""
-    import numpy as np
-    from gpumon.analyze.timeline import hold
-    from gpumon.detect.hold import Hysteresis
-    rng = np.random.default_rng(5)
-    for trial in range(40):
-        n = 400
-        # Runs of raw keys of random lengths (1..30 bins) over a few verdicts, causes, GPUs.
-        lens = rng.integers(1, 30, n)
-        v = np.repeat(rng.choice([0, 1, 2, 3, 4, 5], n, p=[.35, .1, .25, .1, .1, .1]), lens)[:n]
-        c = np.repeat(rng.integers(-1, 3, n), lens)[:n]
-        s = np.repeat(rng.integers(-1, 2, n), lens)[:n]
-        sticky = rng.random(n) < (0.5 if trial % 2 else 0.05)
-        times = 1_700_000_000.0 + np.arange(1, n + 1) * 1.0
-        held, keys = hold(Hysteresis(2.0, 1.0), times, v, c, s, sticky)
-        hy = Hysteresis(2.0, 1.0)
-        want = []
-        for e in range(n):
-            hy.step(float(times[e]), (int(v[e]), int(c[e]), int(s[e])), bool(sticky[e]))
-            want.append(hy.current)
-        assert [keys[k] for k in held] == want
-
-
 def test_arrow_to_numpy_without_pandas_matches_to_numpy():
     """arrow.to_np (Arrow buffers -> numpy) gives what to_numpy(zero_copy_only=False) gives:
     sliced arrays, nulls (NaN, integers as floats), booleans, chunks."""
@@ -225,34 +200,27 @@ def test_arrow_to_numpy_without_pandas_matches_to_numpy():
 
 
 @pytest.mark.parametrize("name", ["nvsmi_starved.csv", "gpumon.csv", "dmon.log"])
-def test_evidence_windows_gathered_match_windows_over_the_whole_log(name):
-    """timeline._judge_points (each evidence window in a slot of its own) gives the features
-    and rule output of the same windows computed over the whole log at once (up to float
-    rounding of running sums), including windows at the very start of the log."""
+def test_windows_judged_alone_or_with_their_neighbours_read_the_same(name):
+    """timeline.judge_windows gives a window's rule output whatever other windows it judges
+    with: a few scattered ones (each window's bins laid side by side) read as every second
+    of the log does (up to float rounding of running sums), the log's first bins too."""
     import importlib
     import numpy as np
-    T = importlib.import_module("gpumon.analyze.timeline")
-    from gpumon.detect.features import window_features
-    from gpumon.detect.rules import judge
     from gpumon.detect.thresholds import DEFAULT
+    T = importlib.import_module("gpumon.analyze.timeline")
     log = read_log(path(name))
     st = T.build_store(log, DEFAULT)
     rows = list(range(len(st.gpus)))
     job = T.job_flags(st, rows, DEFAULT)
-    pause, excl, why = job.pause, job.excl, job.why
+    job.recent = T.kernel_recent(T.last_kernel(st.view(rows)[0]), DEFAULT)
     pts = np.unique(np.r_[0, 1, 5, np.linspace(0, st.nb - 1, 25).round().astype(int),
                           st.nb - 1])
-    g, h = st.view(rows)
-    recent = T.kernel_recent(T.last_kernel(g), DEFAULT)
-    outs, feats = T._judge_points(st, rows, False, pause, DEFAULT, pts, excl, why, recent)
-    got, rgot = T._cat(feats), T._cat(outs)
-    want = window_features(g, h, pts, pause, DEFAULT, excluded=excl, why=why, recent=recent)
-    rwant = judge(want, False, DEFAULT)
-    for k in want:
-        assert np.allclose(np.asarray(got[k], float), np.asarray(want[k], float), rtol=1e-9,
-                           atol=1e-12, equal_nan=True), k
+    got, f = T.judge_windows(st, rows, False, job, DEFAULT, pts, features=True)
+    every = T.judge_windows(st, rows, False, job, DEFAULT, np.arange(st.nb))[0]
+    assert len(f["window"]) == len(pts)
     for k in ("verdict", "cause", "straggler"):
-        assert np.array_equal(rgot[k], rwant[k]), k
+        assert np.array_equal(got[k], every[k][pts]), k
+    assert np.allclose(got["confidence"], every["confidence"][pts], rtol=1e-9, atol=1e-12)
 
 
 def test_nvidia_smi_index_that_is_not_a_number_is_one_bad_line(tmp_path):

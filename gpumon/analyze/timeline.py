@@ -1,10 +1,11 @@
 """A whole log through the detector: per-second verdicts, hysteresis, segments, summary.
 
 The log's samples go into the same per-second bins as live data (gpumon.detect.bins); the
-same features and rules judge the window ending at every second (in chunks, side by side
-on the cores: threads.py), the rules of hindsight.py relabel what only a whole log shows,
-and the same Hysteresis turns them into a timeline. The few windows whose evidence
-describes each segment are then gathered and judged again on their own.
+same features and rules judge the window ending at every second (judge_windows: the
+windows' bins a batch at a time, the batches side by side on the cores, threads.py), the
+rules of hindsight.py relabel what only a whole log shows, and the same Hysteresis, stepped
+every second, turns them into a timeline. A few windows of each segment, judged the same
+way, give its evidence and reason.
 """
 from __future__ import annotations
 
@@ -37,7 +38,6 @@ from gpumon.analyze.pauses import host_starving, recovered, scan
 from gpumon.logs.threads import map_threads
 
 CHUNK_BINS = 4096
-POINTS_PER_CALL = 512          # evidence windows judged at once (x W bins each)
 STORE_CHUNK = 1 << 17          # samples binned at once
 # Bins given to host_bins at once (see job_flags).
 HOST_BINS_CHUNK = 1 << 13
@@ -133,47 +133,80 @@ def _take(s, idx, scratch: dict):
     return SampleCols(*out)
 
 
-def _judge_chunks(st: Store, rows: list[int], shared: bool, pause: np.ndarray, th: Thresholds,
-                  ends: np.ndarray, excl: Optional[np.ndarray] = None,
-                  why: Optional[np.ndarray] = None,
-                  recent: Optional[np.ndarray] = None) -> list[dict]:
-    """Rule output at ``ends`` (sorted), chunk by chunk."""
+def judge_windows(st: Store, rows: list[int], shared: bool, job: Job, th: Thresholds,
+                  ends: np.ndarray, features: bool = False) -> tuple[dict, Optional[dict]]:
+    """The rules' output (and with ``features`` the window features) of the windows ending
+    at ``ends`` (sorted bins), whatever their spacing: the bins those windows hold are laid
+    side by side (a window's bins once, shared with the window before where they overlap),
+    a batch of about CHUNK_BINS at a time, the batches on the cores. A window never reaches
+    further back than view_bins: at the log's first bins it holds the bins there are."""
     W = view_bins(th)
-    spans = []
-    i = 0
-    while i < len(ends):
-        lo_end = int(ends[i])
-        j = int(np.searchsorted(ends, lo_end + CHUNK_BINS, side="left"))
-        spans.append((i, j, max(0, lo_end - W + 1), int(ends[j - 1])))
-        i = j
-
     live = np.flatnonzero(st.g[:, :, :st.nb].any(axis=(1, 2)))
     scratch = threading.local()
+    flags = (job.pause, job.excl, job.why, job.recent)
 
-    def one(span):
-        i, j, lo, hi_end = span
-        g, h = _chunk_view(st, rows, lo, hi_end + 1, live, scratch)
-        f = window_features(g, h, ends[i:j] - lo, pause[lo:hi_end + 1], th,
-                            excluded=None if excl is None else excl[lo:hi_end + 1],
-                            why=None if why is None else why[lo:hi_end + 1],
-                            recent=None if recent is None else recent[lo:hi_end + 1])
-        return judge(f, shared, th)
+    def one(batch):
+        idx, at = batch
+        g, h = _gather(st, rows, idx, live, scratch)
+        ps, ex, wy, rc = (None if a is None else a[idx] for a in flags)
+        f = window_features(g, h, at, ps, th, excluded=ex, why=wy, recent=rc)
+        return judge(f, shared, th), (f if features else None)
 
-    return _map(one, spans)
+    out = _map(one, _batches(np.asarray(ends, np.int64), W))
+    r = _cat([o[0] for o in out])
+    return r, (_cat([o[1] for o in out]) if features else None)
 
 
-def _chunk_view(st: Store, rows: list[int], lo: int, hi: int, live: np.ndarray, scratch
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """st.view(rows, hi, lo): the same float64 arrays, in a buffer of this thread's kept from
-    chunk to chunk (a fresh one would be faulted in anew each time), with only the ``live``
-    fields (those with any data in the store) copied in: the others stay zero."""
-    g32, h32 = st.view(rows, hi, lo, raw=True)
+def _batches(ends: np.ndarray, W: int) -> list:
+    """(bins, positions) per batch of ``ends``: the bins the windows ending there hold, in
+    order, each once, and each window's last bin's position among them. A batch ends where
+    the bins its windows add (all of a window's where it meets no other) pass CHUNK_BINS."""
+    if not len(ends):
+        return []
+    lo = np.maximum(ends - W + 1, 0)
+    # Each window adds the bins after the one before it (all of its own where they do not
+    # meet): from max(its start, the last end + 1) to its end.
+    first = lo.copy()
+    first[1:] = np.maximum(lo[1:], ends[:-1] + 1)
+    size = ends - first + 1
+    upto = np.cumsum(size)
+    out = []
+    i = 0
+    while i < len(ends):
+        base = upto[i] - size[i]
+        j = max(int(np.searchsorted(upto, base + CHUNK_BINS, side="right")), i + 1)
+        sz, fs = size[i:j].copy(), first[i:j].copy()
+        fs[0], sz[0] = lo[i], ends[i] - lo[i] + 1       # (a batch's first window: whole)
+        pos = np.cumsum(sz)
+        idx = np.arange(pos[-1]) - np.repeat(pos - sz - fs, sz)
+        out.append((idx, pos - 1))
+        i = j
+    return out
+
+
+def _gather(st: Store, rows: list[int], idx: np.ndarray, live: np.ndarray, scratch
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """The store's bins ``idx`` of these rows as float64 arrays (a slice where they follow
+    one another), in a buffer of this thread's kept from batch to batch (a fresh one would be
+    faulted in anew each time), with only the ``live`` fields (those with any data in the
+    store) copied in: the others stay zero."""
+    a, b = int(idx[0]), int(idx[-1]) + 1
     bufs = scratch.__dict__.setdefault("g", {})
-    buf = bufs.get(g32.shape)
+    if b - a == len(idx):
+        g32, h32 = st.view(rows, b, a, raw=True)
+        buf = bufs.get(g32.shape)
+        if buf is None:
+            buf = bufs[g32.shape] = np.zeros(g32.shape)
+        buf[live] = g32[live]
+        return buf, h32.astype(np.float64)
+    g_all, h_all = st.view(rows, raw=True)
+    shape = g_all.shape[:2] + (len(idx),)
+    buf = bufs.get(shape)
     if buf is None:
-        buf = bufs[g32.shape] = np.zeros(g32.shape)
-    buf[live] = g32[live]
-    return buf, h32.astype(np.float64)
+        buf = bufs[shape] = np.zeros(shape)
+    for k in live.tolist():
+        buf[k] = np.take(g_all[k], idx, axis=1)
+    return buf, np.take(h_all, idx, axis=1).astype(np.float64)
 
 
 def _map(fn, items: list) -> list:
@@ -184,41 +217,6 @@ def _map(fn, items: list) -> list:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return map_threads(fn, items)
-
-
-def _judge_points(st: Store, rows: list[int], shared: bool, pause: np.ndarray,
-                  th: Thresholds, pts: np.ndarray, excl: np.ndarray, why: np.ndarray,
-                  recent: np.ndarray):
-    """Features and rule output at a few scattered ``pts`` (sorted): each window's bins are
-    gathered into a slot of its own, so the cost follows the number of points, not the span
-    they are spread over. A window never reaches further back than ``W`` bins (what
-    _judge_chunks relies on too); slots before the first bin are empty and left out."""
-    W = view_bins(th)
-    g_all, h_all = st.view(rows, raw=True)
-    outs, feats = [], []
-    for a in range(0, len(pts), POINTS_PER_CALL):
-        p = pts[a:a + POINTS_PER_CALL]
-        idx = (p[:, None] - (W - 1) + np.arange(W)[None, :]).ravel()
-        before = idx < 0
-        idx = np.maximum(idx, 0)
-        g = np.take(g_all, idx, axis=2).astype(np.float64)     # (take: faster than [..., idx])
-        h = np.take(h_all, idx, axis=1).astype(np.float64)
-        ps = pause[idx]
-        ex = excl[idx]
-        wy = why[idx]
-        rc = recent[idx]
-        if before.any():
-            g[:, :, before] = 0.0
-            h[:, before] = 0.0
-            ps[before] = False
-            ex[before] = True
-            wy[before] = -1
-            rc[before] = False
-        ends = np.arange(len(p)) * W + (W - 1)
-        f = window_features(g, h, ends, ps, th, excluded=ex, why=wy, recent=rc)
-        outs.append(judge(f, shared, th))
-        feats.append(f)
-    return outs, feats
 
 
 def _cat(parts: list[dict]) -> dict:
@@ -364,9 +362,7 @@ def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> 
                                   .round().astype(int) + lead, nb - 1))
              for (a, b), lead in zip(spans, leads)]
     pts = np.unique(np.concatenate(picks))
-    outs2, feats = _judge_points(st, rows, shared, job.pause, th, pts, job.excl, job.why,
-                                 job.recent)
-    f_all, r_all = _cat(feats), _cat(outs2)
+    r_all, f_all = judge_windows(st, rows, shared, job, th, pts, features=True)
     where = {int(p): i for i, p in enumerate(pts)}
     out = []
     for (a, b), pk, lead in zip(spans, picks, leads):
@@ -385,8 +381,7 @@ def _raw_verdicts(st: Store, rows: list[int], shared: bool, th: Thresholds) -> J
     (verdict, cause, straggler) per bin, hindsight's window and verdict rules applied."""
     job = job_flags(st, rows, th)
     job.recent = kernel_recent(last_kernel(st.view(rows, raw=True)[0], out=job.excl), th)
-    job.r = _cat(_judge_chunks(st, rows, shared, job.pause, th, np.arange(st.nb),
-                               excl=job.excl, why=job.why, recent=job.recent))
+    job.r = judge_windows(st, rows, shared, job, th, np.arange(st.nb))[0]
     job.v, job.c, job.s = job.r["verdict"], job.r["cause"], job.r["straggler"]
     return H.apply(H.apply(job, "window"), "verdict")
 
@@ -490,39 +485,15 @@ def job_flags(st: Store, rows: list[int], th: Thresholds) -> Job:
 def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.ndarray,
          sticky: np.ndarray) -> tuple[np.ndarray, list]:
     """``hy.step`` fed every bin's raw (verdict, cause, straggler) in turn: the key held after
-    each bin, as an index into the returned list of keys.
-
-    Once the held key equals the raw one with no candidate pending, further bins with that
-    same raw key change nothing (whatever their time or sticky flag), so such a run of bins is
-    filled at once instead of stepped one by one: same keys, a few steps per change.
-    """
-    nb = len(v)
-    held = np.empty(nb, dtype=np.int64)
-    keys: list = []
+    each bin, as an index into the returned list of keys."""
+    step, out = hy.step, []
+    for t, key, k in zip(times.tolist(), zip(v.tolist(), c.tolist(), s.tolist()),
+                         sticky.tolist()):
+        step(t, key, k)
+        out.append(hy.current)
     ids: dict = {}
-    if nb == 0:
-        return held, keys
-    # stop[e]: the end of the run of equal raw keys that bin e is in.
-    change = np.flatnonzero((v[1:] != v[:-1]) | (c[1:] != c[:-1]) | (s[1:] != s[:-1])) + 1
-    run_end = np.append(change, nb)
-    stop = run_end[np.searchsorted(run_end, np.arange(nb), side="right")].tolist()
-    tl, vl, cl, sl, kl = times.tolist(), v.tolist(), c.tolist(), s.tolist(), sticky.tolist()
-    e = 0
-    while e < nb:
-        key = (int(vl[e]), int(cl[e]), int(sl[e]))
-        hy.step(tl[e], key, bool(kl[e]))
-        cur = hy.current
-        k = ids.get(cur)
-        if k is None:
-            k = ids[cur] = len(keys)
-            keys.append(cur)
-        if hy.settled(key):
-            held[e:stop[e]] = k
-            e = stop[e]
-        else:
-            held[e] = k
-            e += 1
-    return held, keys
+    held = np.fromiter((ids.setdefault(k, len(ids)) for k in out), np.int64, len(out))
+    return held, list(ids)
 
 
 def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
