@@ -121,9 +121,13 @@ def _verdict(tl: Timeline, sm: dict) -> list[str]:
             and d.straggler_gpu == sm["straggler_gpu"] and list(d.gpus) == sm["gpus"]]
     if not main:
         return out
-    d = max(main, key=lambda x: x.end - x.start)
+    return out + _why(max(main, key=lambda x: x.end - x.start))
+
+
+def _why(d) -> list[str]:
+    """A segment's rule and reason, evidence, advice and missing signals."""
     ev = evidence_line(d.evidence)
-    out += ([f"  rule {d.rule}: {d.because}"] if d.rule else []) + (
+    out = ([f"  rule {d.rule}: {d.because}"] if d.rule else []) + (
         [f"  evidence: {ev}"] if ev else []) + [f"  advice: {d.advice}"]
     if d.missing:
         out.append(f"  missing signals: {', '.join(d.missing)}")
