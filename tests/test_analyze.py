@@ -275,3 +275,22 @@ def test_sample_orders_are_lexsorts():
         assert np.array_equal(T._gpu_time_order(g, t), want)
         got = bins._gpu_time_order(g, t)
         assert np.array_equal(np.arange(len(g)) if got is None else got, want)
+
+
+def test_hold_gives_the_verdict_held_after_each_second():
+    """A new raw verdict wins once it lasts hold_s (2 s: two seconds in a row); one second of
+    it, or of another, changes nothing."""
+    import numpy as np
+    from gpumon.analyze.timeline import hold
+    from gpumon.detect.stream import Hysteresis
+    from gpumon.diagnosis import VERDICTS
+    A, B, C = (VERDICTS.index(x) for x in ("busy", "data_starvation", "sync_stall"))
+    v = np.array([A, A, B, A, B, B, C, A])
+    none = np.full(len(v), -1)
+    times = 100.0 + np.arange(len(v))
+    held, keys = hold(Hysteresis(2.0, 1.0), times, v, none, none, np.zeros(len(v), bool))
+    assert [keys[k][0] for k in held] == [A, A, A, A, A, B, B, B]
+    assert keys == [(A, -1, -1), (B, -1, -1)]
+    held, keys = hold(Hysteresis(2.0, 1.0), times[:0], v[:0], none[:0], none[:0],
+                      np.zeros(0, bool))
+    assert len(held) == 0 and keys == []

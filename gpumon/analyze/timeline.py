@@ -485,15 +485,18 @@ def job_flags(st: Store, rows: list[int], th: Thresholds) -> Job:
 def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.ndarray,
          sticky: np.ndarray) -> tuple[np.ndarray, list]:
     """``hy.step`` fed every bin's raw (verdict, cause, straggler) in turn: the key held after
-    each bin, as an index into the returned list of keys."""
-    step, out = hy.step, []
-    for t, key, k in zip(times.tolist(), zip(v.tolist(), c.tolist(), s.tolist()),
-                         sticky.tolist()):
-        step(t, key, k)
-        out.append(hy.current)
-    ids: dict = {}
-    held = np.fromiter((ids.setdefault(k, len(ids)) for k in out), np.int64, len(out))
-    return held, list(ids)
+    each bin, as an index into the returned list of keys (noted where a step changed it)."""
+    step, at, held = hy.step, [0], [hy.current]
+    for e, (t, key, k) in enumerate(zip(times.tolist(), zip(v.tolist(), c.tolist(),
+                                                             s.tolist()), sticky.tolist())):
+        if step(t, key, k):
+            at.append(e)
+            held.append(hy.current)
+    runs = np.diff(np.append(at, len(v)))
+    held = [h for h, r in zip(held, runs.tolist()) if r]
+    keys = list(dict.fromkeys(held))
+    ids = {k: i for i, k in enumerate(keys)}
+    return np.repeat([ids[h] for h in held], runs[runs > 0]).astype(np.int64), keys
 
 
 def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
