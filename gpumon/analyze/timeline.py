@@ -37,7 +37,9 @@ from gpumon.analyze.hindsight import Job
 from gpumon.analyze.pauses import host_starving, recovered, scan
 from gpumon.logs.threads import map_threads
 
+# A batch of windows judged at once: at most this many windows, and this many bins in all.
 CHUNK_BINS = 4096
+BATCH_BINS = 1 << 15
 STORE_CHUNK = 1 << 17          # samples binned at once
 # Bins given to host_bins at once (see job_flags).
 HOST_BINS_CHUNK = 1 << 13
@@ -138,7 +140,7 @@ def judge_windows(st: Store, rows: list[int], shared: bool, job: Job, th: Thresh
     """The rules' output (and with ``features`` the window features) of the windows ending
     at ``ends`` (sorted bins), whatever their spacing: the bins those windows hold are laid
     side by side (a window's bins once, shared with the window before where they overlap),
-    a batch of about CHUNK_BINS at a time, the batches on the cores. A window never reaches
+    a batch at a time (_batches), the batches on the cores. A window never reaches
     further back than view_bins: at the log's first bins it holds the bins there are."""
     W = view_bins(th)
     live = np.flatnonzero(st.g[:, :, :st.nb].any(axis=(1, 2)))
@@ -159,8 +161,9 @@ def judge_windows(st: Store, rows: list[int], shared: bool, job: Job, th: Thresh
 
 def _batches(ends: np.ndarray, W: int) -> list:
     """(bins, positions) per batch of ``ends``: the bins the windows ending there hold, in
-    order, each once, and each window's last bin's position among them. A batch ends where
-    the bins its windows add (all of a window's where it meets no other) pass CHUNK_BINS."""
+    order, each once, and each window's last bin's position among them. A batch holds at
+    most CHUNK_BINS windows, and as many as the bins they add (all of a window's where it
+    meets no other) keep within BATCH_BINS."""
     if not len(ends):
         return []
     lo = np.maximum(ends - W + 1, 0)
@@ -174,7 +177,8 @@ def _batches(ends: np.ndarray, W: int) -> list:
     i = 0
     while i < len(ends):
         base = upto[i] - size[i]
-        j = max(int(np.searchsorted(upto, base + CHUNK_BINS, side="right")), i + 1)
+        j = max(min(i + CHUNK_BINS, int(np.searchsorted(upto, base + BATCH_BINS, side="right"))),
+                i + 1)
         sz, fs = size[i:j].copy(), first[i:j].copy()
         fs[0], sz[0] = lo[i], ends[i] - lo[i] + 1       # (a batch's first window: whole)
         pos = np.cumsum(sz)
@@ -186,10 +190,10 @@ def _batches(ends: np.ndarray, W: int) -> list:
 
 def _gather(st: Store, rows: list[int], idx: np.ndarray, live: np.ndarray, scratch
             ) -> tuple[np.ndarray, np.ndarray]:
-    """The store's bins ``idx`` of these rows as float64 arrays (a slice where they follow
-    one another), in a buffer of this thread's kept from batch to batch (a fresh one would be
-    faulted in anew each time), with only the ``live`` fields (those with any data in the
-    store) copied in: the others stay zero."""
+    """The store's bins ``idx`` of these rows as float64 arrays, with only the ``live``
+    fields (those with any data in the store) copied in: the others stay zero. Bins that
+    follow one another (every second's windows) are a slice, copied into a buffer of this
+    thread's kept from batch to batch (a fresh one would be faulted in anew each time)."""
     a, b = int(idx[0]), int(idx[-1]) + 1
     bufs = scratch.__dict__.setdefault("g", {})
     if b - a == len(idx):
@@ -200,10 +204,7 @@ def _gather(st: Store, rows: list[int], idx: np.ndarray, live: np.ndarray, scrat
         buf[live] = g32[live]
         return buf, h32.astype(np.float64)
     g_all, h_all = st.view(rows, raw=True)
-    shape = g_all.shape[:2] + (len(idx),)
-    buf = bufs.get(shape)
-    if buf is None:
-        buf = bufs[shape] = np.zeros(shape)
+    buf = np.zeros(g_all.shape[:2] + (len(idx),))      # (batches of scattered windows vary)
     for k in live.tolist():
         buf[k] = np.take(g_all[k], idx, axis=1)
     return buf, np.take(h_all, idx, axis=1).astype(np.float64)
