@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from gpumon.detect.features import csum
-from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.detect.thresholds import Thresholds
 
 def _seconds(duty: np.ndarray, n: np.ndarray, th: Thresholds):
     """Per bin of a job: which GPUs have data (G, T), whether the job has any (T,), the
@@ -95,7 +95,7 @@ def _runs(good: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return nxt - idx, idx - prv - 1
 
 
-def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = DEFAULT,
+def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds,
               host: Optional[list] = None, power: Optional[np.ndarray] = None,
               sc: Optional["_Scan"] = None,
               starving: Optional[np.ndarray] = None) -> np.ndarray:
@@ -128,7 +128,7 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds = D
 
 
 def not_one_off(pause: np.ndarray, unknown: np.ndarray, duty: np.ndarray, n: np.ndarray,
-                u: np.ndarray, th: Thresholds = DEFAULT,
+                u: np.ndarray, th: Thresholds,
                 sc: Optional["_Scan"] = None) -> np.ndarray:
     """Bins (T,) of the live tracker's pauses (``pause``) that a log shows were no one-off
     stop: ``unknown`` (nothing on the host explains them) and followed by steady work
@@ -159,7 +159,7 @@ class _Scan:
 
 
 def scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
-         th: Thresholds = DEFAULT) -> Optional[_Scan]:
+         th: Thresholds) -> Optional[_Scan]:
     """What two_sided and not_one_off read of a job's bins (per-GPU duty (G, T), sample count
     and busy sum per bin): computed once, it serves both. None where the job is too short
     for a dip with steady work on either side (both then find none)."""
@@ -304,7 +304,7 @@ def _tail_return(good: np.ndarray, jd: np.ndarray, s: int, bar: float, tail: int
 DIP, LEAD, AFTER = 1, 2, 3
 
 
-def recovered(duty: np.ndarray, n: np.ndarray, th: Thresholds = DEFAULT,
+def recovered(duty: np.ndarray, n: np.ndarray, th: Thresholds,
               host: Optional[list] = None, starving: Optional[np.ndarray] = None
               ) -> np.ndarray:
     """Per bin (T,) of a job, where a log shows an isolated dip and the steady work after it

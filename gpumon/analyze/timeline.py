@@ -246,7 +246,7 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
     return _join(parts, th)
 
 
-def _join(parts: list[Timeline], th: Thresholds = DEFAULT) -> Timeline:
+def _join(parts: list[Timeline], th: Thresholds) -> Timeline:
     parts = _merge_short(parts, th)
     if len(parts) == 1:
         return parts[0]
