@@ -33,7 +33,8 @@ class Job:
     """One job's seconds (bins) as hindsight reads and relabels them. ``duty`` (G, T), ``n``,
     ``u``: per-GPU duty and the job's sample count and busy sum per bin; ``host``: host_bins'
     tuples; ``sc``: pauses.scan of the bins; ``starving``: pauses.host_starving; ``power``:
-    per-GPU mean power (G, T); ``rec``: pauses.recovered's marks; ``level``: the least busy
+    per-GPU mean power (G, T); ``dips``: pauses.one_off_dips; ``rec``: pauses.recovered's
+    marks of them; ``level``: the least busy
     GPU's duty (-inf where one has no data or spins cold); ``pause``, ``excl``, ``why``: the
     pause flags; ``recent``: features.kernel_recent; ``v``, ``c``, ``s``, ``r``: the rules'
     verdict, cause and straggler per bin and their whole output, once judged. ``marks``: per rule, the bins it relabelled."""
@@ -45,6 +46,7 @@ class Job:
     sc: object
     starving: Optional[np.ndarray]
     power: np.ndarray
+    dips: list
     rec: np.ndarray
     level: np.ndarray
     pause: np.ndarray
@@ -89,14 +91,15 @@ def _secs(job: Job, k: int) -> str:
     return f"{k * job.th.bin_s:.0f} s"
 
 
-def _dip_beside(job: Job, a: int, b: int) -> tuple[int, int]:
-    """(dip, steady): the bins of recovered()'s one-off dip next to the steady work that
-    holds [a, b), and of that steady work."""
-    work = (job.rec == LEAD) | (job.rec == AFTER)
-    wa, wb = _run(work, a)
-    dip = job.rec == DIP
-    d = _run(dip, wb) if wb < len(dip) and dip[wb] else _run(dip, wa - 1)
-    return d[1] - d[0], wb - wa
+def _dip_at(job: Job, i: int) -> str:
+    """The one-off dip (pauses.one_off_dips) whose marks hold bin ``i``, in words: its
+    length, the steady work on either side and what that had to be at least."""
+    hb = job.bins(job.th.hold_s)
+    a0, b0, a, b = next(d for d in reversed(job.dips) if d[1] - hb <= i < d[3])
+    th = job.th
+    return (f"{_secs(job, a - b0)} stop ({_secs(job, b0 - a0)} of steady work before it, "
+            f"{_secs(job, b - a)} after it; {th.context_s:.0f} s and {th.isolation:.0f} "
+            "times the stop or more on either side)")
 
 
 # --- pause flags ------------------------------------------------------------------------
@@ -226,12 +229,8 @@ def _over(job: Job) -> np.ndarray:
 
 
 def _why_over(job: Job, a: int, b: int, d) -> str:
-    th = job.th
-    dip, steady = _dip_beside(job, a, b)
-    return (f"its windows read {d.verdict} (rule {d.rule}), but the log shows "
-            f"{_secs(job, steady)} of steady work beside a {_secs(job, dip)} stop, at least "
-            f"{th.context_s:.0f} s and {th.isolation:.0f} times the stop on either side: a "
-            "one-off, over")
+    return (f"its windows read {d.verdict} (rule {d.rule}), which hold a one-off stop: the "
+            f"log shows steady work on either side of that {_dip_at(job, a)}: over")
 
 
 def _back(job: Job) -> np.ndarray:
@@ -255,13 +254,8 @@ def _one_off(job: Job) -> np.ndarray:
 
 
 def _why_one_off(job: Job, a: int, b: int, d) -> str:
-    th = job.th
-    da, db = _run(job.rec == DIP, a)
-    after = _run((job.rec == LEAD) | (job.rec == AFTER), db)
     return (f"its windows read {d.verdict} (rule {d.rule}), but the log shows steady work "
-            f"on either side of this {_secs(job, db - da)} stop ({_secs(job, after[1] - db)} "
-            f"after it), {th.context_s:.0f} s and {th.isolation:.0f} times the stop or more: "
-            "a one-off stop, not a starved rhythm")
+            f"on either side of this {_dip_at(job, a)}: a one-off stop, not a starved rhythm")
 
 
 HINDSIGHT: tuple[Hindsight, ...] = (

@@ -304,35 +304,33 @@ def _tail_return(good: np.ndarray, jd: np.ndarray, s: int, bar: float, tail: int
 DIP, LEAD, AFTER = 1, 2, 3
 
 
-def recovered(duty: np.ndarray, n: np.ndarray, th: Thresholds,
-              host: Optional[list] = None, starving: Optional[np.ndarray] = None
-              ) -> np.ndarray:
-    """Per bin (T,) of a job, where a log shows an isolated dip and the steady work after it
-    (every GPU at log_steady_duty or more in every second, no rank's host starving): DIP
-    in the dip, LEAD in the hold_s of work before it (analyze's windows lead by that much)
-    and the first recover_s after it, AFTER in the rest of that work, 0 elsewhere.
-    Isolated: steady work on either side at least context_s long and ``isolation`` times as
-    long as the dip. Such a dip was a one-off (a rank's slow batch,
-    a short save), where a starving job stops again sooner; its windows would hold
-    starvation for up to window_max_s after it. ``starving``: host_starving(host), where
-    the caller has it already."""
-    T = len(n)
-    out = np.zeros(T, dtype=np.int8)
+def one_off_dips(duty: np.ndarray, n: np.ndarray, th: Thresholds,
+                 starving: Optional[np.ndarray] = None) -> list[tuple[int, int, int, int]]:
+    """(a0, b0, a, b) per isolated dip [b0, a) of a job: steady work [a0, b0) before it and
+    [a, b) after it (every GPU at log_steady_duty or more in every second, no rank's host
+    ``starving``: host_starving), each at least context_s long and ``isolation`` times as
+    long as the dip. Such a dip was a one-off (a rank's slow batch, a short save), where a
+    starving job stops again sooner; its windows would hold starvation for up to
+    window_max_s after it."""
     need = _need(th)
-    rb = max(1, int(round(th.recover_s / th.bin_s)))
-    hb = max(0, int(round(th.hold_s / th.bin_s)))
     duty, n, _ = fill_holes(duty, n, n, th)
     good = _seconds(duty, n, th)[3]
-    if starving is None:
-        starving = host_starving(host)
     if starving is not None:
         good &= ~starving
     edges = np.flatnonzero(np.diff(np.concatenate(([0], good.astype(np.int8), [0]))))
     runs = list(zip(edges[::2].tolist(), edges[1::2].tolist()))    # steady [a, b)
-    for (a0, b0), (a, b) in zip(runs, runs[1:]):
-        span = max(need, int(th.isolation * (a - b0)))
-        if b0 - a0 >= span and b - a >= span:
-            # (The hold_s seconds before the dip lead analyze's windows into it: LEAD too.)
-            out[b0 - hb:b0], out[a:a + rb], out[a + rb:b] = LEAD, LEAD, AFTER
-            out[b0:a] = DIP
+    return [(a0, b0, a, b) for (a0, b0), (a, b) in zip(runs, runs[1:])
+            if min(b0 - a0, b - a) >= max(need, int(th.isolation * (a - b0)))]
+
+
+def recovered(dips: list, T: int, th: Thresholds) -> np.ndarray:
+    """Per bin (T,) of a job, from its one_off_dips: DIP in each dip, LEAD in the hold_s of
+    work before it (analyze's windows lead by that much) and the first recover_s after it,
+    AFTER in the rest of the steady work after it, 0 elsewhere."""
+    out = np.zeros(T, dtype=np.int8)
+    rb = max(1, int(round(th.recover_s / th.bin_s)))
+    hb = max(0, int(round(th.hold_s / th.bin_s)))
+    for a0, b0, a, b in dips:
+        out[b0 - hb:b0], out[a:a + rb], out[a + rb:b] = LEAD, LEAD, AFTER
+        out[b0:a] = DIP
     return out

@@ -34,7 +34,7 @@ from gpumon.logs.log import Log, runs
 from gpumon.logs.memory import small_pages
 from gpumon.analyze import hindsight as H
 from gpumon.analyze.hindsight import Job
-from gpumon.analyze.pauses import host_starving, recovered, scan
+from gpumon.analyze.pauses import host_starving, one_off_dips, recovered, scan
 from gpumon.logs.threads import map_threads
 
 # A batch of windows judged at once: at most this many windows, and this many bins in all.
@@ -473,9 +473,9 @@ def job_flags(st: Store, rows: list[int], th: Thresholds) -> Job:
     with np.errstate(invalid="ignore", divide="ignore"):
         power = N.div(g[GI["pw"]], g[GI["pn"]])
     starving = host_starving(hostb)
-    job = H.Job(th, duty, n, u, hostb, scan(duty, n, u, th), starving, power,
-                recovered(duty, n, th, hostb, starving=starving), _work_level(g, th),
-                pause, excl, why)
+    dips = one_off_dips(duty, n, th, starving)
+    job = H.Job(th, duty, n, u, hostb, scan(duty, n, u, th), starving, power, dips,
+                recovered(dips, len(n), th), _work_level(g, th), pause, excl, why)
     H.apply(job, "pause")
     # Seconds in which the job did not hold its GPUs (before it started, after it ended)
     # are left out of its windows, as the live detector only judges a job once it exists.
