@@ -34,10 +34,10 @@ class Job:
     ``u``: per-GPU duty and the job's sample count and busy sum per bin; ``host``: host_bins'
     tuples; ``sc``: pauses.scan of the bins; ``starving``: pauses.host_starving; ``power``:
     per-GPU mean power (G, T); ``dips``: pauses.one_off_dips; ``rec``: pauses.recovered's
-    marks of them; ``level``: the least busy
-    GPU's duty (-inf where one has no data or spins cold); ``pause``, ``excl``, ``why``: the
-    pause flags; ``recent``: features.kernel_recent; ``v``, ``c``, ``s``, ``r``: the rules'
-    verdict, cause and straggler per bin and their whole output, once judged. ``marks``: per rule, the bins it relabelled."""
+    marks of them; ``level``: the least busy GPU's duty (-inf where one has no data or spins
+    cold); ``pause``, ``excl``, ``why``: the pause flags; ``recent``: features.kernel_recent;
+    ``v``, ``c``, ``s``, ``r``: the rules' verdict, cause and straggler per bin and their
+    whole output, once judged; ``marks``: per rule, the bins it relabelled."""
     th: Thresholds
     duty: np.ndarray
     n: np.ndarray
@@ -194,7 +194,7 @@ def hindsight_lead(r: dict, flags: list, k: int) -> dict:
 
 
 def _lead_when(job: Job) -> np.ndarray:
-    return np.ones(len(job.n), bool)
+    return np.ones(len(job.n), bool)        # (hindsight_lead says which seconds lead)
 
 
 def _lead(job: Job, m: np.ndarray) -> None:
