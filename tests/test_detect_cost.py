@@ -186,7 +186,8 @@ def test_bench_target_is_the_costliest_eight_gpu_run():
 
 def test_runs_ended_by_ticks_land_where_a_whole_log_puts_them():
     """The bursts and gaps a tick ends (the runs carried from the tick before added in one
-    call) sum, bin by bin, to what the vectorised pass over every sample at once gives."""
+    call) sum, bin by bin, to what the vectorised pass over every sample at once gives; so
+    do the busy and idle time and the runs begun (runs carried across ticks)."""
     import math
     from gpumon.detect.bins import GI, PY_RUNS_MAX, Store
     from gpumon.detect.pipeline import tick_columns
@@ -197,17 +198,18 @@ def test_runs_ended_by_ticks_land_where_a_whole_log_puts_them():
     live, log = Store(t0), Store(t0)
     ended = 0
     for t in ticks:
-        before = live.g[GI["gapn"]].sum() + live.g[GI["burn"]].sum()
+        before = live.g[GI["gapn"]].sum()
         live.add_samples(tick_columns((t,))[0])
-        ended += live.g[GI["gapn"]].sum() + live.g[GI["burn"]].sum() > before + 1
+        ended += live.g[GI["gapn"]].sum() > before + 1
     log.add_samples(one)
     live.flush_runs()
     log.flush_runs()
     assert ended > 20                            # ticks that ended runs on several GPUs
     assert (live.b0, live.nb) == (log.b0, log.nb)
     a, b = live.view()[0], log.view()[0]
-    for k in ("gapn", "burn"):
+    for k in ("gapn", "bst", "gst"):
         np.testing.assert_array_equal(a[GI[k]], b[GI[k]])
-    for k in ("gaps", "burs"):
+    assert b[GI["bst"]].sum() > 100 and b[GI["gst"]].sum() > 100
+    for k in ("gaps", "bt", "it"):
         # (run lengths are differences of epoch times, summed in another order: ~1e-8 s)
         np.testing.assert_allclose(a[GI[k]], b[GI[k]], rtol=1e-6, atol=1e-6)

@@ -507,10 +507,10 @@ def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
     verdict = VERDICTS[v]
     cause = CAUSES[c] if c >= 0 else None
     strag = gpus[s] if s >= 0 else None
-    ev = {}
-    for k in EVIDENCE_KEYS:
-        vals = [d.evidence.get(k) for d in ds if d.evidence.get(k) is not None]
-        ev[k] = round(_median(vals), 4) if vals else None
+    quoted = _quoted(ds, verdict, cause)
+    # The numbers its reason quotes, of the same window; else the middle of its windows'.
+    ev = dict(quoted.evidence) if quoted is not None else {k: _middle(ds, k)
+                                                            for k in EVIDENCE_KEYS}
     missing = sorted({m for d in ds for m in d.missing})
     base = float(np.mean(conf)) if conf else 0.5
     for m in missing:
@@ -521,16 +521,23 @@ def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
                      missing=tuple(missing), rule=reason[0], because=reason[1])
 
 
+def _quoted(ds: list[Diagnosis], verdict: str, cause) -> Optional[Diagnosis]:
+    """The window whose reason and evidence a segment shows: its middle window that gave its
+    verdict (its first windows may still show the verdict it changed from); None if none."""
+    same = [d for d in ds if d.verdict == verdict and d.cause == cause]
+    return same[len(same) // 2] if same else None
+
+
 def _reason(ds: list[Diagnosis], key: tuple, job: H.Job, a: int, b: int, th: Thresholds
             ) -> tuple[str, str]:
     """A segment's rule and reason: those of its middle window that gave its verdict (its
     first windows may still show the verdict it changed from); else the hindsight rule that
     gave its bins [a, b) that verdict; else what made it."""
     verdict, cause = VERDICTS[key[0]], CAUSES[key[1]] if key[1] >= 0 else None
-    same = [d for d in ds if d.verdict == verdict and d.cause == cause]
+    q = _quoted(ds, verdict, cause)
     d = ds[len(ds) // 2]
-    if same:
-        return same[len(same) // 2].rule, same[len(same) // 2].because
+    if q is not None:
+        return q.rule, q.because
     by = H.relabelled(job, a, b, key[0])
     if by is not None:
         return by[0], H.BY_NAME[by[0]].reason(job, by[1], by[2], d)
@@ -538,6 +545,12 @@ def _reason(ds: list[Diagnosis], key: tuple, job: H.Job, a: int, b: int, th: Thr
         return "too_few_samples", "too few samples in these seconds to judge them"
     # The hold kept the verdict before while another had not yet won.
     return held.hold.name, held.hold.because(d.verdict, d.rule, th)
+
+
+def _middle(ds: list[Diagnosis], k: str) -> Optional[float]:
+    """The median of evidence ``k`` over the windows ``ds`` that have it (None: none)."""
+    vals = [d.evidence.get(k) for d in ds if d.evidence.get(k) is not None]
+    return round(_median(vals), 4) if vals else None
 
 
 def _median(vals: list) -> float:

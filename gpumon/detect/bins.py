@@ -2,8 +2,9 @@
 
 Raw samples (one per driver utilization period per GPU, ~6 per second on NVML, 1 per second
 in an nvidia-smi log) are reduced, per GPU and per second of data, to sums: samples, busy
-share, samples busy/idle, power, clocks, clock-event counts, memory, and the bursts and gaps
-(sub-second runs of busy and idle samples) that *ended* in that second. Sums add, so the live
+share, samples busy/idle, power, clocks, clock-event counts, memory, the busy and idle time
+measured by the samples and the bursts and gaps (runs of busy and idle samples) that begin in
+that second, and the gaps that *ended* in it (gap stops, pauses.py). Sums add, so the live
 detector adds each tick's samples into a sliding store and ``gpumon analyze`` bins a whole log
 at once with the same function: both then read the same features from the same arrays.
 """
@@ -32,7 +33,9 @@ GPU_FIELDS = (
     "en",       # samples with clock event reasons known
     "therm", "pcap", "hws",  # samples with thermal / power-cap / hw-slowdown reasons
     "mem", "memn",  # memory used (MiB) sum and count
-    "gapn", "gaps", "burn", "burs",  # gaps / bursts ending in this bin: count, total seconds
+    "gapn", "gaps",  # gaps ending in this bin: count, total seconds (their whole length)
+    "bt", "it",  # busy / idle seconds the samples measured (see Store._time_runs)
+    "bst", "gst",  # bursts / gaps that begin in this bin
     "ld", "ldn",  # loader workers' CPU (% of a core), sum and count
     "mc", "mcn",  # main process CPU
     "mt", "mtn",  # main process busiest thread CPU
@@ -49,17 +52,14 @@ HI = {name: i for i, name in enumerate(HOST_FIELDS)}
 _F_JOB = np.array([GI[k] for k in ("ld", "mc", "mt", "wk", "lb", "age", "ldn", "mcn", "mtn",
                                    "wkn", "lbn", "agen")])
 _F_HOST = np.array([HI[k] for k in ("io", "rd", "wr", "cpu", "ion", "rdn", "wrn", "cpun")])
-_F_RUNS = np.array([GI[k] for k in ("burn", "burs", "gapn", "gaps")])
+_F_GAPS = np.array([GI[k] for k in ("gapn", "gaps")])
 _THERMAL = CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL
 _PCAP = CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_POWER_BRAKE
 # The fields add_samples fills, and where each sits in its scratch array.
 _SAMPLE_FIELDS = np.array([GI[k] for k in (
     "n", "u", "busy", "idle", "pw", "pl", "clk", "cmax", "mem", "pid",
-    "pn", "pln", "cn", "cmaxn", "memn", "pidn", "en", "therm", "pcap", "hws")])
-_S_N, _S_U, _S_BUSY, _S_IDLE = 0, 1, 2, 3
-_S_VAL = np.arange(4, 10)
-_S_CNT = np.arange(10, 16)
-_S_EN, _S_THERM, _S_PCAP, _S_HWS = 16, 17, 18, 19
+    "pn", "pln", "cn", "cmaxn", "memn", "pidn", "en", "therm", "pcap", "hws",
+    "bt", "it", "bst", "gst")])
 # Samples (count) up to which one add_samples call finds runs in plain Python: below this
 # numpy's fixed cost per call dominates (a live tick has ~6 per GPU), above it numpy wins.
 PY_RUNS_MAX = 2000
@@ -234,6 +234,8 @@ class Store:
         self.g = np.zeros((len(GPU_FIELDS), 0, cap or 0), dtype)
         self.h = np.zeros((len(HOST_FIELDS), cap or 0), dtype)
         self.carry = RunCarry()
+        # Per row, its last sample: time (NaN: none yet), busy, measured (Store._time_runs).
+        self.tail = np.zeros((3, 0))
         self.pids: dict[int, tuple] = {}  # gpu -> latest known PIDs (live grouping)
 
     # -- shape management ---------------------------------------------------------------------
@@ -343,18 +345,74 @@ class Store:
         # order of _SAMPLE_FIELDS: one row each, the values' own rows where they are the sums'
         # terms as they stand (_scatter makes them one float array where it needs one).
         bits = v0[7].astype(np.int64)
-        m = [ok[0], v0[0] / 100.0, ok[0] & (util >= th.seg_util_pct),
-             ok[0] & (util <= th.idle_util_pct), *v0[1:7], *ok[1:7], ok[7],
-             (bits & _THERMAL) != 0, (bits & _PCAP) != 0, (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0]
-        self._scatter(self.g, _SAMPLE_FIELDS, rows, slots, m)
         have_u = ok[0]
-        if have_u.all():
-            self._runs(t, gpu, rows, util)
+        if not have_u.all():          # (the runs are of the samples with a utilization)
+            t, gpu, rows_u, util = t[have_u], gpu[have_u], rows[have_u], util[have_u]
         else:
-            self._runs(t[have_u], gpu[have_u], rows[have_u], util[have_u])
+            rows_u = rows
+        tm = self._time_runs(t, gpu, rows_u, util)
+        if len(rows_u) < n:
+            full = np.zeros((len(tm), n))
+            full[:, have_u] = tm
+            tm = full
+        m = [have_u, v0[0] / 100.0, have_u & (vals[0] >= th.seg_util_pct),
+             have_u & (vals[0] <= th.idle_util_pct), *v0[1:7], *ok[1:7], ok[7],
+             (bits & _THERMAL) != 0, (bits & _PCAP) != 0, (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0,
+             *tm]
+        self._scatter(self.g, _SAMPLE_FIELDS, rows, slots, m)
+        self._runs(t, gpu, rows_u, util)
+
+    def _time_runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray
+                   ) -> np.ndarray:
+        """Bursts and gaps as the windows read them (features.run_lengths): per GPU and bin,
+        the busy and idle seconds the samples measured (each sample the time since the one
+        before it) and the bursts and gaps (runs of samples at or above / below
+        seg_util_pct) that begin in it. A sample more than max_sample_gap_s after the one
+        before measures nothing: it is no part of a run, and the run after it begins anew.
+        Returns the four rows (bt, it, bst, gst) to add, one column per sample."""
+        n = len(t)
+        if n == 0:
+            return np.zeros((4, 0))
+        kind = util >= self.th.seg_util_pct
+        first = np.empty(n, dtype=bool)
+        first[0] = True
+        first[1:] = gpu[1:] != gpu[:-1]
+        dt = np.empty(n)
+        dt[1:] = t[1:] - t[:-1]
+        starts = first.nonzero()[0]
+        last = np.empty_like(starts)
+        last[:-1] = starts[1:] - 1
+        last[-1] = n - 1
+        pk = np.empty(n, dtype=bool)              # the sample before: its kind, ...
+        pk[1:] = kind[:-1]
+        pm0 = self._carried(t, rows, kind, starts, last, dt, pk)
+        meas = dt <= self.th.max_sample_gap_s     # (NaN: not measured)
+        pm = np.empty(n, dtype=bool)              # ... and whether it measured time
+        pm[1:] = meas[:-1]
+        pm[starts] = pm0
+        begin = meas & ~(pm & (pk == kind))
+        self.tail[:, rows[last]] = t[last], kind[last], meas[last]
+        return np.array([np.where(kind & meas, dt, 0.0), np.where(~kind & meas, dt, 0.0),
+                         begin & kind, begin & ~kind], dtype=float)
+
+    def _carried(self, t, rows, kind, starts, last, dt, pk) -> np.ndarray:
+        """Each GPU's first sample in this call (``starts``; ``last``: its last): ``dt`` and
+        ``pk`` from its last sample before (``tail``), and whether that one measured time. A
+        GPU's first sample ever counts its chunk's mean period."""
+        if self.tail.shape[1] < len(self.gpus):
+            pad = np.full((3, len(self.gpus) - self.tail.shape[1]), np.nan)
+            self.tail = np.concatenate([self.tail, pad], axis=1)
+        prev = self.tail[:, rows[starts]]         # (3, GPUs): time, busy, measured
+        new = np.isnan(prev[0])
+        k = last - starts
+        period = (t[last] - t[starts]) / np.where(k > 0, k, np.nan)    # (NaN: one sample)
+        dt[starts] = np.where(new, period, np.maximum(t[starts] - prev[0], 0.0))
+        pk[starts] = np.where(new, ~kind[starts], prev[1] > 0)
+        return ~new & (prev[2] > 0)
 
     def _runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray) -> None:
-        """Bursts and gaps: runs of samples above / below seg_util_pct, per GPU, across calls.
+        """The gaps (runs of samples below seg_util_pct, per GPU, across calls) that end in
+        each bin, with their whole length: the gap stops (pauses.gap_stops).
 
         (Plain Python over a tick's few dozen samples, where numpy's per-call cost would
         dominate; a whole log goes to the vectorized _runs_np, which gives the same sums.)"""
@@ -376,6 +434,8 @@ class Store:
             # Join the run carried from the previous call; the last run is carried on.
             self._carry_on(g, runs, tl[e0 - 1], carried)
             for i, k, length in runs[:-1]:
+                if k:                         # (a burst: only gaps are kept)
+                    continue
                 d_row.append(rl[i])
                 d_t.append(tl[i])
                 d_kind.append(k)
@@ -411,7 +471,7 @@ class Store:
         if g in c.kind:
             if c.kind[g] == runs[0][1]:
                 runs[0][2] += c.length[g]
-            else:
+            elif not c.kind[g]:
                 carried.append((self.rows[g], c.last_end[g], c.kind[g], c.length[g]))
         c.kind[g] = runs[-1][1]
         c.length[g] = runs[-1][2]
@@ -472,9 +532,9 @@ class Store:
     def _emit(self, rows: np.ndarray, tend: np.ndarray, kind: np.ndarray,
               length: np.ndarray) -> None:
         slots = self._bins(tend - self.mid_s) - self.b0
-        kind = kind.astype(bool)
-        m = np.array([kind, np.where(kind, length, 0.0), ~kind, np.where(kind, 0.0, length)])
-        self._scatter(self.g, _F_RUNS, rows, slots, m.astype(float))
+        gap = ~kind.astype(bool)
+        m = np.array([gap, np.where(gap, length, 0.0)])
+        self._scatter(self.g, _F_GAPS, rows, slots, m.astype(float))
 
     def flush_runs(self) -> None:
         """End every carried run (end of a log): it counts where its last sample was."""

@@ -25,14 +25,14 @@ from gpumon.diagnosis import CAUSES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 
-_CTX_FIELDS = [GI[k] for k in ("n", "u", "gapn", "gaps", "burn", "burs")]
+_CTX_FIELDS = np.array([GI[k] for k in ("n", "u", "bt", "it", "bst", "gst")])
 # Per-GPU window ratios: feature name -> (numerator field, denominator field).
 _RATIO_FIELDS = {
     "duty": ("u", "n"), "busy_share": ("busy", "n"), "idle_share": ("idle", "n"),
     "power_w": ("pw", "pn"), "power_limit": ("pl", "pln"), "clock": ("clk", "cn"),
     "clock_max": ("cmax", "cmaxn"), "therm_share": ("therm", "en"),
-    "pcap_share": ("pcap", "en"), "hws_share": ("hws", "en"), "gap_s": ("gaps", "gapn"),
-    "burst_s": ("burs", "burn"), "mem_mib": ("mem", "memn"), "pid_share": ("pid", "pidn"),
+    "pcap_share": ("pcap", "en"), "hws_share": ("hws", "en"),
+    "mem_mib": ("mem", "memn"), "pid_share": ("pid", "pidn"),
     "loader_cpu": ("ld", "ldn"), "main_cpu": ("mc", "mcn"), "main_thread": ("mt", "mtn"),
     "workers": ("wk", "wkn"), "loader_busy": ("lb", "lbn")}
 _RATIOS = tuple(_RATIO_FIELDS)
@@ -233,6 +233,30 @@ def kernel_recent(lk: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
     return np.arange(len(lk)) - lk < _bins(th.idle_after_s, th)
 
 
+def run_lengths(t: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """(burst_s, gap_s): a window's busy and idle seconds ``t`` (2, ...) over its bursts and
+    gaps ``k`` (2, ...) (_runs_of). NaN where there was no such time (samples further apart
+    than max_sample_gap_s measure none). Never longer than the window."""
+    return t / np.where(k > 0, k, np.nan)         # (t / NaN: NaN, without a warning)
+
+
+def _runs_of(S: np.ndarray):
+    """(time, runs), each (2, ...), from a window's sums ``S`` of bins bt, it, bst, gst: the
+    bursts and gaps that begin inside it; time of a kind with none begun there (a run that
+    spans the whole window) counts one."""
+    t = S[:2]
+    return t, np.maximum(S[2:], t > 0)
+
+
+def _runs_features(S: np.ndarray) -> dict:
+    """Per GPU (G, E), over each window's own seconds (its sums ``S`` of bins bt, it, bst,
+    gst): busy and idle time (run_t) and the mean lengths of the bursts and gaps in it
+    (burst_s, gap_s: run_lengths of _runs_of)."""
+    t, k = _runs_of(S)
+    b, gp = run_lengths(t, k)
+    return {"run_t": t, "burst_s": b, "gap_s": gp}
+
+
 def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: int):
     """(W, ctx_duty): each window's length in bins (see _window_features) and the job's duty
     over the context_s before its end, from the running sums ``C`` (rows ``ix``)."""
@@ -258,7 +282,7 @@ def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: i
             & (N.nan_to_num(N.div(last[1], last[0]), nan=0.0) < th.duty_starved))
     if not slow.any():                 # (no window stretched: all of window_s)
         return np.full(len(ends), w0), ctx_duty
-    cycle = N.div(tot[3] + tot[5], tot[2])           # s per (burst + gap)
+    cycle = run_lengths(*_runs_of(tot[2:6])).sum(axis=0)   # s per (burst + gap)
     want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
     return np.minimum(np.maximum(want, w0), wmax).astype(int), ctx_duty
 
@@ -269,9 +293,10 @@ def _gpu_ratios(g: np.ndarray, C: np.ndarray, pos: np.ndarray, L: int, ix: dict,
     counts, every ratio of _RATIO_FIELDS, the host's _RECENT readings, power and clock
     fractions."""
     S = wsum_c(C, W, ends)                         # (L + 1, G, E): pos[field] -> row
-    f = {"n": S[pos[GI["n"]]], "gap_n": S[pos[GI["gapn"]]],
+    f = {"n": S[pos[GI["n"]]],
          # Samples in the window, pauses included: whether there is enough data at all.
          "n_all": wsum(g[GI["n"]], W, ends)}
+    f.update(_runs_features(S[pos[_CTX_FIELDS[2:]]]))
     # Every per-GPU ratio in one division (a few numpy calls instead of twenty).
     R = _ratios(S, ix["num"], ix["den"], L)         # (len(_RATIOS), G, E)
     for i, name in enumerate(_RATIOS):

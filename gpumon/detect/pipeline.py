@@ -103,34 +103,16 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
         return f[name][:, e]
 
     def mean(name):
-        a = col(name)
-        a = a[~np.isnan(a)]
-        return float(a.sum()) / len(a) if len(a) else None   # a.mean() without its checks
-
-    def hostval(name):       # (max in plain Python: the same number, on a few values)
-        a = f[name][:, e].tolist()
-        if strag_row >= 0 and not math.isnan(a[strag_row]):
-            return a[strag_row]
-        a = [x for x in a if x == x]          # (NaN != NaN)
-        return max(a) if a else None
+        return _mean(col(name))
 
     def known(name):         # (the column's numbers, NaN left out)
         return [x for x in f[name][:, e].tolist() if x == x]
 
-    duty = col("duty")
-    d = duty[~np.isnan(duty)]
     relk = known("rel_power")
     clock = known("clock_frac")
-    dmean = float(d.sum()) / len(d) if len(d) else None
-    dl = d.tolist()
     ev = {
-        "duty_cycle": dmean,
-        "duty_min": min(dl) if dl else None,
-        "duty_max": max(dl) if dl else None,
-        "util_pct": 100.0 * dmean if len(d) else None,
-        "burst_s": mean("burst_s"),
-        "gap_s": mean("gap_s"),
-        "gap_sync": _num(f["gap_sync"][e]) if len(duty) > 1 else None,
+        **_duty_runs(f, e),
+        "gap_sync": _num(f["gap_sync"][e]) if f["duty"].shape[0] > 1 else None,
         "power_frac": mean("power_frac"),
         "power_frac_busy": mean("power_frac_busy"),
         "busy_cold_share": (sum(x <= th.cold_power_ratio for x in relk) / len(relk)
@@ -140,21 +122,64 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
         "throttle_share": (max(N.throttle_share(col("therm_share"), col("pcap_share"),
                                                 col("hws_share")).tolist())
                            if known("therm_share") else None),
-        "loader_cpu_pct": hostval("loader_cpu"),
-        "loader_workers": hostval("workers"),
-        "loader_busy": hostval("loader_busy"),
-        "main_cpu_pct": hostval("main_cpu"),
-        "main_thread_max_pct": hostval("main_thread"),
+        **_host(f, e, strag_row),
         "iowait_pct": _num(f["iowait"][e]),
         "disk_read_mbps": _num(f["disk_read"][e]),
         "disk_write_mbps": _num(f["disk_write"][e]),
         # (Over the whole window, pauses included: a pause leaves its seconds out of the
         # other sums, not out of what the driver delivered.)
         "samples_per_s": (float(N.nanmean(col("n_all"))) / float(f["window"][e])
-                          if len(duty) and "n_all" in f else None),
+                          if f["duty"].shape[0] and "n_all" in f else None),
         "pause": float(bool(f["pause"][e])),
     }
     return {k: _num(ev[k]) for k in EVIDENCE_KEYS}
+
+
+def _duty_runs(f: dict, e: int) -> dict:
+    """Window ``e``'s duty (mean, least and most of the job's GPUs) and, in the same
+    seconds, its bursts and gaps (_job_runs)."""
+    d = f["duty"][:, e]
+    d = d[~np.isnan(d)]
+    dl = d.tolist()
+    dmean = float(d.sum()) / len(d) if dl else None
+    return {"duty_cycle": dmean, "duty_min": min(dl) if dl else None,
+            "duty_max": max(dl) if dl else None,
+            "util_pct": 100.0 * dmean if dl else None,
+            **_job_runs(f, e)}
+
+
+def _job_runs(f: dict, e: int) -> dict:
+    """The job's burst_s and gap_s in window ``e``: its GPUs' busy (idle) time over their
+    bursts (gaps), each GPU's runs its time over its run length (features.run_lengths);
+    None where no GPU's were measured."""
+    t = f["run_t"][:, :, e]                              # (2, G): busy, idle seconds
+    run = np.array([f["burst_s"][:, e], f["gap_s"][:, e]])
+    known = run > 0                                      # (NaN: none measured)
+    k = np.divide(t, run, out=np.zeros_like(t), where=known)    # runs
+    T, K = np.add.reduce(np.where(known, t, 0.0), axis=1), np.add.reduce(k, axis=1)
+    return {key: float(T[i] / K[i]) if K[i] > 0 else None
+            for i, key in enumerate(("burst_s", "gap_s"))}
+
+
+def _mean(a: np.ndarray) -> Optional[float]:
+    """The mean of ``a``'s numbers (NaN left out; None: none)."""
+    a = a[~np.isnan(a)]
+    return float(a.sum()) / len(a) if len(a) else None   # a.mean() without its checks
+
+
+def _host(f: dict, e: int, strag_row: int) -> dict:
+    """The job's host readings in window ``e``: the straggler's, else the largest."""
+    def hostval(name):       # (max in plain Python: the same number, on a few values)
+        a = f[name][:, e].tolist()
+        if strag_row >= 0 and not math.isnan(a[strag_row]):
+            return a[strag_row]
+        a = [x for x in a if x == x]          # (NaN != NaN)
+        return max(a) if a else None
+
+    return {k: hostval(name) for k, name in (
+        ("loader_cpu_pct", "loader_cpu"), ("loader_workers", "workers"),
+        ("loader_busy", "loader_busy"), ("main_cpu_pct", "main_cpu"),
+        ("main_thread_max_pct", "main_thread"))}
 
 
 def missing_signals(f: dict, e: int) -> tuple[str, ...]:
@@ -162,8 +187,10 @@ def missing_signals(f: dict, e: int) -> tuple[str, ...]:
     utilization when the window's GPUs gave fewer than 2 samples a second."""
     out = []
     n = f["n"][:, e]
-    bins = float(f["bins"][e]) or 1.0
-    if len(n) and float(n.mean()) / bins < 2.0 and f["bins"][e] > 0:
+    bins = float(f["bins"][e])
+    # (No second in which every GPU had a sample, though they had samples: sampled seconds
+    # apart.)
+    if len(n) and n.sum() > 0 and (bins == 0 or float(n.mean()) / bins < 2.0):
         out.append("subsecond_util")
     def seen(k):     # (an array when analyze joined the features of several chunks)
         v = f["seen_" + k]
