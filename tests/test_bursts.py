@@ -97,6 +97,23 @@ def test_nvsmi_one_second_on_two_off_reason_and_evidence_say_the_same(tmp_path):
         assert abs(b - 1.0) <= 0.2 and abs(g - 2.0) <= 0.3, d.because
 
 
+@pytest.mark.parametrize("every", [3.0, 5.0])
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_logs_sampled_seconds_apart_measure_no_bursts(tmp_path, every, gpus):
+    """Samples 3 or 5 s apart (further than max_sample_gap_s) measure no burst or gap: no
+    starvation read from a few snapshots' duty, bursts and gaps unknown (not 0.0 s), and
+    sub-second utilization missing."""
+    # (Two GPUs' samples a second apart: no second holds a sample of both.)
+    report = analyze_log(_nvsmi_log(tmp_path / "sparse.csv", every, 600, every, every,
+                                    gpus=gpus, stagger=1.0))
+    assert report.summary.verdict == "insufficient_data"
+    for d in report.segments:
+        assert d.verdict not in ("data_starvation", "sync_stall", "busy"), d
+        assert d.evidence["burst_s"] is None and d.evidence["gap_s"] is None
+        assert "subsecond_util" in d.missing or d.rule == "no_job"
+        assert "0.0 s" not in (d.because or "")
+
+
 def _store(times, utils) -> Store:
     st = Store(math.floor(times[0]))
     st.add_samples(SampleCols(np.array(times, float), np.zeros(len(times), np.int64),

@@ -56,8 +56,17 @@ def job_gone(w: Windows) -> None:
 NO_SAMPLES = "no utilization sample from any GPU of the job in the window"
 
 
+def _unmeasured(f: dict) -> np.ndarray:
+    """Per window: some GPU's samples measured no time (each further than max_sample_gap_s
+    from the one before): no burst or gap can be seen."""
+    return np.minimum.reduce(np.add.reduce(f["run_t"]), axis=0) <= 0
+
+
 def _too_few(x: Window) -> str:
     """Too few samples; a GPU that sent none in the whole window (MIG, vGPU) is named."""
+    if len(x.gpus) and "run_t" in x.f and _unmeasured(x.f)[x.e]:
+        return (f"samples further apart than {x.th.max_sample_gap_s:g} s: no burst or gap "
+                "can be measured, and a few samples' duty is no rhythm")
     s = (f"{int(np.nanmin(x.col('n'))) if len(x.gpus) else 0} utilization samples in the "
          f"window, fewer than {x.th.min_samples:.0f}")
     none = [g for g, n in zip(x.gpus, x.col("n_all").tolist()) if not n > 0] \
@@ -66,13 +75,15 @@ def _too_few(x: Window) -> str:
 
 
 @rule(INSUFFICIENT_DATA, 20, "fewer than {min_samples:.0f} utilization samples per GPU in "
-      "the window", _too_few)
+      "the window, or samples further apart than {max_sample_gap_s:g} s", _too_few)
 def too_few_samples(w: Windows) -> None:
-    """Fewer than min_samples per GPU in the window. (A pause leaves its seconds out of the
-    window: whether the window had samples at all is counted with them, so a log sampled
-    every 15 s is never "paused".)"""
+    """Fewer than min_samples per GPU in the window, or a GPU whose samples measured no time
+    (a few snapshots' duty is no rhythm). (A pause leaves its seconds out of the window:
+    whether the window had samples at all is counted with them, so a log sampled every 15 s
+    is never "paused".)"""
     f, th = w.f, w.th
-    insufficient = (w.nmin < th.min_samples) | (f["bins"] < 1) | np.isnan(w.jduty)
+    insufficient = ((w.nmin < th.min_samples) | (f["bins"] < 1) | np.isnan(w.jduty)
+                    | (_unmeasured(f) if w.G else False))
     sparse = (f["n_all"].min(axis=0) if w.G else np.zeros(w.E)) < th.min_samples
     w.decide(too_few_samples, (insufficient & ~f["pause"]) | sparse, cf=0.3)
 
