@@ -206,25 +206,3 @@ def test_bench_in_process_runs_the_command_and_the_library(tmp_path):
     lines = analysis.only_lines(t[0], t[1], (t[2], t[3], t[4]), 1.5, 10)
     assert any("1.50x" in x for x in lines) and any("library" in x and "2.00x" in x
                                                      for x in lines)
-
-
-def test_host_bins_read_each_bin_on_its_own():
-    """job_flags gives host_bins a slice of bins at a time: that is the whole call's answer
-    only while host_bins reads each bin on its own (a change that looks across bins must
-    drop the slicing in gpumon/analyze/timeline.py:job_flags)."""
-    from gpumon.detect.pauses import host_bins
-    rng = np.random.default_rng(7)
-    G, T = 3, 700
-    g = np.zeros((len(GPU_FIELDS), G, T), np.float32)
-    for k in ("wk", "ld", "lb", "mc", "mt", "mem", "pid", "age"):
-        g[GI[k]] = np.where(rng.random((G, T)) < 0.8, rng.random((G, T)) * 400, 0)
-        g[GI[k + "n"] if k + "n" in GI else GI["memn"]] = rng.integers(0, 3, (G, T))
-    h = (rng.random((len(HOST_FIELDS), T)) * 300).astype(np.float32)
-    h[1::2] = rng.integers(0, 2, h[1::2].shape)            # counts
-    whole = host_bins(g, h, DEFAULT)
-    parts = []
-    for a in range(0, T, 64):
-        parts += host_bins(g[..., a:a + 64], h[..., a:a + 64], DEFAULT)
-    assert len(parts) == len(whole)
-    for x, y in zip(whole, parts):
-        assert all(a == b or (a != a and b != b) for a, b in zip(x, y))

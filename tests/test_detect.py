@@ -1045,7 +1045,7 @@ def test_live_a_job_that_starts_on_a_flat_plateau_is_judged_after_startup_run_s(
     assert set(v[first:]) == {"data_starvation"}, v
 
 
-# -- stops shorter than a second (pauses.gap_stops), and a pause that turns into a rank's stall
+# -- stops shorter than a second (the seconds table's gap_stop), and a pause that turns into a rank's stall
 def _save_every(period: float, lasting: float, start: float = 40.0):
     """True within the ``lasting`` s of a stop every ``period`` s from ``start``."""
     return lambda t: t >= start and (t - start) % period < lasting
@@ -1127,10 +1127,9 @@ def test_a_rank_that_stops_after_the_start_while_the_others_spin_ends_the_start_
 
 # -- the pause tracker over a job's seconds (pauses.pause_flags) ---------------------------------
 def _one_gpu(duty: list):
-    """(duty, n, u) of a 1-GPU job sampled 6 times a second at these duties."""
-    d = np.array([duty])
-    n = np.full(d.shape[1], 6.0)
-    return d, n, d[0] * 6
+    """The seconds table of a 1-GPU job sampled 6 times a second at these duties."""
+    from seconds_util import table_of
+    return table_of(np.array([duty]))
 
 
 @pytest.mark.parametrize("level, paused", [(0.97, True), (0.75, False)])
@@ -1143,12 +1142,12 @@ def test_steady_work_for_a_context_lifts_the_cooldown_of_a_starving_pause(level,
     from gpumon.detect.pauses import pause_flags
     d = [0.97] * 30 + [0.0] * 3 + [0.8, 0.7] + [0.0] * 2 + [level] * 24 + [0.0] * 8 + \
         [0.97] * 30
-    pause, _, _ = pause_flags(*_one_gpu(d), DEFAULT)
+    pause, _, _ = pause_flags(_one_gpu(d), DEFAULT)
     assert not pause[33:37].all()            # the choppy restart: starvation
     assert pause[61:69].tolist() == [paused] * 8
     # (Without the choppy restart, the same work below duty_starved before the stop is a
     # healthy context: the stop is a pause.)
-    pause, _, _ = pause_flags(*_one_gpu([0.97] * 37 + d[37:]), DEFAULT)
+    pause, _, _ = pause_flags(_one_gpu([0.97] * 37 + d[37:]), DEFAULT)
     assert pause[61:69].all()
 
 
@@ -1165,10 +1164,8 @@ def test_a_pause_leaves_out_the_seconds_its_stop_ran_before_it_was_told():
     wait = [0.5, 0.0, 0.0, 0.0, 0.2]          # rank 1
     duty = np.array([work + save + work[:10] + save + work,
                      work + wait + work[:10] + wait + work])
-    T = duty.shape[1]
-    n = np.full(T, 12.0)
-    u = duty.sum(axis=0) * 6
-    pause, excl, why = pause_flags(duty, n, u, DEFAULT)
+    from seconds_util import table_of
+    pause, excl, why = pause_flags(table_of(duty), DEFAULT)
     second = 55                               # the second save's half-spent second
     first = second + int(np.flatnonzero(pause[second:])[0])
     assert first == second + 2                # told once rank 0 was alone two seconds

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from rich.console import Console
 
-from gpumon.detect.cold import busy_cold
+from gpumon.detect.seconds import busy_cold
 from gpumon.detect.thresholds import DEFAULT
 from gpumon.diagnosis import BUSY, INSUFFICIENT_DATA, Diagnosis, evidence_text
 from gpumon.sim.source import simulate

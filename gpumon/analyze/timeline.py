@@ -13,7 +13,6 @@ import math
 import threading
 import warnings
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
 from typing import Optional
 
 import numpy as np
@@ -24,8 +23,8 @@ from gpumon.detect.bins import GI, Store
 from gpumon.detect.pipeline import CONFIDENCE_FACTOR, EVIDENCE_KEYS, make_diagnosis, store_jobs
 from gpumon.detect.pipeline import bin_duty, idle_diagnosis
 from gpumon.detect.features import kernel_recent, last_kernel, view_bins, window_features
-from gpumon.detect.cold import cold_seconds, spin_seconds
-from gpumon.detect.pauses import gap_stops, host_bins, pause_flags
+from gpumon.detect.pauses import pause_flags
+from gpumon.detect.seconds import seconds
 from gpumon.detect.rules import judge
 from gpumon.detect.rules import held
 from gpumon.detect.hold import Hysteresis, settle
@@ -34,15 +33,13 @@ from gpumon.logs.log import Log, runs
 from gpumon.logs.memory import small_pages
 from gpumon.analyze import hindsight as H
 from gpumon.analyze.hindsight import Job
-from gpumon.analyze.pauses import host_starving, one_off_dips, recovered, scan
+from gpumon.analyze.pauses import one_off_dips, recovered, scan
 from gpumon.logs.threads import map_threads
 
 # A batch of windows judged at once: at most this many windows, and this many bins in all.
 CHUNK_BINS = 4096
 BATCH_BINS = 1 << 15
 STORE_CHUNK = 1 << 17          # samples binned at once
-# Bins given to host_bins at once (see job_flags).
-HOST_BINS_CHUNK = 1 << 13
 # Evidence of a segment: the median over at most this many evenly spaced seconds of it.
 EVIDENCE_POINTS = 9
 _STARVED = VERDICTS.index("data_starvation")
@@ -439,49 +436,30 @@ def _too_short(log: Log, rate: float, start: float, end: float) -> Timeline:
     return Timeline(segments=[d], jobs=[], start=start, end=end, samples_per_s=rate, lone=lone)
 
 
-def _carry_presence(hostb: list, n: np.ndarray) -> None:
-    """Each host_bins tuple of a bin without samples (``n`` 0) takes its presence (index 3)
-    from the last bin before it with samples."""
-    empty = np.flatnonzero(n[1:] == 0) + 1
-    for i in empty.tolist():
-        t = hostb[i]
-        if t[3] != hostb[i - 1][3]:
-            hostb[i] = t[:3] + (hostb[i - 1][3],) + t[4:]
-
-
 def job_flags(st: Store, rows: list[int], th: Thresholds) -> Job:
     """The job on these store rows: its bins, the live pause tracker's flags per bin
     (pauses.pause_flags) with hindsight's pause rules applied, and what hindsight reads."""
     g, hb = st.view(rows, raw=True)
     duty, n, u = bin_duty(g)
-    # host_bins reads each bin on its own: a slice of bins at a time gives the same tuples,
-    # with scratch arrays a few MB in size, reused, rather than ~100 MB faulted in at once.
-    hostb = []
-    for a in range(0, g.shape[-1], HOST_BINS_CHUNK):
-        hostb += host_bins(g[..., a:a + HOST_BINS_CHUNK], hb[..., a:a + HOST_BINS_CHUNK], th)
-    # A second with no sample at all (a hole in the log) says nothing of whether the job
-    # holds its GPUs: it is as the last second with samples was (else an idle stretch with a
-    # hole in it reads as a job starting there).
-    _carry_presence(hostb, n)
+    table = seconds(g, hb, th)
     # A job seen starting in the log (it did not hold its GPUs, then does) starts paused,
     # as it does live; one that holds them from the log's first second was not seen
     # starting: its first seconds are no start-up.
-    present = np.fromiter(map(itemgetter(3), hostb), bool, len(hostb))
+    present = table.present
     starts = present & ~np.concatenate(([True], present[:-1]))
-    pause, excl, why = pause_flags(duty, n, u, th, hostb, starts, cold_seconds(g, th),
-                                   gap_stops(g, th), spin_seconds(g, th))
+    pause, excl, why = pause_flags(table, th, starts)
     with np.errstate(invalid="ignore", divide="ignore"):
         power = N.div(g[GI["pw"]], g[GI["pn"]])
-    starving = host_starving(hostb)
+    # (A rank's host starving where its loader workers are known: host_starving's reading.)
+    starving = table.starving & ~np.isnan(table.workers)
     dips = one_off_dips(duty, n, th, starving)
-    job = H.Job(th, duty, n, u, hostb, scan(duty, n, u, th), starving, power, dips,
+    job = H.Job(th, duty, n, u, None, scan(duty, n, u, th), starving, power, dips,
                 recovered(dips, len(n), th), _work_level(g, th), pause, excl, why)
     H.apply(job, "pause")
     # Seconds in which the job did not hold its GPUs (before it started, after it ended)
     # are left out of its windows, as the live detector only judges a job once it exists.
     job.excl = job.excl | ~present
     return job
-
 
 def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.ndarray,
          sticky: np.ndarray) -> tuple[np.ndarray, list]:

@@ -20,7 +20,7 @@ from gpumon.detect import nanops as N
 from typing import Optional
 
 from gpumon.detect.bins import GI, HI
-from gpumon.detect.cold import settled as settled_seconds
+from gpumon.detect.seconds import settled as settled_seconds
 from gpumon.diagnosis import CAUSES
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 import numpy as np
 
-from gpumon.detect.pauses import rank_starving, storage_bound
+from gpumon.detect.seconds import loaders_saturated, main_bound, rank_starving, storage_bound
 from gpumon.detect.thresholds import Thresholds
 from gpumon.diagnosis import CAUSES
 
@@ -116,16 +116,14 @@ class Host:
             if not mine.all():
                 rows = np.where(mine, rows, self.whole)
         workers, loader, lbusy, main, thread = rows
+        # (rank_starving's two halves, told apart.)
+        cpu = loaders_saturated(workers, loader, lbusy, th)
+        by_main = main_bound(workers, main, thread, th)
         with CALM:
-            per_worker = loader / (100.0 * np.maximum(workers, 1))
-            cpu = (workers >= 0.5) & ((per_worker >= th.loader_busy_share)
-                                      | (lbusy / np.maximum(workers, 1) >= th.loader_busy_share))
-            no_workers = workers < 0.5
-            main_bound = (np.fmax(main, thread) >= th.core_busy_pct) & no_workers
             thread_bound = thread >= th.core_busy_pct
             storage = self.storage()
         # The first that holds, in this order (np.select's answer, in fewer calls).
-        return _first([(main_bound, C["main_process"]), (storage & ~cpu, C["io_fetch"]),
+        return _first([(by_main, C["main_process"]), (storage & ~cpu, C["io_fetch"]),
                        (cpu, C["cpu_preprocessing"]), (thread_bound, C["main_process"]),
                        (storage, C["io_fetch"])], C["input_pipeline"])
 

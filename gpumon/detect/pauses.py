@@ -15,98 +15,26 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from itertools import count, repeat
 from typing import Optional
 
 import numpy as np
 
-from gpumon.detect import nanops as N
 from gpumon.diagnosis import CAUSES
-from gpumon.detect.bins import GI, HI
-
+from gpumon.detect.seconds import Second, SecondsTable
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 
 
-class Seconds:
-    """Each second of a job reduced to what the pause tracker reads, from per-GPU duty
-    (G, T) and the job's sample count and busy sum per bin (T,); NaN duty: no data.
-
-    has       the job has data
-    idle      every GPU below trickle_duty, or (``gap``: gap_stops) every GPU in a gap of
-              stop_gap_s or more: the job stopped
-    alone     one GPU at idle_duty..trickle_duty while every other is below idle_duty: one
-              rank works alone, at a trickle, while the others run nothing (rank 0 copying a
-              checkpoint off the GPU, or evaluating, while the others wait for it). A
-              synchronous job's ranks cannot do that while training: a rank waiting for its
-              input holds every other in the next collective
-    lone_idle one GPU below trickle_duty while every other works (all_on_duty or more)
-    held      lone_idle, the others spinning (``spin``: cold.spin_seconds): a rank holding
-              the others up in a collective
-    all_on    every GPU at all_on_duty or more
-    full      the least busy GPU's duty where none of them is busy but cold (``cold``:
-              cold.cold_seconds; a rank spinning in a collective for a peer is no work), 0
-              where one is or no GPU sent data
-    """
-
-    def __init__(self, duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds,
-                 cold: Optional[np.ndarray] = None, gap: Optional[np.ndarray] = None,
-                 spin: Optional[np.ndarray] = None):
-        with np.errstate(invalid="ignore"):
-            known = ~np.isnan(duty)
-            d = np.where(known, duty, 0.0)
-            low = (d < th.idle_duty) & known
-            on = (d >= th.all_on_duty) & known
-            stopped = (d < th.trickle_duty) & known
-            nk, nlow = known.sum(axis=0), low.sum(axis=0)
-            trickle = stopped & ~low
-            self.has = known.any(axis=0) & (n > 0)
-            # (Seen on every GPU: a second in which some GPUs sent no sample is no stop.)
-            self.idle = (stopped.sum(axis=0) == len(d)) & (nk == len(d))
-            if gap is not None:
-                self.idle |= gap & (nk == len(d))     # (gap_stops: a stop under a second)
-            self.dead = (nlow == len(d)) & (nk == len(d))     # every GPU below idle_duty
-            self.alone = (nk > 1) & (nlow == nk - 1) & (trickle.sum(axis=0) == 1)
-            self.lone_idle = (nk > 1) & (stopped.sum(axis=0) == 1) & (on.sum(axis=0) == nk - 1)
-            self.held = self.lone_idle & (spin if spin is not None else False)
-            self.all_on = (on | ~known).all(axis=0)
-            self.full = np.where(nk > 0, np.where(known, d, 1.0).min(axis=0), 0.0)
-            if cold is not None:
-                self.full[cold] = 0.0
-            self.duty = np.where(n > 0, u / np.where(n > 0, n, 1.0), 0.0)
-        self.n, self.u = n, u
-
-    def at(self, i: int) -> tuple:
-        """(has, idle, alone, lone_idle, all_on, full, n, u, held) of second ``i``, as
-        Python values."""
-        return (bool(self.has[i]), bool(self.idle[i]), bool(self.alone[i]),
-                bool(self.lone_idle[i]), bool(self.all_on[i]), float(self.full[i]),
-                float(self.n[i]), float(self.u[i]), bool(self.held[i]))
-
-
-def gap_stops(g: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
-    """Per bin of a job's bins ``g`` (T,): every GPU sampled stop_gap_samples times or more
-    in the second, and a gap of its samples (below seg_util_pct) of stop_gap_s or more on
-    average ended in it: a stop shorter than a second, which the second's duty hides."""
-    n, gn, gs = g[GI["n"]], g[GI["gapn"]], g[GI["gaps"]]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        one = (n >= th.stop_gap_samples) & (gn > 0) & (gs >= th.stop_gap_s * gn)
-    return one.all(axis=0) & (g.shape[1] > 0)
-
-
-NO_HOST = (math.nan, False, False, True, math.nan, False)
-
-
 class _Host:
-    """What the host says of one second, for the tracker (see ``host_bins``)."""
+    """What the host says of one second, for the tracker (see seconds.SecondsTable)."""
 
     __slots__ = ("starving", "writing", "present", "main_busy", "workers", "known", "changed",
                  "fresh", "new_work", "explained", "starved_now")
 
-    def __init__(self, host: Optional[tuple], tr: "PauseTracker"):
-        th = tr.th
-        workers, self.starving, self.writing, self.present, age, self.main_busy = \
-            host if host is not None else NO_HOST
+    def __init__(self, sec: Second, tr: "PauseTracker"):
+        th, age = tr.th, sec.loader_age
+        workers, self.starving, self.writing = sec.workers, sec.starving, sec.writing
+        self.present, self.main_busy = sec.present, sec.main_busy
         self.workers = workers
         self.known = known = not math.isnan(workers)
         self.changed = self.fresh = self.new_work = self.explained = False
@@ -137,16 +65,14 @@ class _Host:
 _UNKNOWN: dict = {}
 
 
-def _view(host: Optional[tuple], tr: "PauseTracker") -> _Host:
-    """_Host(host, tr), shared among the seconds in which no loader workers are known."""
-    if host is None:
-        host = NO_HOST
-    elif host[0] == host[0]:            # (workers known: NaN is the one value unequal to itself)
-        return _Host(host, tr)
-    key = (host[1], host[2], host[3], host[5])
+def _view(sec: Second, tr: "PauseTracker") -> _Host:
+    """_Host(sec, tr), shared among the seconds in which no loader workers are known."""
+    if sec.workers == sec.workers:      # (workers known: NaN is the one value unequal to itself)
+        return _Host(sec, tr)
+    key = (sec.starving, sec.writing, sec.present, sec.main_busy)
     hv = _UNKNOWN.get(key)
     if hv is None:
-        hv = _UNKNOWN[key] = _Host(host, tr)
+        hv = _UNKNOWN[key] = _Host(sec, tr)
     return hv
 
 
@@ -209,13 +135,13 @@ class PauseTracker:
         self.bar = th.duty_starved   # duty at which work is back (see _return_bar)
         self.starved = th.duty_starved   # (read every second)
 
-    def step(self, sec: tuple, host: Optional[tuple] = None) -> bool:
-        """Feed one second (``Seconds.at``) and the host's view of it (``host_bins``); True
-        when the second is part of a pause."""
-        has, idle, alone, lone_idle, all_on, full, n, u, held = sec
+    def step(self, sec: Second) -> bool:
+        """Feed one second (a row of the seconds table); True when the second is part of a
+        pause."""
+        has, idle, alone, lone_idle, all_on, full, n, u, held = sec[:9]
         self.i += 1
         self.unmark = self.lead_in = _NONE
-        hv = _view(host, self)
+        hv = _view(sec, self)
         # A rank alone at a trickle for two seconds in a row: one second of it is also what a
         # starved rank shows when its batch arrives at the end of the second.
         alone, self.alone = alone and self.alone, alone and has
@@ -241,7 +167,7 @@ class PauseTracker:
             self.hist.append((0.0, 0.0, True))
             self.last_stop = self.i
             # A second of every GPU at warm work at the job's level before the pause
-            # (Seconds.full, the return bar) is work, whatever the tracker still waits to
+            # (the table's full, the return bar) is work, whatever the tracker still waits to
             # see (resume_s) before it ends the pause; not while a validation pass's extra
             # DataLoader is there (its forward bursts).
             return not (full >= self.bar and not hv.changed)
@@ -475,110 +401,30 @@ class PauseTracker:
         return sn > 0 and su / sn >= self.th.pause_context_duty
 
 
-def storage_bound(io, rd, th: Thresholds = DEFAULT):
-    """Storage feeds the job: iowait with disk reads, or heavy reads however little iowait."""
-    with np.errstate(invalid="ignore"):
-        return (rd >= th.disk_read_mbps) & ((io >= th.iowait_pct) | (rd >= th.disk_read_busy_mbps))
-
-
-def rank_starving(wk, ld, lb, mc, mt, th: Thresholds = DEFAULT):
-    """Per rank, its host starves its GPU: its loader workers saturated (their CPU, or how
-    many of them are busy, at loader_busy_share of their capacity), or without loader
-    workers its main process (or its busiest thread) at a full core. From the ratios of a
-    rank's workers, loader CPU %, busy workers, main CPU % and main thread CPU % (NaN:
-    unknown, never starving)."""
-    with np.errstate(invalid="ignore"):
-        per = np.maximum(wk, 1)
-        return (((wk >= 0.5) & ((ld / (100 * per) >= th.loader_busy_share)
-                                | (lb / per >= th.loader_busy_share)))
-                | ((wk < 0.5) & (np.fmax(mc, mt) >= th.core_busy_pct)))
-
-
-# Fields host_bins divides (numerators, denominators), per GPU and for the host.
-_HB_NUM = [GI[k] for k in ("wk", "ld", "lb", "mc", "mt", "mem", "pid", "age")]
-_HB_DEN = [GI[k] for k in ("wkn", "ldn", "lbn", "mcn", "mtn", "memn", "pidn", "agen")]
-_HB_HNUM = [HI[k] for k in ("io", "rd", "wr")]
-_HB_HDEN = [HI[k] for k in ("ion", "rdn", "wrn")]
-_HB_JOB_DEN = [GI[k] for k in ("wkn", "ldn", "lbn", "mcn", "mtn", "agen")]
-_HB_HELD = ([GI["mem"], GI["pid"]], [GI["memn"], GI["pidn"]])
-
-
-def host_bins(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> list:
-    """Per bin (workers, starving, writing, present, age, main_busy) for the pause tracker,
-    from a job's bins: the most loader workers of any rank, whether any rank's host shows
-    starvation, whether the disk is written at checkpoint rates, whether the job still holds
-    its GPUs (memory, processes), the age of the youngest loader worker of any rank (NaN
-    unknown), and whether a rank's main process that has loader workers is itself at a full
-    core (saving a checkpoint, evaluating: work that is not feeding). NaN workers when the
-    host is unknown."""
-    if not g[_HB_JOB_DEN].any() and not h[_HB_HDEN].any():
-        return _held_only(g, th)
-    # Every ratio in one division (element-wise, the same numbers as one by one).
-    with np.errstate(invalid="ignore", divide="ignore"):
-        wk, ld, lb, mc, mt, mem, pid, age = N.div(g[_HB_NUM], g[_HB_DEN])
-        io, rd, wr = N.div(h[_HB_HNUM], h[_HB_HDEN])
-    main = np.fmax(mc, mt)
-    with np.errstate(invalid="ignore"):
-        starving = rank_starving(wk, ld, lb, mc, mt, th).any(axis=0) | storage_bound(io, rd, th)
-        writing = wr >= th.ckpt_write_mbps
-        # The job still holds its GPUs: memory in use (or a process) wherever that is known.
-        gone = np.where(~np.isnan(pid), pid <= 0, False) | np.where(
-            ~np.isnan(mem), mem < th.mem_active_mib, False)
-        present = ~gone.any(axis=0)
-        workers = np.where(np.isnan(wk).all(axis=0), np.nan,
-                           N.nanmax(np.where(np.isnan(wk), -1, wk), axis=0))
-        youngest = np.where(np.isnan(age).all(axis=0), np.nan,
-                            N.nanmin(np.where(np.isnan(age), np.inf, age), axis=0))
-        main_busy = ((wk >= 0.5) & (main >= th.core_busy_pct)).any(axis=0)
-    return list(zip(workers.tolist(), starving.tolist(), writing.tolist(), present.tolist(),
-                    youngest.tolist(), main_busy.tolist()))
-
-
-def _held_only(g: np.ndarray, th: Thresholds) -> list:
-    """host_bins of bins in which no rank's loader workers or main process and no host
-    counter was seen (an nvidia-smi log): no workers, no starving or writing host, only
-    whether the job holds its GPUs. The same tuples, without the other ratios."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mem, pid = N.div(g[_HB_HELD[0]], g[_HB_HELD[1]])
-        gone = np.where(~np.isnan(pid), pid <= 0, False) | np.where(
-            ~np.isnan(mem), mem < th.mem_active_mib, False)
-    here = (math.nan, False, False, True, math.nan, False)
-    away = (math.nan, False, False, False, math.nan, False)
-    return [away if x else here for x in gone.any(axis=0).tolist()]
-
-
-def pause_flags(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
-                th: Thresholds = DEFAULT, host: Optional[list] = None,
-                starts: Optional[np.ndarray] = None, cold: Optional[np.ndarray] = None,
-                gap: Optional[np.ndarray] = None, spin: Optional[np.ndarray] = None
+def pause_flags(table: SecondsTable, th: Thresholds = DEFAULT,
+                starts: Optional[np.ndarray] = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(pause, excluded, why) per bin of a job from per-GPU duty (G, T) and job n, u sums
-    (T,); ``why``: the pause's cause (an index into diagnosis.CAUSES), -1 outside pauses.
+    """(pause, excluded, why) per bin of a job from its seconds table; ``why``: the pause's
+    cause (an index into diagnosis.CAUSES), -1 outside pauses.
 
     ``pause`` is what was known at each bin (the verdict there is busy); ``excluded`` drops
     the bins of pauses later found to be starvation, so windows after that see the gaps.
-    ``starts``: bins at which the job is seen starting (PauseTracker.begin), as live;
-    ``cold``: bins with a GPU busy but cold (cold.cold_seconds); ``gap``: bins with a stop
-    shorter than a second (gap_stops); ``spin``: bins whose GPUs at work spin
-    (cold.spin_seconds).
+    ``starts``: bins at which the job is seen starting (PauseTracker.begin), as live.
     """
     tr = PauseTracker(th)
-    sec = Seconds(duty, n, u, th, cold, gap, spin)
-    rows = zip(*(a.tolist() for a in (sec.has, sec.idle, sec.alone, sec.lone_idle,
-                                      sec.all_on, sec.full, n, u, sec.held)))
     begin = set() if starts is None else set(np.flatnonzero(starts).tolist())
     step, paused = tr.step, []
     ends: dict = {}          # first bin of each pause -> (its last bin, its cause then)
     marks = []               # (unmark, lead_in) ranges where the tracker set them, in order
-    for i, s, h in zip(count(), rows, host if host is not None else repeat(None)):
+    for i, s in enumerate(table.rows()):
         if i in begin:
             tr.begin()
-        if step(s, h):
+        if step(s):
             paused.append(i)
             ends[max(tr.start, 0)] = (i, tr.reason)
         if tr.unmark or tr.lead_in:
             marks.append((tr.unmark, tr.lead_in))
-    out = np.zeros(len(n), dtype=bool)
+    out = np.zeros(len(table), dtype=bool)
     out[paused] = True
     excl = out.copy()
     for unmark, lead_in in marks:

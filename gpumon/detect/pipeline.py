@@ -23,8 +23,8 @@ from gpumon.detect.advice import advice
 from gpumon.detect.bins import GI, HostCols, JobCols, SampleCols, Store
 from gpumon.detect.features import window_features
 from gpumon.detect.jobs import GroupMemo, active, group_active
-from gpumon.detect.cold import cold_seconds, spin_seconds
-from gpumon.detect.pauses import gap_stops, host_bins, pause_flags
+from gpumon.detect.pauses import pause_flags
+from gpumon.detect.seconds import seconds
 from gpumon.detect.rules import BY_NAME, RULES, judge
 from gpumon.detect.rules.idle import NO_SAMPLES, no_job, too_few_samples
 from gpumon.detect.rules.words import Window, no_util_text
@@ -354,10 +354,7 @@ def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis
     out = []
     for gpus, shared in found:
         g, h = store.view([store.rows[x] for x in gpus])
-        duty, n, u = bin_duty(g)
-        pause, excl, why = pause_flags(duty, n, u, th, host_bins(g, h, th),
-                                       cold=cold_seconds(g, th), gap=gap_stops(g, th),
-                                       spin=spin_seconds(g, th))
+        pause, excl, why = pause_flags(seconds(g, h, th), th)
         f, r = judge_job(g, h, pause, np.array([nb - 1]), shared, th, w=nb, excluded=excl,
                          why=why)
         out.append(make_diagnosis(f, r, 0, gpus, start, end, th))

@@ -18,15 +18,14 @@ from gpumon.diagnosis import CAUSES, VERDICTS, Diagnosis
 from gpumon.samples import Tick
 from gpumon.detect.advice import advice
 from gpumon.detect.bins import GI, Store
-from gpumon.detect.pipeline import (active_since, bin_duty, judge_job, make_diagnosis,
+from gpumon.detect.pipeline import (active_since, judge_job, make_diagnosis,
                                     no_data_diagnosis, no_job_diagnoses, store_jobs,
                                     tick_columns)
 from gpumon.detect.features import kernel_recent, last_kernel, view_bins
 from gpumon.detect.hold import Hysteresis
 from gpumon.detect.jobs import GroupMemo
-from gpumon.detect.cold import cold_seconds, settle_bins, spin_seconds
-from gpumon.detect.onesec import all_busy, cold_second, gap_second, host_second, second_at
-from gpumon.detect.pauses import PauseTracker, Seconds, gap_stops, host_bins
+from gpumon.detect.pauses import PauseTracker
+from gpumon.detect.seconds import seconds
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 class _Job:
@@ -44,20 +43,18 @@ class _Job:
         self.last_kernel = -math.inf        # absolute bin of the last kernel seen (features)
         self.th = th
 
-    def step_pauses(self, g, h, duty, n, u, base: int, last: int) -> None:
+    def step_pauses(self, g, h, base: int, last: int) -> None:
         """Feed the pause tracker the bins it has not seen, up to ``last`` (absolute); the
         view's index 0 is absolute bin ``base``. Forget bins older than the view."""
         b_first = max(self.next, base)
         if b_first <= last:
             i0 = b_first - base
-            lead = min(i0, settle_bins(self.th))    # (bins that settle the first one's power)
-            # (Whether GPUs spin compares their power with the context before: the view.)
-            at, hb = _seconds(g[:, :, i0 - lead:], h[:, i0:], duty[:, i0:], n[i0:], u[i0:],
-                              self.th, lead, spin_seconds(g, self.th, i0, duty[:, i0:]))
+            # (The bins before settle a second's power and are what a GPU spins below.)
+            table = seconds(g, h, self.th, i0)
         tr = self.pauses
         for b in range(b_first, last + 1):
             k = b - base - i0
-            self.flags[b] = self.excl[b] = tr.step(at(k), hb[k])
+            self.flags[b] = self.excl[b] = tr.step(table.row(k))
             if self.flags[b]:
                 self.why[b] = CAUSES.index(tr.reason)
             for j in tr.unmark:       # that "pause" was starvation after all
@@ -86,25 +83,6 @@ class _Job:
         self.hyst.step(t, raw, bool(r["sticky"][e]), bool(r["quick"][e]))
         if raw == self.hyst.current:
             self.conf = float(r["confidence"][e])
-
-
-def _seconds(g, h, duty, n, u, th: Thresholds, lead: int = 0, spin=None):
-    """(at, host): the pause tracker's inputs for the bins of ``h``, ``duty`` (Seconds.at,
-    and host_bins' list); ``g`` holds ``lead`` bins more before them (they settle the first
-    one's power: cold.settled); ``spin``: cold.spin_seconds of the bins of ``h``. One second
-    (a tick at 1 s) in plain Python (onesec.py), the same values at a fraction of numpy's
-    cost."""
-    if duty.shape[-1] == 1 and duty.shape[0]:
-        cols = [g[:, :, k].tolist() for k in range(g.shape[-1])]
-        col, hcol = cols[-1], h[:, 0].tolist()
-        cold = cold_second(col, th) and all(all_busy(c, th) for c in cols[-1 - settle_bins(th):])
-        sec = second_at(duty[:, 0].tolist(), float(n[0]), float(u[0]), th,
-                        cold and len(cols) > settle_bins(th), gap_second(col, th),
-                        spin is not None and bool(spin[0]))
-        return (lambda k: sec), [host_second(col, hcol, th)]
-    hb = host_bins(g[:, :, lead:], h, th)
-    return Seconds(duty, n, u, th, cold_seconds(g, th, lead), gap_stops(g[:, :, lead:], th),
-                   spin).at, hb
 
 
 class StreamingDetector:
@@ -207,7 +185,7 @@ class StreamingDetector:
         stop = last - st.b0 + 1
         lo = max(0, stop - self.span)
         g, h = st.view([st.rows[x] for x in gpus], stop, lo)
-        duty, n, u = bin_duty(g)
+        n = g[GI["n"]].sum(axis=0)            # the job's samples per bin
         job = self._jobs.get(gpus)
         if job is None:
             since = active_since(g, self.th)
@@ -219,7 +197,7 @@ class StreamingDetector:
             if since > 0 and bool(g[[GI["memn"], GI["pidn"]]].any()):
                 job.pauses.begin()
         base = st.b0 + lo              # absolute bin of view index 0
-        job.step_pauses(g, h, duty, n, u, base, last)
+        job.step_pauses(g, h, base, last)
         pause, excl, why, keep = job.arrays(base, st.b0 + stop)
         ends = np.arange(max(first, job.since, base), last + 1) - base
         if len(ends) == 0:

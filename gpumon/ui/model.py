@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from gpumon.detect.cold import busy_cold
+from gpumon.detect.seconds import busy_cold
 from gpumon.diagnosis import (BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, SYNC_STALL,
                               THROTTLED, Diagnosis)
 from gpumon.samples import (CLOCK_EVENTS_THROTTLE, GpuInfo, GpuSample, HostSample, Tick,
@@ -39,7 +39,7 @@ def primary(diagnoses: Sequence[Diagnosis]) -> Optional[Diagnosis]:
 
 def cold_gpus(gpus: Sequence[tuple[int, Optional[float], Optional[GpuSample]]],
               groups: Sequence[tuple[int, ...]]) -> frozenset[int]:
-    """The GPUs marked COLD: busy but cold as the detector compares them (detect/cold.py),
+    """The GPUs marked COLD: busy but cold as the detector compares them (detect/seconds.py),
     within each job's GPUs (``groups``; none: every GPU together). ``gpus``: (index, mean
     utilization, latest sample)."""
     util = {g: u for g, u, _ in gpus}

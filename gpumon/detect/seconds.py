@@ -1,0 +1,353 @@
+"""The seconds table: what each second of a job is, defined once.
+
+``seconds(g, h, th, first)`` turns a job's bins (a bins.Store view: ``g`` bins.GPU_FIELDS x
+GPUs x T, ``h`` bins.HOST_FIELDS x T) into a ``SecondsTable``, one column per idea of the
+detector's vocabulary, each with at most one threshold. The bins before ``first`` are
+context only (a second's power is compared once it settled, and a GPU spins below its own
+working power of the context_s before); the table holds the bins from ``first`` on. The same
+function serves the live detector (one second per tick) and a whole log (``analyze``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple, Optional
+
+import numpy as np
+
+from gpumon.detect import nanops as N
+from gpumon.detect.bins import GI, HI
+from gpumon.detect.thresholds import DEFAULT, Thresholds
+
+
+def col(unit: str, meaning: str):
+    """A column of the table: its unit and one line of meaning (``SecondsTable.describe``)."""
+    return field(metadata={"unit": unit, "meaning": meaning})
+
+
+class Second(NamedTuple):
+    """One row of the table as Python values: what the pause tracker reads of a second."""
+    has: bool
+    stopped: bool
+    alone: bool
+    lone_idle: bool
+    all_on: bool
+    full: float
+    n: float
+    u: float
+    held: bool
+    workers: float
+    starving: bool
+    writing: bool
+    present: bool
+    loader_age: float
+    main_busy: bool
+
+
+@dataclass
+class SecondsTable:
+    """Each second of a job, one column per idea (arrays over T; per-GPU ones (G, T))."""
+    duty: np.ndarray = col("share", "per GPU: mean utilization of its samples in the "
+                           "second (NaN: no sample)")
+    n: np.ndarray = col("samples", "the job's utilization samples in the second")
+    u: np.ndarray = col("busy samples", "sum of the job's utilization shares in the second")
+    has: np.ndarray = col("bool", "the job sent data (some GPU sampled)")
+    stopped: np.ndarray = col("bool", "every GPU seen, all below trickle_duty or all in a "
+                              "gap of stop_gap_s ending in the second: the job stopped")
+    dead: np.ndarray = col("bool", "every GPU seen, all below idle_duty: nothing runs")
+    alone: np.ndarray = col("bool", "one GPU at idle_duty..trickle_duty, every other below "
+                            "idle_duty: one rank works alone at a trickle")
+    lone_idle: np.ndarray = col("bool", "one GPU below trickle_duty, every other at "
+                                "all_on_duty or more")
+    all_on: np.ndarray = col("bool", "every GPU seen at all_on_duty or more: all at work")
+    cold: np.ndarray = col("bool (G, T)", "per GPU: busy, at most cold_power_ratio of the "
+                           "hottest busy GPU's power now, power settled (power_settle_s)")
+    full: np.ndarray = col("share", "the least duty of a GPU seen; 0 where a GPU is cold "
+                           "or none sent data: warm work on every GPU")
+    spinning: np.ndarray = col("bool", "one GPU stopped while every GPU at work draws at "
+                               "most stop_power_frac of its own highest power over the "
+                               "context_s before: they spin in a collective")
+    held: np.ndarray = col("bool", "lone_idle and spinning: one rank holds the others up")
+    gap_stop: np.ndarray = col("bool", "every GPU sampled stop_gap_samples times or more, "
+                               "each with a gap of stop_gap_s or more ending in the second")
+    rank_starving: np.ndarray = col("bool (G, T)", "per GPU: its rank's host starves it "
+                                    "(rank_starving)")
+    starving: np.ndarray = col("bool", "some rank's host starves it, or storage feeds the "
+                               "job (storage_bound)")
+    writing: np.ndarray = col("bool", "disk writes at ckpt_write_mbps or more")
+    present: np.ndarray = col("bool", "the job holds its GPUs (no GPU without processes or "
+                              "mem_active_mib, where known); a second without samples is as "
+                              "the one before")
+    workers: np.ndarray = col("workers", "the most loader workers of any rank (NaN: unknown)")
+    loader_age: np.ndarray = col("s", "age of the youngest loader worker (NaN: unknown)")
+    main_busy: np.ndarray = col("bool", "a rank's main process with loader workers at "
+                                "core_busy_pct or more: busy with other work than feeding")
+    _rows: Optional[list] = field(default=None, repr=False, compare=False)
+
+    def row(self, i: int) -> Second:
+        """Second ``i`` as Python values."""
+        if self._rows is None:
+            d = self.__dict__
+            self._rows = [d[k].tolist() for k in _ROW_COLS]
+        return Second(*[c[i] for c in self._rows])
+
+    def rows(self):
+        """Every second in turn, as ``row`` gives it."""
+        if not len(self):
+            return iter(())
+        self.row(0)                         # (the columns as lists, once)
+        return map(Second._make, zip(*self._rows))
+
+    def __len__(self) -> int:
+        return len(self.n)
+
+    @staticmethod
+    def describe() -> dict:
+        """Column -> (unit, meaning)."""
+        return {f.name: (f.metadata["unit"], f.metadata["meaning"])
+                for f in SecondsTable.__dataclass_fields__.values() if f.metadata}
+
+
+_ROW_COLS = (["has", "stopped", "alone", "lone_idle", "all_on", "full", "n", "u", "held",
+              "workers", "starving", "writing", "present", "loader_age", "main_busy"])
+
+
+def seconds(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT,
+            first: int = 0) -> SecondsTable:
+    """The table of bins ``first`` on of a job's bins ``g`` and host bins ``h`` (the bins
+    before ``first``: context only)."""
+    lead = min(first, settle_bins(th))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # Duty, power and limit of the bins and the lead that settles their power.
+        duty, power, limit = N.div(g[_POWER_NUM, :, first - lead:], g[_POWER_DEN, :, first - lead:])
+        cold = _cold_settled(duty, power, limit, th)[:, lead:]
+        duty = duty[:, lead:]
+        gt = g[:, :, first:]
+        n, u = _add(gt[GI["n"]], 0), _add(gt[GI["u"]], 0)
+        gap = gap_stops(gt, th)
+        spin = spin_seconds(g, th, first, duty)
+        cols = _work(duty, n, u, th, gap, _any(cold, 0), spin)
+        cols.update(_host(gt, h[:, first:], n, th))
+    return SecondsTable(duty=duty, n=n, u=u, cold=cold, spinning=spin, gap_stop=gap, **cols)
+
+
+_POWER_NUM = [GI[k] for k in ("u", "pw", "pl")]
+_POWER_DEN = [GI[k] for k in ("n", "pn", "pln")]
+
+
+# a.any(axis=0), a.all(axis=0), a.sum(axis=0) as one ufunc call each: _any(a, 0) (the live
+# detector makes many on tiny arrays, where numpy's Python wrappers cost more than the sums).
+_any, _all, _add = np.logical_or.reduce, np.logical_and.reduce, np.add.reduce
+
+
+def _work(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds, gap: np.ndarray,
+          cold: np.ndarray, spin: np.ndarray) -> dict:
+    """The columns read from the GPUs' duty (see SecondsTable)."""
+    G = len(duty)
+    known = ~np.isnan(duty)
+    d = np.where(known, duty, 0.0)
+    low = (d < th.idle_duty) & known
+    on = (d >= th.all_on_duty) & known
+    stopped = (d < th.trickle_duty) & known
+    nk, nlow, nstop = _add(known, 0), _add(low, 0), _add(stopped, 0)
+    seen = nk == G
+    lone_idle = (nk > 1) & (nstop == 1) & (_add(on, 0) == nk - 1)
+    full = np.where(nk > 0, np.where(known, d, 1.0).min(axis=0), 0.0)
+    full[cold] = 0.0
+    return dict(
+        has=_any(known, 0) & (n > 0),
+        # (Seen on every GPU: a second in which some GPUs sent no sample is no stop.)
+        stopped=((nstop == G) | gap) & seen,
+        dead=(nlow == G) & seen,
+        alone=(nk > 1) & (nlow == nk - 1) & (_add(stopped & ~low, 0) == 1),
+        lone_idle=lone_idle, held=lone_idle & spin,
+        all_on=_all(on | ~known, 0), full=full)
+
+
+def gap_stops(g: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
+    """(T,): every GPU sampled stop_gap_samples times or more in the second, and a gap of its
+    samples (below seg_util_pct) of stop_gap_s or more on average ended in it: a stop shorter
+    than a second, which the second's duty hides."""
+    n, gn, gs = g[GI["n"]], g[GI["gapn"]], g[GI["gaps"]]
+    one = (n >= th.stop_gap_samples) & (gn > 0) & (gs >= th.stop_gap_s * gn)
+    return _all(one, 0) & (g.shape[1] > 0)
+
+
+# -- cold: below the hottest GPU's power now --------------------------------------------------
+
+def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
+          th: Thresholds) -> np.ndarray:
+    """(G, T): each GPU busy (busy_bin_duty) drawing at most cold_power_ratio of the hottest
+    busy GPU's power, at least power_spread of its limit below it where the limits are
+    known; fewer than two busy GPUs with power: none. From per-GPU duty (share), power and
+    power limit (W), NaN where unknown."""
+    pw = np.where(duty >= th.busy_bin_duty, power, np.nan)
+    known = ~np.isnan(pw)
+    hot = (np.where(known, pw, -np.inf).argmax(axis=0), np.arange(pw.shape[1]))
+    frac = pw / np.where(limit > 0, limit, np.nan)
+    gap = frac[hot] - frac                  # NaN: a limit unknown, no check
+    cold = known & (pw <= th.cold_power_ratio * pw[hot]) & (np.isnan(gap)
+                                                            | (gap >= th.power_spread))
+    return cold & (_add(known, 0) >= 2) & (pw[hot] > 0)
+
+
+def busy_cold(util_pct: Mapping[int, Optional[float]], power_w: Mapping[int, Optional[float]],
+              limit_w: Mapping[int, Optional[float]],
+              th: Thresholds = DEFAULT) -> frozenset[int]:
+    """The GPUs the cold column marks on one set of readings (utilization %, power and
+    limit W; no seconds before them to settle): the screen's COLD mark."""
+    gpus = list(power_w)
+    if len(gpus) < 2:
+        return frozenset()
+
+    def one(values, scale=1.0):
+        return np.array([[np.nan if values.get(g) is None else values[g] / scale]
+                         for g in gpus], dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cold = _cold(one(util_pct, 100.0), one(power_w), one(limit_w), th)[:, 0]
+    return frozenset(g for g, c in zip(gpus, cold) if c)
+
+
+def settle_bins(th: Thresholds) -> int:
+    """Seconds with every GPU at work before a second whose power is compared."""
+    return max(0, int(round(th.power_settle_s / th.bin_s)))
+
+
+def settled(all_busy: np.ndarray, th: Thresholds) -> np.ndarray:
+    """(T,): the seconds in which power is compared across GPUs: every GPU at work in it and
+    in the power_settle_s before (the driver's power is a 1 s average, so a GPU's first
+    second back from a wait, its own or spinning on a rank that waited, still reads cold)."""
+    out = all_busy.copy()
+    for k in range(1, settle_bins(th) + 1):
+        out[k:] &= all_busy[:-k]
+        out[:k] = False
+    return out
+
+
+def _cold_settled(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
+                  th: Thresholds) -> np.ndarray:
+    """(G, T): the cold column from per-GPU duty, power and limit, in the seconds whose
+    power settled (the first settle_bins only settle the ones after them)."""
+    busy = (duty >= th.busy_bin_duty) & ~np.isnan(power)
+    all_busy = _all(busy, 0) if busy.shape[0] else np.zeros(busy.shape[1], bool)
+    return _cold(duty, power, limit, th) & settled(all_busy, th)
+
+
+# -- spinning: below its own working power before ---------------------------------------------
+
+# Bins whose context is gathered at once by spin_seconds (bounds its scratch memory).
+SPIN_CHUNK = 4096
+
+
+def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT, first: int = 0,
+                 duty: Optional[np.ndarray] = None) -> np.ndarray:
+    """The spinning column of bins ``first`` on (T - first,): one GPU stopped (under
+    trickle_duty) beside GPUs at work (busy_bin_duty or more) that each draw at most
+    stop_power_frac of their own highest power over the context_s before: they spin in a
+    collective (NCCL keeps a kernel running while it waits, at a fraction of its computing
+    power), they do not compute. Power unknown: False. ``duty``: the per-GPU duty of bins
+    ``first`` on, where the caller has it. Only bins with a GPU stopped beside one at work
+    are read (a day-long log has few; a live second rarely is one)."""
+    T = g.shape[-1]
+    out = np.zeros(T - first, bool)
+    if duty is None:
+        duty = N.div(g[GI["u"], :, first:], g[GI["n"], :, first:])
+    busy = duty >= th.busy_bin_duty
+    idx = (_any(duty < th.trickle_duty, 0) & _any(busy, 0)).nonzero()[0]
+    if not len(idx):
+        return out
+    power = N.div(g[GI["pw"]], g[GI["pn"]])
+    busy, idx = busy[:, idx], idx + first
+    idx, busy = idx[idx > 0], busy[:, idx > 0]
+    ctx = np.arange(1, max(1, int(round(th.context_s / th.bin_s))) + 1)
+    for a in range(0, len(idx), SPIN_CHUNK):
+        i, b = idx[a:a + SPIN_CHUNK], busy[:, a:a + SPIN_CHUNK]
+        back = i[:, None] - ctx[None, :]                       # (k, ctx)
+        before = np.where(back >= 0, power[:, np.maximum(back, 0)], np.nan)
+        ref = np.fmax.reduce(before, axis=2)                   # (G, k): NaN where unknown
+        spin = power[:, i] <= th.stop_power_frac * ref
+        out[i - first] = _all(np.where(b, spin, True), 0)
+    return out
+
+
+# -- the host: starving, writing, present, loader workers ------------------------------------
+
+# (The host's functions below compare NaN: call them under np.errstate(invalid="ignore").)
+
+def storage_bound(io, rd, th: Thresholds = DEFAULT):
+    """Storage feeds the job: iowait with disk reads, or heavy reads however little iowait."""
+    return (rd >= th.disk_read_mbps) & ((io >= th.iowait_pct) | (rd >= th.disk_read_busy_mbps))
+
+
+def loaders_saturated(wk, ld, lb, th: Thresholds = DEFAULT):
+    """A rank's loader workers saturated: their CPU, or how many of them are busy, at
+    loader_busy_share of their capacity (from its workers, loader CPU %, busy workers)."""
+    per = np.maximum(wk, 1)
+    return (wk >= 0.5) & ((ld / (100 * per) >= th.loader_busy_share)
+                          | (lb / per >= th.loader_busy_share))
+
+
+def main_bound(wk, mc, mt, th: Thresholds = DEFAULT):
+    """A rank without loader workers whose main process (or its busiest thread) is at
+    core_busy_pct: it loads its batches itself, at a full core."""
+    return (wk < 0.5) & (np.fmax(mc, mt) >= th.core_busy_pct)
+
+
+def rank_starving(wk, ld, lb, mc, mt, th: Thresholds = DEFAULT):
+    """Per rank, its host starves its GPU: loaders_saturated or main_bound. From the ratios
+    of a rank's workers, loader CPU %, busy workers, main CPU % and main thread CPU % (NaN:
+    unknown, never starving)."""
+    return loaders_saturated(wk, ld, lb, th) | main_bound(wk, mc, mt, th)
+
+
+# Fields the host columns divide (numerators, denominators), per GPU and for the host.
+_RANK_NUM = [GI[k] for k in ("wk", "ld", "lb", "mc", "mt", "age")]
+_RANK_DEN = [GI[k] for k in ("wkn", "ldn", "lbn", "mcn", "mtn", "agen")]
+_HELD = ([GI["mem"], GI["pid"]], [GI["memn"], GI["pidn"]])
+_H_NUM = [HI[k] for k in ("io", "rd", "wr")]
+_H_DEN = [HI[k] for k in ("ion", "rdn", "wrn")]
+
+
+def _host(g: np.ndarray, h: np.ndarray, n: np.ndarray, th: Thresholds) -> dict:
+    """The columns read from the host and the job's processes (see SecondsTable); the
+    ratios only where some bin has them (an nvidia-smi log has none)."""
+    G, T = g.shape[1:]
+    out = _ranks(g, th) if np.logical_or.reduce(g[_RANK_DEN], axis=None) else dict(
+        rank_starving=np.zeros((G, T), bool), workers=np.full(T, np.nan),
+        loader_age=np.full(T, np.nan), main_busy=np.zeros(T, bool))
+    starving = _any(out["rank_starving"], 0)
+    if np.logical_or.reduce(h[_H_DEN], axis=None):
+        io, rd, wr = N.div(h[_H_NUM], h[_H_DEN])
+        starving = starving | storage_bound(io, rd, th)
+        out["writing"] = wr >= th.ckpt_write_mbps
+    else:
+        out["writing"] = np.zeros(T, bool)
+    out["starving"] = starving
+    out["present"] = _present(g, n, th)
+    return out
+
+
+def _ranks(g: np.ndarray, th: Thresholds) -> dict:
+    """rank_starving per GPU, and the job's loader workers, youngest loader and main_busy."""
+    wk, ld, lb, mc, mt, age = N.div(g[_RANK_NUM], g[_RANK_DEN])
+    unknown = np.isnan(wk)
+    return dict(
+        rank_starving=rank_starving(wk, ld, lb, mc, mt, th),
+        workers=np.where(_all(unknown, 0), np.nan,
+                         N.nanmax(np.where(unknown, -1, wk), axis=0)),
+        loader_age=np.where(_all(np.isnan(age), 0), np.nan,
+                            N.nanmin(np.where(np.isnan(age), np.inf, age), axis=0)),
+        main_busy=_any((wk >= 0.5) & (np.fmax(mc, mt) >= th.core_busy_pct), 0))
+
+
+def _present(g: np.ndarray, n: np.ndarray, th: Thresholds) -> np.ndarray:
+    """(T,): no GPU without its processes or memory, where known; a bin without samples
+    (``n`` 0: a hole in the log says nothing of it) is as the last one before it."""
+    mem, pid = N.div(g[_HELD[0]], g[_HELD[1]])
+    gone = np.where(~np.isnan(pid), pid <= 0, False) | np.where(
+        ~np.isnan(mem), mem < th.mem_active_mib, False)
+    present = ~_any(gone, 0)
+    at = np.arange(len(n))
+    if len(n) > 1 and not np.logical_and.reduce(n[1:], axis=None):
+        present = present[np.maximum.accumulate(np.where((n > 0) | (at == 0), at, 0))]
+    return present
+

@@ -1,0 +1,148 @@
+"""The seconds table (detect/seconds.py): each column means what its docstring says, on small
+hand-made bins; a live second (the table of one bin, the bins before as context) reads as
+the same second of the whole log."""
+import math
+
+import numpy as np
+import pytest
+
+from gpumon.detect.bins import GI
+from gpumon.detect.seconds import Second, SecondsTable, seconds
+from gpumon.detect.thresholds import DEFAULT
+from seconds_util import bins, host, table_of
+
+NAN = math.nan
+
+
+def test_stopped_dead_and_all_on():
+    t = table_of([[0.0, 0.10, 0.9, 0.0, NAN, 0.35],
+                  [0.0, 0.02, 0.9, 0.2, 0.0, 0.30]])
+    assert t.stopped.tolist() == [True, True, False, False, False, False]
+    assert t.dead.tolist() == [True, False, False, False, False, False]
+    # (A GPU without a sample in the second is no stop, and no GPU away from work.)
+    assert t.all_on.tolist() == [False, False, True, False, False, True]
+    assert t.has.all()
+
+
+def test_a_gap_of_every_gpu_inside_a_busy_second_is_a_stop():
+    g, h = bins([[0.8, 0.8], [0.8, 0.8]])
+    g[GI["gapn"], :, 1] = 1
+    g[GI["gaps"], :, 1] = DEFAULT.stop_gap_s
+    t = seconds(g, h)
+    assert t.gap_stop.tolist() == [False, True]
+    assert t.stopped.tolist() == [False, True]
+    g[GI["gaps"], 0, 1] = DEFAULT.stop_gap_s / 2          # one GPU's gap too short
+    assert not seconds(g, h).gap_stop[1]
+
+
+def test_one_rank_alone_at_a_trickle_and_one_rank_idle_beside_work():
+    t = table_of([[0.10, 0.0, 0.10, 0.0],
+                  [0.00, 0.9, 0.10, 0.0],
+                  [0.01, 0.9, 0.00, 0.0]])
+    assert t.alone.tolist() == [True, False, False, False]
+    assert t.lone_idle.tolist() == [False, True, False, False]
+
+
+def test_full_is_the_least_busy_gpu_and_zero_where_a_gpu_is_cold():
+    duty = [[0.95, 0.95, 0.95], [0.92, 0.92, 0.92], [0.99, 0.99, 0.99]]
+    t = table_of(duty)
+    assert t.full.tolist() == pytest.approx([0.92] * 3)
+    # GPUs 0 and 2 at 60% of GPU 1's power, all busy: cold once the power settled (one
+    # second all busy before).
+    g, h = bins(duty, power=[[420.0] * 3, [665.0] * 3, [430.0] * 3], limit=700.0)
+    t = seconds(g, h)
+    assert t.cold[:, 0].tolist() == [False, False, False]
+    assert t.cold[:, 1].tolist() == [True, False, True]
+    assert t.full.tolist() == pytest.approx([0.92, 0.0, 0.0])
+    # Within power_spread of the limit of the hottest: no check fails, none cold.
+    g, h = bins(duty, power=[[650.0] * 3, [665.0] * 3, [640.0] * 3], limit=700.0)
+    assert not seconds(g, h).cold.any()
+
+
+def test_spinning_is_below_its_own_working_power_before():
+    """Three GPUs at work at 300 W for 10 s; then GPU 2 stops while the others read 100%
+    at 150 W (spinning in the all-reduce) or at 290 W (still computing)."""
+    busy = [1.0] * 10
+    duty = [busy + [1.0, 1.0], busy + [1.0, 1.0], busy + [0.0, 0.0]]
+    power = [[300.0] * 10 + [150.0, 290.0], [300.0] * 10 + [150.0, 290.0],
+             [300.0] * 10 + [60.0, 60.0]]
+    g, h = bins(duty, power=power)
+    t = seconds(g, h)
+    assert t.spinning.tolist() == [False] * 10 + [True, False]
+    assert t.held.tolist() == [False] * 10 + [True, False]
+    assert t.lone_idle[10:].all()
+
+
+def test_starving_per_rank_and_any_rank_storage_and_writing():
+    g, h = bins([[0.5] * 4, [0.5] * 4])
+    host(g, h, 0, workers=4.0, ld=390.0, gpu=1)        # rank 1's loaders saturated
+    host(g, h, 0, workers=4.0, ld=40.0, gpu=0)
+    host(g, h, 1, workers=0.0, mc=99.0, gpu=0)          # rank 0 loads in its main process
+    host(g, h, 2, io=20.0, rd=30.0)                     # storage feeds the job
+    host(g, h, 3, wr=80.0)
+    t = seconds(g, h)
+    assert t.rank_starving.tolist() == [[False, True, False, False],
+                                        [True, False, False, False]]
+    assert t.starving.tolist() == [True, True, True, False]
+    assert t.writing.tolist() == [False, False, False, True]
+    assert t.workers[0] == 4.0 and math.isnan(t.workers[2])
+
+
+def test_main_busy_loader_age_and_workers():
+    g, h = bins([[0.5] * 2, [0.5] * 2])
+    host(g, h, 0, workers=2.0, age=30.0, mc=95.0, gpu=0)
+    host(g, h, 0, workers=3.0, age=4.0, mc=10.0, gpu=1)
+    t = seconds(g, h)
+    assert t.main_busy.tolist() == [True, False]
+    assert t.workers[0] == 3.0 and t.loader_age[0] == 4.0
+    assert math.isnan(t.loader_age[1])
+
+
+def test_present_and_a_hole_in_the_log_is_as_the_second_before():
+    duty = np.full((2, 5), 0.0)
+    g, h = bins(duty, n=np.array([1, 1, 0, 1, 0]))
+    host(g, h, 1, mem=10.0)                             # memory released
+    host(g, h, 3, mem=20000.0)
+    t = seconds(g, h)
+    assert t.present.tolist() == [True, False, False, True, True]
+    assert t.has.tolist() == [True, True, False, True, False]
+
+
+def test_a_row_holds_python_values_by_name():
+    t = table_of([[0.95, 0.0], [0.95, 0.0]],
+                 hosts=[(2.0, True, False, True, 5.0, False)] * 2)
+    r = t.row(1)
+    assert isinstance(r, Second) and r.stopped is True and r.has is True
+    assert type(r.full) is float and r.n == 12.0 and r.workers == 2.0
+    assert r.starving is True and r.present is True and r.loader_age == 5.0
+    assert set(Second._fields) <= set(SecondsTable.describe())
+
+
+def test_every_column_has_a_unit_and_a_meaning():
+    d = SecondsTable.describe()
+    assert {"duty", "stopped", "spinning", "cold", "starving", "present", "workers"} <= set(d)
+    assert all(unit and meaning for unit, meaning in d.values())
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return all(x == y or (x != x and y != y) for x, y in zip(a, b))
+
+
+def test_one_live_second_reads_as_that_second_of_the_whole_log():
+    """The live detector tabulates each new second with the bins before it as context; the
+    row is the whole log's row of that second (cold settles, spinning looks back)."""
+    rng = np.random.default_rng(5)
+    G, T = 4, 60
+    duty = np.where(rng.random((G, T)) < 0.15, 0.0, 0.97)
+    duty[2, 30:33] = 0.0
+    duty[:, 45:47] = 0.0                                # the job stops
+    power = np.where(duty > 0.5, rng.choice([150.0, 300.0], (G, T)), 60.0)
+    g, h = bins(duty, power=power, limit=400.0)
+    host(g, h, 40, workers=2.0, ld=199.0, gpu=1)
+    whole = seconds(g, h)
+    assert whole.cold.any() and whole.spinning.any() and whole.stopped.any()
+    for t in range(T):
+        one = seconds(g[:, :, :t + 1], h[:, :t + 1], DEFAULT, t)
+        assert len(one) == 1
+        assert _same(one.row(0), whole.row(t)), t
+        assert (one.cold[:, 0] == whole.cold[:, t]).all()
