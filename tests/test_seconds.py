@@ -59,6 +59,21 @@ def test_full_is_the_least_busy_gpu_and_zero_where_a_gpu_is_cold():
     assert not seconds(g, h).cold.any()
 
 
+def test_a_gpu_with_its_clocks_held_down_is_not_cold():
+    """GPU 1 draws 60% of GPU 0's power: cold while its clocks run free; not cold with
+    thermal clock events in every sample and its SM clock at 60% of its maximum (it computes
+    slowly); cold again where the clock is near its maximum (routine power-cap bits)."""
+    duty = [[1.0] * 4, [1.0] * 4]
+    g, h = bins(duty, power=[[300.0] * 4, [180.0] * 4], limit=400.0)
+    for k, v in (("clk", 1800.0), ("cmax", 1800.0), ("cn", 1), ("cmaxn", 1), ("en", 6)):
+        g[GI[k]] = v
+    g[GI["therm"], 1, 2:] = 6
+    g[GI["clk"], 1, 2] = 1080.0
+    t = seconds(g, h)
+    assert t.cold[1].tolist() == [False, True, False, True]
+    assert not t.cold[0].any()
+
+
 def test_spinning_is_below_its_own_working_power_before():
     """Three GPUs at work at 300 W for 10 s; then GPU 2 stops while the others read 100%
     at 150 W (spinning in the all-reduce) or at 290 W (still computing)."""

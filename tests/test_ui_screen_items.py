@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 
 from gpumon.detect.seconds import busy_cold
+from gpumon.detect import StreamingDetector
 from gpumon.detect.thresholds import DEFAULT
 from gpumon.diagnosis import BUSY, INSUFFICIENT_DATA, Diagnosis, evidence_text
 from gpumon.sim.source import simulate
@@ -71,6 +72,28 @@ def test_cold_mark_on_the_screen_follows_the_detector():
     row = next(line for line in render_text(d.view(), 80, 24).splitlines()
                if line.startswith(" 0 H100"))
     assert "COLD" in row
+
+
+@pytest.mark.parametrize("scenario,straggler_cold", [("throttled", False), ("sync_stall", None)])
+def test_cold_is_not_the_throttled_straggler(scenario, straggler_cold):
+    """`watch --sim throttled:4`: the straggler computes slowly at a held-down clock and draws
+    less than the others; it is no GPU spinning cold (its row says THR, not COLD). In a sync
+    stall the GPUs waiting for the straggler are COLD, the straggler is not."""
+    d = Dashboard(infos(4), kind="sim")
+    det = StreamingDetector()
+    for t in simulate(scenario, gpus=4, seconds=20, seed=0):
+        d.update(t, det.update(t))
+    view = d.view()
+    s = view.diagnosis.straggler_gpu
+    cold = {g.index for g in view.gpus if g.cold}
+    assert s is not None and s not in cold
+    if straggler_cold is False:
+        assert cold == set()
+        row = next(line for line in render_text(view, 100, 24).splitlines()
+                   if line.startswith(f" {s} H100"))
+        assert "THR" in row and "COLD" not in row
+    else:
+        assert cold == {0, 1, 2, 3} - {s}
 
 
 def test_evidence_in_words_and_the_rules_reason():

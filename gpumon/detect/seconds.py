@@ -60,7 +60,8 @@ class SecondsTable:
                                 "all_on_duty or more")
     all_on: np.ndarray = col("bool", "every GPU seen at all_on_duty or more: all at work")
     cold: np.ndarray = col("bool (G, T)", "per GPU: busy, at most cold_power_ratio of the "
-                           "hottest busy GPU's power now, power settled (power_settle_s)")
+                           "hottest busy GPU's power now, power settled (power_settle_s), "
+                           "its clocks not held down (held_down): waiting, not computing")
     full: np.ndarray = col("share", "the least duty of a GPU seen; 0 where a GPU is cold "
                            "or none sent data: warm work on every GPU")
     spinning: np.ndarray = col("bool", "one GPU stopped while every GPU at work draws at "
@@ -122,6 +123,8 @@ def seconds(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT,
         cold = _cold_settled(duty, power, limit, th)[:, lead:]
         duty = duty[:, lead:]
         gt = g[:, :, first:]
+        if _any(cold, None):
+            cold &= ~_held_down_bins(gt, th)
         n, u = _add(gt[GI["n"]], 0), _add(gt[GI["u"]], 0)
         gap = gap_stops(gt, th)
         spin = spin_seconds(g, th, first, duty)
@@ -191,10 +194,11 @@ def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
 
 
 def busy_cold(util_pct: Mapping[int, Optional[float]], power_w: Mapping[int, Optional[float]],
-              limit_w: Mapping[int, Optional[float]],
-              th: Thresholds = DEFAULT) -> frozenset[int]:
+              limit_w: Mapping[int, Optional[float]], th: Thresholds = DEFAULT,
+              held: Optional[Mapping[int, bool]] = None) -> frozenset[int]:
     """The GPUs the cold column marks on one set of readings (utilization %, power and
-    limit W; no seconds before them to settle): the screen's COLD mark."""
+    limit W; ``held``: whose clocks are held down (held_down); no seconds before them to
+    settle): the screen's COLD mark."""
     gpus = list(power_w)
     if len(gpus) < 2:
         return frozenset()
@@ -204,7 +208,28 @@ def busy_cold(util_pct: Mapping[int, Optional[float]], power_w: Mapping[int, Opt
                          for g in gpus], dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         cold = _cold(one(util_pct, 100.0), one(power_w), one(limit_w), th)[:, 0]
-    return frozenset(g for g, c in zip(gpus, cold) if c)
+    held = held or {}
+    return frozenset(g for g, c in zip(gpus, cold) if c and not held.get(g, False))
+
+
+def held_down(share, clock_frac, th: Thresholds = DEFAULT):
+    """A GPU's clocks held down: clock-event reasons (thermal, power cap, hardware slowdown)
+    in throttle_share of its samples or more, with its SM clock below throttle_clock_frac of
+    its maximum (or unknown). It computes slowly: low power is no wait. From the share of
+    samples with a reason (NaN: unknown) and the clock over its maximum."""
+    with np.errstate(invalid="ignore"):
+        return (share >= th.throttle_share) & np.where(
+            np.isnan(clock_frac), True, clock_frac < th.throttle_clock_frac)
+
+
+_EVENTS = [GI[k] for k in ("therm", "pcap", "hws", "clk", "cmax")]
+_EVENTS_DEN = [GI[k] for k in ("en", "en", "en", "cn", "cmaxn")]
+
+
+def _held_down_bins(g: np.ndarray, th: Thresholds) -> np.ndarray:
+    """(G, T): held_down of each GPU in each bin of ``g``."""
+    therm, pcap, hws, clk, cmax = N.div(g[_EVENTS], g[_EVENTS_DEN])
+    return held_down(N.throttle_share(therm, pcap, hws), clk / cmax, th)
 
 
 def settle_bins(th: Thresholds) -> int:

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from gpumon.detect.seconds import busy_cold
+from gpumon.detect.seconds import busy_cold, held_down
 from gpumon.diagnosis import (BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, SYNC_STALL,
                               THROTTLED, Diagnosis)
 from gpumon.samples import (CLOCK_EVENTS_THROTTLE, GpuInfo, GpuSample, HostSample, Tick,
@@ -45,11 +45,23 @@ def cold_gpus(gpus: Sequence[tuple[int, Optional[float], Optional[GpuSample]]],
     util = {g: u for g, u, _ in gpus}
     power = {g: s.power_w if s else None for g, _, s in gpus}
     limit = {g: s.power_limit_w if s else None for g, _, s in gpus}
+    held = {g: _held_down(s) for g, _, s in gpus}
     out: set[int] = set()
     for group in groups or (tuple(util),):
         out |= busy_cold({g: util.get(g) for g in group}, {g: power.get(g) for g in group},
-                         {g: limit.get(g) for g in group})
+                         {g: limit.get(g) for g in group}, held=held)
     return frozenset(out)
+
+
+def _held_down(s: Optional[GpuSample]) -> bool:
+    """The sample's clocks held down (detect.seconds.held_down: a throttled GPU computes
+    slowly, it is not cold)."""
+    if s is None or s.clock_events is None:
+        return False
+    share = 1.0 if s.clock_events & CLOCK_EVENTS_THROTTLE else 0.0
+    clk, top = s.sm_clock_mhz, s.sm_clock_max_mhz
+    frac = clk / top if clk is not None and top else float("nan")
+    return bool(held_down(share, frac))
 
 
 def throttle_reasons(mask: Optional[int]) -> tuple[str, ...]:
