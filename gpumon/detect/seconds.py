@@ -45,7 +45,14 @@ class Second(NamedTuple):
 
 @dataclass
 class SecondsTable:
-    """Each second of a job, one column per idea (arrays over T; per-GPU ones (G, T))."""
+    """Each second of a job, one column per idea (arrays over T; per-GPU ones (G, T)).
+
+    ``cold`` and ``spinning`` are two readings of GPUs spinning in a collective, each blind
+    where the other sees: ``cold`` compares the GPUs with each other now (it sees a GPU that
+    has waited all along, and is what the screen reads from one set of readings; it cannot
+    see every GPU at work spinning together, the hottest being the reference), ``spinning``
+    compares each GPU with its own power before (it sees that, not a GPU that always waited).
+    """
     duty: np.ndarray = col("share", "per GPU: mean utilization of its samples in the "
                            "second (NaN: no sample)")
     n: np.ndarray = col("samples", "the job's utilization samples in the second")
@@ -123,8 +130,9 @@ def seconds(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT,
         cold = _cold_settled(duty, power, limit, th)[:, lead:]
         duty = duty[:, lead:]
         gt = g[:, :, first:]
-        if _any(cold, None):
-            cold &= ~_held_down_bins(gt, th)
+        at = _any(cold, 0).nonzero()[0]
+        if len(at):
+            cold[:, at] &= ~_held_down_bins(gt[:, :, at], th)
         n, u = _add(gt[GI["n"]], 0), _add(gt[GI["u"]], 0)
         gap = gap_stops(gt, th)
         spin = spin_seconds(g, th, first, duty)
