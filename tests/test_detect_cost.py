@@ -102,7 +102,7 @@ def _calls_per_update(ticks, warm: int) -> float:
 # Python-level calls (functions and builtins, numpy's included) per update of 8 GPUs at 1 s,
 # starving and busy. Before issue 22's work: 2,191 and 2,090; after: 1,701 and 1,530; with
 # the pause tracker's second in plain Python (detect/onesec.py): 1,480 and 1,272; with the
-# seconds table in numpy on one second (detect/seconds.py, no plain twin): 1,575 and 1,444.
+# seconds table in numpy on one second (detect/seconds.py, no plain twin): 1,564 and 1,439.
 CALLS_MAX = 1600
 
 

@@ -155,14 +155,13 @@ def _work(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds, gap: n
     """The columns read from the GPUs' duty (see SecondsTable)."""
     G = len(duty)
     known = ~np.isnan(duty)
-    d = np.where(known, duty, 0.0)
-    low = (d < th.idle_duty) & known
-    on = (d >= th.all_on_duty) & known
-    stopped = (d < th.trickle_duty) & known
+    low = duty < th.idle_duty               # (NaN, no data, compares False)
+    on = duty >= th.all_on_duty
+    stopped = duty < th.trickle_duty
     nk, nlow, nstop = _add(known, 0), _add(low, 0), _add(stopped, 0)
     seen = nk == G
     lone_idle = (nk > 1) & (nstop == 1) & (_add(on, 0) == nk - 1)
-    full = np.where(nk > 0, np.where(known, d, 1.0).min(axis=0), 0.0)
+    full = np.where(nk > 0, np.minimum.reduce(np.where(known, duty, 1.0), 0), 0.0)
     full[cold] = 0.0
     return dict(
         has=_any(known, 0) & (n > 0),
@@ -262,7 +261,10 @@ def _cold_settled(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
     power settled (the first settle_bins only settle the ones after them)."""
     busy = (duty >= th.busy_bin_duty) & ~np.isnan(power)
     all_busy = _all(busy, 0) if busy.shape[0] else np.zeros(busy.shape[1], bool)
-    return _cold(duty, power, limit, th) & settled(all_busy, th)
+    ok = settled(all_busy, th)
+    if not _any(ok, None):                  # (no second to compare: none cold)
+        return np.zeros(duty.shape, bool)
+    return _cold(duty, power, limit, th) & ok
 
 
 # -- spinning: below its own working power before ---------------------------------------------
@@ -362,13 +364,13 @@ def _host(g: np.ndarray, h: np.ndarray, n: np.ndarray, th: Thresholds) -> dict:
 def _ranks(g: np.ndarray, th: Thresholds) -> dict:
     """rank_starving per GPU, and the job's loader workers, youngest loader and main_busy."""
     wk, ld, lb, mc, mt, age = N.div(g[_RANK_NUM], g[_RANK_DEN])
-    unknown = np.isnan(wk)
+    unknown, no_age = np.isnan(wk), np.isnan(age)
     return dict(
         rank_starving=rank_starving(wk, ld, lb, mc, mt, th),
         workers=np.where(_all(unknown, 0), np.nan,
-                         N.nanmax(np.where(unknown, -1, wk), axis=0)),
-        loader_age=np.where(_all(np.isnan(age), 0), np.nan,
-                            N.nanmin(np.where(np.isnan(age), np.inf, age), axis=0)),
+                         np.maximum.reduce(np.where(unknown, -1, wk), 0)),
+        loader_age=np.where(_all(no_age, 0), np.nan,
+                            np.minimum.reduce(np.where(no_age, np.inf, age), 0)),
         main_busy=_any((wk >= 0.5) & (np.fmax(mc, mt) >= th.core_busy_pct), 0))
 
 
@@ -376,11 +378,9 @@ def _present(g: np.ndarray, n: np.ndarray, th: Thresholds) -> np.ndarray:
     """(T,): no GPU without its processes or memory, where known; a bin without samples
     (``n`` 0: a hole in the log says nothing of it) is as the last one before it."""
     mem, pid = N.div(g[_HELD[0]], g[_HELD[1]])
-    gone = np.where(~np.isnan(pid), pid <= 0, False) | np.where(
-        ~np.isnan(mem), mem < th.mem_active_mib, False)
-    present = ~_any(gone, 0)
-    at = np.arange(len(n))
+    present = ~_any((pid <= 0) | (mem < th.mem_active_mib), 0)    # (NaN: unknown, False)
     if len(n) > 1 and not np.logical_and.reduce(n[1:], axis=None):
+        at = np.arange(len(n))
         present = present[np.maximum.accumulate(np.where((n > 0) | (at == 0), at, 0))]
     return present
 
