@@ -10,6 +10,7 @@ function serves the live detector (one second per tick) and a whole log (``analy
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Mapping, NamedTuple, Optional
 
 import numpy as np
@@ -103,7 +104,7 @@ class SecondsTable:
         if not len(self):
             return iter(())
         self.row(0)                         # (the columns as lists, once)
-        return map(Second._make, zip(*self._rows))
+        return map(_SECOND, zip(*self._rows))
 
     def __len__(self) -> int:
         return len(self.n)
@@ -115,6 +116,8 @@ class SecondsTable:
                 for f in SecondsTable.__dataclass_fields__.values() if f.metadata}
 
 
+# Second from a tuple of its fields, in C (Second._make checks the length in Python).
+_SECOND = partial(tuple.__new__, Second)
 _ROW_COLS = (["has", "stopped", "alone", "lone_idle", "all_on", "full", "n", "u", "held",
               "workers", "starving", "writing", "present", "loader_age", "main_busy"])
 
