@@ -196,7 +196,7 @@ def onset(ticks, change: float) -> float:
         if tk.time <= change or tr is None:
             continue
         if tr.scenario in ("hang", "held"):      # (see evaluate)
-            return change + (DEFAULT.hang_s if tr.scenario == "hang" else DEFAULT.pause_max_s)
+            return change + (DEFAULT.hang_s if tr.scenario == "hang" else DEFAULT.idle_after_s)
         if tr.verdict != "data_starvation":
             return change
         if _waits_for_data(tr):
@@ -279,7 +279,7 @@ def evaluate(job) -> dict:
            "onset": onset(ticks, change)}
     # A hang is one only after hang_s, and a stop after steady work is a pause until it has
     # lasted pause_max_s (then idle, held): their first seconds are not scored.
-    unjudged = change + {"hang": DEFAULT.hang_s, "held": DEFAULT.pause_max_s}.get(name, 0.0)
+    unjudged = change + {"hang": DEFAULT.hang_s, "held": DEFAULT.idle_after_s}.get(name, 0.0)
     lone = _steady_lone_waiters(ticks)
     for tk, lone_waiter in zip(ticks, lone):
         tr = tk.truth

@@ -117,9 +117,6 @@ def test_lone_seconds_that_caught_a_step_boundary_keep_work_steady(tmp_path):
     bad = [(d.verdict, d.start - change) for d in tl.segments
            if d.verdict not in ("busy", "paused") and d.start > change + 5]
     assert not [b for b in bad if b[0] != "idle"], bad
-    tl2, _ = _sim_log(tmp_path, "checkpoint", 1, 7131091, "last",
-                      th=replace(DEFAULT, blips_max=0.0, blips_work_duty=2.0))
-    assert "data_starvation" in {d.verdict for d in tl2.segments if d.end > change + 10}
 
 
 def test_one_rank_stalling_just_before_the_log_ends_is_not_a_pause(tmp_path, monkeypatch):
@@ -190,7 +187,7 @@ def _smi_power(tmp_path, rows):
 def test_ranks_coming_back_one_by_one_after_a_pause_are_not_a_stall(tmp_path):
     """Both ranks stop for 2 s, then rank 1 waits for rank 0's long first step back: for 3 s
     it spins cold beside rank 0 at work. Power is not compared in the first second after
-    one with a GPU idle (Thresholds.power_settle_s), and the live tracker's pause lasts
+    one with a GPU idle (Thresholds.power_lag_s), and the live tracker's pause lasts
     until work is back: no sync stall."""
     work = [[(100, 320), (100, 322)], [(100, 300), (100, 305)]] * 30
     rows = work + [[(0, 32), (0, 60)], [(0, 32), (0, 40)]]
@@ -392,7 +389,7 @@ def test_a_dip_whose_gpus_keep_their_busy_power_is_not_a_pause():
     u = util.sum(axis=0)
     busy_power = np.full(util.shape, 220.0)
     assert not two_sided(util, n, u, DEFAULT, power=busy_power).any()
-    stopping = np.where(util < DEFAULT.dip_deep_duty, 70.0, 220.0)    # idle draws ~1/3
+    stopping = np.where(util < DEFAULT.on_duty, 70.0, 220.0)    # idle draws ~1/3
     m = two_sided(util, n, u, DEFAULT, power=stopping)
     assert m[60:90].all() and not m[:60].any(), np.flatnonzero(m)
     # Unknown power (a log without power.draw) reads as before: the utilization alone.

@@ -1,6 +1,6 @@
 """Without host counters, a plateau a little below duty_starved that is steady to the second
 is the step's own uploads and launches (busy); a plateau with seconds that dip is starvation
-(Thresholds.steady_bin_duty; steady_floor_duty for a plateau flat to the second)."""
+(Thresholds.work_duty)."""
 from __future__ import annotations
 
 import importlib
@@ -38,7 +38,7 @@ def test_steady_plateau_below_duty_starved_is_busy(tmp_path):
     log = _log(tmp_path, util)
     assert _share(T.timeline(log), "busy") == 1.0
     # Without the rule the same log is starvation: the test can fail.
-    off = replace(DEFAULT, steady_bin_duty=2.0, steady_floor_duty=2.0)   # every second "dips"
+    off = replace(DEFAULT, work_duty=2.0)   # every second "dips"
     assert _share(T.timeline(log, off), "data_starvation") > 0.9
 
 
@@ -53,13 +53,13 @@ def test_plateau_with_seconds_that_dip_is_starvation(tmp_path):
 
 def test_flat_plateau_at_seventy_odd_percent_is_busy(tmp_path):
     """72-76% on every GPU, flat to the second (a gloo job with 50 ms steps whose uploads
-    take a quarter of each step): busy by steady_floor_duty, though some seconds are below
-    steady_bin_duty."""
+    take a quarter of each step): busy, every second at steady work (work_duty); at a
+    steadier bar it is starvation."""
     rng = np.random.default_rng(3)
     util = [[rng.uniform(71.5, 76.5) for _ in range(4)] for _ in range(120)]
     log = _log(tmp_path, util)
     assert _share(T.timeline(log), "busy") == 1.0
-    off = replace(DEFAULT, steady_duty_sd=0.0)
+    off = replace(DEFAULT, work_duty=0.8)
     assert _share(T.timeline(log, off), "data_starvation") > 0.9
 
 
@@ -74,7 +74,7 @@ def test_flat_plateau_below_the_floor_is_starvation(tmp_path):
 def test_a_small_models_steady_85_percent_is_busy(tmp_path):
     """84-85% on average, every GPU's second between 74.5% and 95%, moving by several points
     (its all-reduce and launch gaps: eight H100s training a small GPT on synthetic data,
-    h100-ddp8-small-gpt-85pct in bench/real): busy, every second above steady_bin_duty."""
+    h100-ddp8-small-gpt-85pct in bench/real): busy, every second above work_duty."""
     rng = np.random.default_rng(5)
     util = [[rng.uniform(74.5, 95.0) for _ in range(4)] for _ in range(120)]
     log = _log(tmp_path, util)

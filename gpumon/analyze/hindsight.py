@@ -127,7 +127,7 @@ def _not_one_off(job: Job) -> np.ndarray:
 def _why_not_one_off(job: Job, a: int, b: int, d) -> str:
     after = int(job.sc.run_after[b]) if job.sc is not None and b < len(job.n) else 0
     return (f"nothing on the host explains this {_secs(job, b - a)} stop and only "
-            f"{_secs(job, after)} of steady work (at {job.th.log_steady_duty:.0%} or more) "
+            f"{_secs(job, after)} of steady work (at {job.th.work_duty:.0%} or more) "
             "followed it before the next: the next gap of a starving job, not a pause")
 
 
@@ -148,17 +148,17 @@ def _why_two_sided(job: Job, a: int, b: int, d) -> str:
     return (f"the log shows steady work on either side of this {_secs(job, b - a)} stop "
             f"({_secs(job, before)} before, {_secs(job, after)} after; at least "
             f"{th.context_s:.0f} s and as long as the stop), back at the level before within "
-            f"{th.pause_max_s:.0f} s: a pause of healthy work, not starvation, which does "
+            f"{th.idle_after_s:.0f} s: a pause of healthy work, not starvation, which does "
             "not stop on its own")
 
 
 def _working(job: Job) -> np.ndarray:
-    return long_runs(job.level >= job.th.busy_bin_duty, job.th.recover_s / job.th.bin_s)
+    return long_runs(job.level >= job.th.busy_duty, job.th.recover_s / job.th.bin_s)
 
 
 def _why_working(job: Job, a: int, b: int, d) -> str:
     th = job.th
-    return (f"every GPU is back at {th.busy_bin_duty:.0%} or more for "
+    return (f"every GPU is back at {th.busy_duty:.0%} or more for "
             f"{_secs(job, b - a)} ({th.recover_s:.0f} s or more): the pause is over")
 
 
@@ -235,17 +235,17 @@ def _why_over(job: Job, a: int, b: int, d) -> str:
 
 def _back(job: Job) -> np.ndarray:
     th = job.th
-    return _stall_on_host(job) & long_runs(job.level >= th.log_steady_duty,
+    return _stall_on_host(job) & long_runs(job.level >= th.work_duty,
                                            th.recover_s / th.bin_s)
 
 
 def _why_back(job: Job, a: int, b: int, d) -> str:
     th = job.th
-    ra, rb = _run(job.level >= th.log_steady_duty, a)
+    ra, rb = _run(job.level >= th.work_duty, a)
     low = float(job.level[a:b][job.marks["back"][a:b]].min())
     return (f"its windows read {d.verdict} (rule {d.rule}), which still hold the stall, but "
             f"every GPU is back at steady work, {low:.0%} or more (at least "
-            f"{th.log_steady_duty:.0%}), for {_secs(job, rb - ra)} ({th.recover_s:.0f} s or "
+            f"{th.work_duty:.0%}), for {_secs(job, rb - ra)} ({th.recover_s:.0f} s or "
             "more): the rank is back at work")
 
 

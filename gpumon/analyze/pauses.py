@@ -4,7 +4,7 @@ Live, a stop after steady work is a pause only while nothing says otherwise
 (gpumon.detect.pauses): a validation pass's choppy forward-only rhythm, or a stop again after
 the ranks came back, ends the "pause" and the seconds are judged as starvation. A log also
 holds what came next. A dip that starts with every GPU stopping after ``context_s`` of steady
-work, and is followed within ``pause_max_s`` by steady work at the same level again, is a
+work, and is followed within ``idle_after_s`` by steady work at the same level again, is a
 pause of a healthy run (a checkpoint, a validation pass, an epoch boundary), whatever its
 inside looked like: starvation does not stop on its own. Its seconds are busy and left out of
 the windows after it, as live pauses are.
@@ -25,12 +25,12 @@ from gpumon.detect.thresholds import Thresholds
 def _seconds(duty: np.ndarray, n: np.ndarray, th: Thresholds):
     """Per bin of a job: which GPUs have data (G, T), whether the job has any (T,), the
     least busy GPU's duty (a GPU without data reads 0) and whether that is steady work
-    (every GPU at log_steady_duty or more)."""
+    (every GPU at work_duty or more)."""
     with np.errstate(invalid="ignore"):
         have = ~np.isnan(duty)
         has = have.any(axis=0) & (n > 0)
         low = np.where(have, duty, 0.0).min(axis=0)
-    return have, has, low, has & (low >= th.log_steady_duty)
+    return have, has, low, has & (low >= th.work_duty)
 
 
 def fill_holes(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds
@@ -112,7 +112,7 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds,
     if starving is None:
         starving = host_starving(host)
     startup = int(round(th.loader_startup_s / th.bin_s))
-    leads = _leads(sc, need, int(round(th.dip_lead_in_s / th.bin_s)))
+    leads = _leads(sc, need, int(round(th.stagger_s / th.bin_s)))
     has = leads >= 0
     for s, lead in zip(sc.first[has].tolist(), leads[has].tolist()):
         dip = _dip(sc, s, lead, th, need)
@@ -173,7 +173,7 @@ def scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     sc.good = good
     with np.errstate(invalid="ignore", divide="ignore"):
         sc.jd = jd = np.where(has, u / np.where(n > 0, n, 1.0), 0.0)
-    # Before a dip, a lone second below steady work with blip_side_s seconds of work at full
+    # Before a dip, a lone second below steady work with recover_s seconds of work at full
     # speed on each side (a 1 s sample that caught the gap between two steps) is steady work
     # too, up to blips_max of them per context. (Not the first second of a validation pass,
     # whose rhythm after it is slower; not a choppy rhythm's, whose seconds alternate
@@ -181,14 +181,14 @@ def scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     # throughout does: a lone second that caught the gap between two steps is not a stop.
     full = good & (jd >= th.duty_starved)      # steady work at full speed
     blip = ~good
-    k = int(round(th.blip_side_s / th.bin_s))
+    k = min(int(round(th.recover_s / th.bin_s)), T // 2)
     blip[:k] = blip[T - k:] = False
     for j in range(1, k + 1):
         blip[k:T - k] &= full[k - j:T - k - j] & full[k + j:T - k + j]
     at_work = good | blip                       # steady work, lone seconds allowed
     sc.jd_w = jd_w = _window_sums(jd, need)
     with np.errstate(invalid="ignore"):
-        split = has & (np.where(have, duty, 0.0).max(axis=0) >= th.log_steady_duty)
+        split = has & (np.where(have, duty, 0.0).max(axis=0) >= th.work_duty)
         # Per GPU: the seconds it sat idle (or at a trickle) beside another at work. One rank
         # falling behind is the same one again and again; ranks that run on their own (a
         # validation pass has no all-reduce to line them up) take turns.
@@ -198,13 +198,13 @@ def scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     # long as no more than blips_max are one rank idle beside others at work (a rank whose
     # stalls keep coming back).
     many = _window_sums(blip, need) > th.blips_max
-    many &= (jd_w < th.blips_work_duty * need - 1e-9) | (
+    many &= (jd_w < th.duty_starved * need - 1e-9) | (
         _window_sums(blip & lone_g.any(axis=0), need) > th.blips_max)
     sc.bad_lone = np.where(many, need, _window_sums(~at_work, need))
     # A dip: a second without steady work (a stop, a validation pass's rhythm, a rank that
     # fell behind for a moment) after one with it.
     sc.drop = drop = ~good
-    sc.deep = has & (low < th.dip_deep_duty)
+    sc.deep = has & (low < th.on_duty)
     sc.run_after, sc.run_before = _runs(at_work)
     sc.first = np.flatnonzero(drop[need:] & ~drop[need - 1:-1]) + need
     return sc
@@ -226,16 +226,16 @@ def _leads(sc: _Scan, need: int, lead_in: int) -> np.ndarray:
 def _dip(sc: _Scan, s: int, lead: int, th: Thresholds, need: int
          ) -> Optional[tuple[int, int]]:
     """The pause [start, end) whose first non-steady bin is ``s``, its steady work ending
-    ``lead`` bins before it (_leads), or None: that work at pause_context_duty or more, a
-    return to steady work at that level within pause_max_s (or to the end of the log), and
+    ``lead`` bins before it (_leads), or None: that work at work_duty or more, a
+    return to steady work at that level within idle_after_s (or to the end of the log), and
     the dip isolated (see _isolated)."""
     T = len(sc.good)
-    lead_in = int(round(th.dip_lead_in_s / th.bin_s))
+    lead_in = int(round(th.stagger_s / th.bin_s))
     level = sc.jd_w[s - lead - need] / need
-    if level < th.pause_context_duty:
+    if level < th.work_duty:
         return None
     bar = min(level, th.duty_starved) - th.return_tol     # back at the same level
-    pmax = int(round(th.pause_max_s / th.bin_s))
+    pmax = int(round(th.idle_after_s / th.bin_s))
     hi = min(s + pmax, T - need)
     level_ok = sc.jd_w[s + 1:hi + 1] >= bar * need - 1e-9
     # The return: the first bin from which context_s of work at that level follows, lone
@@ -268,11 +268,11 @@ def _isolated(sc: _Scan, a: int, e: int, at_end: bool, lead_in: int) -> bool:
 
 def _stopped(duty: np.ndarray, power: Optional[np.ndarray], a: int, e: int, need: int,
              th: Thresholds) -> bool:
-    """Whether some GPU stopped in the dip [a, e): a second below dip_deep_duty at
+    """Whether some GPU stopped in the dip [a, e): a second below on_duty at
     stop_power_frac of its power over the need bins before the dip or less (an idle GPU's
     power falls; a 1 s sample at 0% beside busy power caught the gap between two steps).
     A GPU whose power is unknown there counts as stopped in its low seconds."""
-    low = duty < th.dip_deep_duty
+    low = duty < th.on_duty
     if power is None:
         return bool(low.any())
     with np.errstate(invalid="ignore"):
@@ -307,11 +307,11 @@ DIP, LEAD, AFTER = 1, 2, 3
 def one_off_dips(duty: np.ndarray, n: np.ndarray, th: Thresholds,
                  starving: Optional[np.ndarray] = None) -> list[tuple[int, int, int, int]]:
     """(a0, b0, a, b) per isolated dip [b0, a) of a job: steady work [a0, b0) before it and
-    [a, b) after it (every GPU at log_steady_duty or more in every second, no rank's host
+    [a, b) after it (every GPU at work_duty or more in every second, no rank's host
     ``starving``: host_starving), each at least context_s long and ``isolation`` times as
     long as the dip. Such a dip was a one-off (a rank's slow batch, a short save), where a
     starving job stops again sooner; its windows would hold starvation for up to
-    window_max_s after it."""
+    context_s after it."""
     need = _need(th)
     duty, n, _ = fill_holes(duty, n, n, th)
     good = _seconds(duty, n, th)[3]

@@ -238,7 +238,7 @@ def timeline(log: Log, th: Thresholds = DEFAULT) -> Timeline:
     """The log's segments (per job, in time order), its jobs and its span. Where logging
     stopped (logs.log.runs) there is a gap: each run is judged on its own."""
     with small_pages():
-        parts = [_timeline(r, th) for r in runs(log, th.log_gap_s, th.window_max_s,
+        parts = [_timeline(r, th) for r in runs(log, th.idle_after_s, th.context_s,
                                                 int(th.min_samples))]
     return _join(parts, th)
 
@@ -413,10 +413,10 @@ def _first_seen(held: np.ndarray, keys: list, v: np.ndarray, c: np.ndarray,
 def _work_level(g: np.ndarray, th: Thresholds) -> np.ndarray:
     """Per bin, the least busy GPU's duty (-inf where a GPU has no data, or where power is
     known and one is cold beside the hottest: spinning in a collective is not work). A
-    pause is over where it stays at busy_bin_duty for recover_s (the job back at full speed:
+    pause is over where it stays at busy_duty for recover_s (the job back at full speed:
     its ramp seconds would read as starvation in the windows); a stall on one rank's host
-    where it stays at log_steady_duty (the rank back at steady work: real jobs run at 88-92%
-    after a save, under busy_bin_duty)."""
+    where it stays at work_duty (the rank back at steady work: real jobs run at 88-92%
+    after a save, under busy_duty)."""
     duty, _, _ = bin_duty(g)
     with np.errstate(invalid="ignore", divide="ignore"):
         level = np.where(np.isnan(duty), -np.inf, duty).min(axis=0)

@@ -61,9 +61,9 @@ _SEEN_ROWS = [GI[c] for c in SEEN.values()] + [GI["ldn"]]
 def view_bins(th: Thresholds = DEFAULT) -> int:
     """Bins a view must hold before (and including) a window's last bin for its features to
     be those of the whole history: the longest window or context, one bin before it (where
-    a stall began) and power_settle_s more (whether its first seconds' power settled)."""
-    return int(math.ceil(max(th.window_s, th.window_max_s, th.context_s, th.hang_s)
-                         / th.bin_s)) + 1 + _bins(th.power_settle_s, th)
+    a stall began) and power_lag_s more (whether its first seconds' power settled)."""
+    return int(math.ceil(max(th.window_s, th.context_s, th.context_s, th.hang_s)
+                         / th.bin_s)) + 1 + _bins(th.power_lag_s, th)
 
 
 def _bins(s: float, th: Thresholds) -> int:
@@ -183,8 +183,8 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     over a longer history than ``g``); without it, judged within ``g``.
 
     Pause bins (and bins where ``keep`` is False) are left out of every sum. The window is
-    ``w`` bins if given; otherwise ``window_s``, stretched to ``cycles_per_window`` cycles of
-    burst and gap (as seen over ``context_s``) up to ``window_max_s``, so a job with 2 s steps
+    ``w`` bins if given; otherwise ``window_s``, stretched to ``min_samples`` cycles of
+    burst and gap (as seen over ``context_s``) up to ``context_s``, so a job with 2 s steps
     is judged on several of them.
     """
     out = pause if excluded is None else excluded
@@ -267,7 +267,7 @@ def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: i
     if w:
         return np.full(len(ends), int(w)), ctx_duty
     w0 = max(1, int(round(th.window_s / th.bin_s)))
-    wmax = max(w0, int(round(th.window_max_s / th.bin_s)))
+    wmax = max(w0, int(round(th.context_s / th.bin_s)))
     # Stretch only for a job whose context already looked starved before the last
     # window_s: a busy job's rare short dips, or a change of regime within the last
     # window_s, would otherwise stretch the window back over the old regime and slow
@@ -283,7 +283,7 @@ def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: i
     if not slow.any():                 # (no window stretched: all of window_s)
         return np.full(len(ends), w0), ctx_duty
     cycle = run_lengths(*_runs_of(tot[2:6])).sum(axis=0)   # s per (burst + gap)
-    want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.cycles_per_window / th.bin_s), 0)
+    want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.min_samples / th.bin_s), 0)
     return np.minimum(np.maximum(want, w0), wmax).astype(int), ctx_duty
 
 
@@ -305,7 +305,7 @@ def _gpu_ratios(g: np.ndarray, C: np.ndarray, pos: np.ndarray, L: int, ix: dict,
     k = len(_RECENT)
     rr = ix["recent"]
     if L == len(S) or (rr[k:] < L).any():
-        Sr = wsum_c(C, min(_bins(th.recent_s, th), int(W.min())), ends, rr)
+        Sr = wsum_c(C, min(_bins(th.hold_s, th), int(W.min())), ends, rr)
         Rr = N.div(Sr[:k], Sr[k:])
     else:                                           # no host readings: all NaN, as divided
         Rr = np.full((k,) + S.shape[1:], np.nan)
@@ -325,46 +325,33 @@ def _sync_features(bduty: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.
     bidle = np.where(have, 1.0 - bduty, 0.0)
     mean_idle = np.add.reduce(bidle, axis=0) / bidle.shape[0]   # (bidle.mean(axis=0))
     min_idle = bidle.min(axis=0)
-    # Seconds in which some GPU fell below steady work (see Thresholds.steady_bin_duty).
+    # Seconds in which some GPU fell below steady work (see Thresholds.work_duty).
     least = 1.0 - bidle.max(axis=0)                 # the least busy GPU's duty per second
-    low = have & (least < th.steady_bin_duty)
-    floor = have & (least < th.steady_floor_duty)
-    sm = wsum(np.array([min_idle, mean_idle, have, low, floor], dtype=float), W, ends)
+    low = have & (least < th.work_duty)
+    sm = wsum(np.array([min_idle, mean_idle, have, low], dtype=float), W, ends)
     gap_sync, job_idle = N.div(sm[0:2], sm[1:3])    # (rows 0 / 1 and 1 / 2 in one division)
     f = {"gap_sync": gap_sync, "job_idle": job_idle, "bins": sm[2],
-         "low_bins": sm[3], "floor_bins": sm[4],
-         "duty_sd": _duty_sd(bidle, have, W, ends, sm[2])}
-    f.update(_stall_features(have & (least >= th.busy_bin_duty), ends, th, ix_t))
-    # Seconds of steady work (every GPU at log_steady_duty or more) up to the window's end,
-    # read within window_max_s as full_run is (wm + 1 for longer).
-    last_not = np.maximum.accumulate(np.where(have & (least >= th.log_steady_duty), -1, ix_t))
-    f["steady_run"] = np.minimum(ends - last_not[ends], _bins(th.window_max_s, th) + 1)
+         "low_bins": sm[3]}
+    f.update(_stall_features(have & (least >= th.busy_duty), ends, th, ix_t))
+    # Seconds of steady work (every GPU at work_duty or more) up to the window's end,
+    # read within context_s as full_run is (wm + 1 for longer).
+    last_not = np.maximum.accumulate(np.where(have & (least >= th.work_duty), -1, ix_t))
+    f["steady_run"] = np.minimum(ends - last_not[ends], _bins(th.context_s, th) + 1)
     return f
-
-
-def _duty_sd(bidle: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.ndarray,
-             nbins: np.ndarray) -> np.ndarray:
-    """How much each GPU's duty moves from second to second (the largest standard deviation
-    of any GPU over the window's ``nbins`` seconds with data)."""
-    bd = np.where(have, 1.0 - bidle, 0.0)           # (G, T)
-    sq = wsum(np.array([bd, bd * bd]), W, ends)     # (2, G, E)
-    mu, sq_mu = N.div(sq, nbins)
-    var = np.maximum(sq_mu - mu * mu, 0.0)
-    return np.sqrt(N.nanmax(var, axis=0)) if var.shape[0] else np.full(len(ends), np.nan)
 
 
 def _stall_features(full: np.ndarray, ends: np.ndarray, th: Thresholds,
                     ix_t: np.ndarray) -> dict:
-    """The stall before the window's end (Thresholds.recover_s, lone_stall_s): seconds in
+    """The stall before the window's end (Thresholds.recover_s, window_s): seconds in
     which every GPU ran at full speed (``full``) since it (full_run) and its length
     (stall_bins)."""
     last_not = np.maximum.accumulate(np.where(full, -1, ix_t))
     last_full = np.maximum.accumulate(np.where(full, ix_t, -1))
-    # Both are read within window_max_s of the end only (what every caller's view of the
+    # Both are read within context_s of the end only (what every caller's view of the
     # bins holds): a longer run reads wm + 1; a stall that began earlier, wm + 1; none, 0.
     # Before the first bin nothing is known: full work since then follows a stall that
     # began earlier (as it reads where a window's view starts before the data).
-    wm = _bins(th.window_max_s, th)
+    wm = _bins(th.context_s, th)
     j = last_not[ends]
     lf = last_full[np.maximum(j, 0)]
     return {"full_run": np.minimum(ends - j, wm + 1),
@@ -378,7 +365,7 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     are settled at work (busy-but-cold), and the run of seconds all busy yet cold (a hang)."""
     bpw = N.div(g[GI["pw"]], g[GI["pn"]])            # mean power per bin (W), NaN if none
     blim = N.div(g[GI["pl"]], g[GI["pln"]])
-    busy_bin = (bduty >= th.busy_bin_duty) & ~np.isnan(bpw) & keep
+    busy_bin = (bduty >= th.busy_duty) & ~np.isnan(bpw) & keep
     pf = N.div(bpw, blim)                            # power / limit per bin
     all_busy = busy_bin.all(axis=0) if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
     settled = settled_seconds(all_busy, th)
@@ -400,8 +387,8 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     f["hot_bins"] = sums[4]                        # (G, E) hottest in a cold second
     f["cold_bins"] = sums[5][0] if len(sums[5]) else np.zeros(len(ends))
     # Seconds in a row, up to each window's end, with every GPU busy and drawing at most
-    # hang_power_frac of its limit (Thresholds.hang_s), read within hang_s + 1 bins.
-    cold = all_busy & (N.nanmax(pf, axis=0) <= th.hang_power_frac) \
+    # spin_power_frac of its limit (Thresholds.hang_s), read within hang_s + 1 bins.
+    cold = all_busy & (N.nanmax(pf, axis=0) <= th.spin_power_frac) \
         if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
     last_warm = np.maximum.accumulate(np.where(cold, -1, ix_t))
     f["cold_run"] = np.minimum(ends - last_warm[ends],
@@ -429,13 +416,13 @@ def data_run(g: np.ndarray, since: Optional[np.ndarray], ends: np.ndarray,
 def _host_features(h: np.ndarray, keep: np.ndarray, W: np.ndarray, ends: np.ndarray,
                    th: Thresholds) -> dict:
     """The host's iowait, disk rates and CPU over each window, storage also over its last
-    recent_s."""
+    hold_s."""
     Ch = csum(h * keep)                             # (one pass for both spans)
     H = wsum_c(Ch, W, ends)
     f = {}
     f["iowait"], f["disk_read"], f["disk_write"], f["host_cpu"] = N.div(H[_HNUM], H[_HDEN])
     # Storage over the last seconds too (as the loaders' _recent readings, _gpu_ratios).
-    Hr = wsum_c(Ch, min(_bins(th.recent_s, th), int(W.min())), ends, _HIO_NUM + _HIO_DEN)
+    Hr = wsum_c(Ch, min(_bins(th.hold_s, th), int(W.min())), ends, _HIO_NUM + _HIO_DEN)
     f["iowait_recent"], f["disk_read_recent"] = N.div(Hr[:2], Hr[2:])
     return f
 
@@ -447,13 +434,13 @@ def _pause_features(pause: np.ndarray, why: Optional[np.ndarray], ends: np.ndarr
     # Why each window's last bin is a pause (an index into diagnosis.CAUSES; -1: no pause).
     f["pause_cause"] = (why[ends] if why is not None else
                         np.where(f["pause"], CAUSES.index("unknown"), -1))
-    wm = _bins(th.window_max_s, th)
-    # Seconds the pause has lasted, up to the window's end (read within window_max_s, as
+    wm = _bins(th.context_s, th)
+    # Seconds the pause has lasted, up to the window's end (read within context_s, as
     # full_run is: wm + 1 for longer).
     last_on = np.maximum.accumulate(np.where(pause, -1, ix_t))
     f["pause_len"] = np.where(f["pause"], np.minimum(ends - last_on[ends], wm + 1), 0)
-    # Seconds since the last pause bin, read within window_max_s as full_run is (wm + 1:
-    # none in the last window_max_s, or none at all).
+    # Seconds since the last pause bin, read within context_s as full_run is (wm + 1:
+    # none in the last context_s, or none at all).
     last_pause = np.maximum.accumulate(np.where(pause, ix_t, -1))[ends]
     f["since_pause"] = np.where(last_pause < 0, wm + 1, np.minimum(ends - last_pause, wm + 1))
     return f

@@ -56,7 +56,7 @@ class Hysteresis:
 
     def __init__(self, hold_s: float, step_s: float = 1.0, host_hold_s: float = 0.0,
                  sticky_s: float = 10.0, stale_s: float = DEFAULT.window_s,
-                 tally_s: float = DEFAULT.window_max_s):
+                 tally_s: float = DEFAULT.context_s):
         self.hold_s = hold_s
         self.stale_s = max(stale_s, hold_s)
         self.host_hold_s = min(host_hold_s, hold_s)
@@ -74,8 +74,8 @@ class Hysteresis:
     @classmethod
     def of(cls, th: Thresholds) -> "Hysteresis":
         """The hold with the thresholds ``th`` (a verdict per ``bin_s``)."""
-        return cls(th.hold_s, th.bin_s, th.host_hold_s, th.sticky_s, th.window_s,
-                   th.window_max_s)
+        return cls(th.hold_s, th.bin_s, 0.0, th.sticky_s, th.window_s,
+                   th.context_s)
 
     def settled(self, key: tuple) -> bool:
         """True when feeding ``key`` again changes nothing: it is the current verdict, no
@@ -200,7 +200,7 @@ def settle(held: np.ndarray, keys: list, th: Thresholds) -> np.ndarray:
     show; a log tells the verdict's cause from all of them: one segment, one cause."""
     if len(held) == 0:
         return held
-    span = th.window_max_s / th.bin_s
+    span = th.context_s / th.bin_s
     cut = np.flatnonzero(held[1:] != held[:-1]) + 1
     starts, ends = np.r_[0, cut], np.r_[cut, len(held)]
     verdict = [keys[held[a]][0] for a in starts.tolist()]

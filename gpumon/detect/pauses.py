@@ -3,7 +3,7 @@
 A pause starts when (almost) every GPU of a job stops after a stretch of steady work: the
 ``context_s`` before it was busy (duty >= duty_starved) and had no such stop. It lasts while
 the job is not healthy again (a checkpoint's idle seconds, a validation pass's different
-rhythm, new loader workers starting), at most ``pause_max_s``; work is back at duty_starved,
+rhythm, new loader workers starting), at most ``idle_after_s``; work is back at duty_starved,
 or at the job's own level before the pause where that is lower. Starvation stops the GPUs
 again and again: a second all-idle stretch after work resumed ends the "pause" at once, so a
 starving job is called starving one cycle later than it would be otherwise.
@@ -49,7 +49,7 @@ class _Host:
         # Workers started when the GPUs stopped: a new DataLoader (an epoch boundary's).
         aged = not math.isnan(age) or workers < 0.5    # (no workers: none new)
         since = (tr.length if tr.in_pause else 0) * th.bin_s
-        self.fresh = aged and age <= since + th.fresh_slack_s
+        self.fresh = aged and age <= since + th.stagger_s
         # Something explains a stop: new or extra workers, checkpoint writes, or a main
         # process busy with something other than waiting for batches (saving, evaluating).
         self.new_work = self.changed or self.writing or self.fresh
@@ -91,22 +91,22 @@ class PauseTracker:
              host (new or extra loader workers, checkpoint writes) or by one rank alone, after
              resume_s of steady work; never behind saturated old loaders. ``begin`` (the job
              seen starting) -> paused too, its cause "startup".
-    paused   -> outside when work is back at the job's level for resume_s, after pause_max_s,
+    paused   -> outside when work is back at the job's level for resume_s, after idle_after_s,
              when the job lets go of its GPUs, or when one rank stops while the others spin
              (``held``: a stall, not a pause); "hungry" when, with nothing to explain it, work
              comes back at a starved rhythm or every GPU stops again after being back: the
              pause's seconds are unmarked (``unmark``) and no pause starts for
-             cooldown_contexts (until bin ``calm``), unless context_s of steady work follows.
+             isolation (until bin ``calm``), unless context_s of steady work follows.
     """
 
     def __init__(self, th: Thresholds = DEFAULT):
         self.th = th
         self.ctx = max(2, int(round(th.context_s / th.bin_s)))
-        self.pmax = int(round(th.pause_max_s / th.bin_s))
+        self.pmax = int(round(th.idle_after_s / th.bin_s))
         self.startup = int(round(th.loader_startup_s / th.bin_s))
         self.resume = max(1, int(round(th.resume_s / th.bin_s)))
-        self.back = max(1, int(round(th.back_s / th.bin_s)))
-        self.started = max(self.resume, int(round(th.startup_run_s / th.bin_s)))
+        self.back = max(1, int(round(th.hold_s / th.bin_s)))
+        self.started = max(self.resume, int(round(th.context_s / th.bin_s)))
         # (n, u, stop) of the last bins with data: (0, 0, True) for a pause's own
         self.hist: deque = deque(maxlen=self.ctx)
         self.last_stop = -self.ctx - 1   # the newest bin with a stop in hist
@@ -177,7 +177,7 @@ class PauseTracker:
     def _held_up(self, held: bool, hv: _Host) -> bool:
         """One rank stopped while the others spin in a collective (``held``): no longer a stop
         of the job but a rank holding the others up (rules.rank_host), unless checkpoint
-        writes show; in a start, only once every rank has worked back_s (before, ranks come
+        writes show; in a start, only once every rank has worked hold_s (before, ranks come
         up one by one and the first wait for the last). Ends the pause when so."""
         if not held or hv.writing or (self.starting and self.run < self.back):
             return False
@@ -257,12 +257,12 @@ class PauseTracker:
             if hungry:
                 self.unmark = range(self.start, self.i)
                 # A job found starving gets no new pause for a while: its long gaps recur.
-                self.calm = self.i + int(self.th.cooldown_contexts * self.ctx)
+                self.calm = self.i + int(self.th.isolation * self.ctx)
             return False
         if self._back_to_work(hv):
             self.in_pause = self.starting = False
             return False
-        if duty >= self.th.resumed_duty:
+        if duty >= self.th.seg_util_pct / 100:
             # Work came back during this second: a partial second, not yet the rhythm to
             # judge (the next ones are).
             self.resumed = True
@@ -296,7 +296,7 @@ class PauseTracker:
     def _hungry(self, idle: bool, alone: bool, hv: _Host) -> bool:
         """The pause is starvation after all: work came back at a starved rhythm (host known;
         at a job's start, host or not: a start has no validation rhythm to excuse), or every
-        GPU stopped again after every rank was back for back_s (the next starvation gap; a
+        GPU stopped again after every rank was back for hold_s (the next starvation gap; a
         choppy restart, ranks and loaders coming back one by one, is not), or saturated old
         loaders behind the stop; with nothing on the host or GPUs to explain it. Never
         before the job's first GPU work since it started."""
@@ -309,7 +309,7 @@ class PauseTracker:
         return self._slow(hv) or self._running_slow()
 
     def _running_slow(self) -> bool:
-        """A job's start with every rank's GPU at work in each of its last startup_run_s
+        """A job's start with every rank's GPU at work in each of its last context_s
         seconds, the last resume_s at a starved rhythm: it runs, below the bar (a flat
         plateau from its first kernel: a start has no level of its own to come back to)."""
         return (self.starting and self.run >= self.started
@@ -324,7 +324,7 @@ class PauseTracker:
         return hv.explained
 
     def _slow(self, hv: _Host) -> bool:
-        """Every rank back for back_s, at a starved rhythm for resume_s since."""
+        """Every rank back for hold_s, at a starved rhythm for resume_s since."""
         if not (hv.known or self.starting) or self.on_bins < self.back:
             return False
         return len(self.after) == self.resume and sum(self.after) / self.resume < self.bar
@@ -383,11 +383,11 @@ class PauseTracker:
             recent.append((n, u))
         sn = sum(n for n, _ in recent)
         return (len(recent) >= self.resume and sn > 0
-                and sum(u for _, u in recent) / sn >= self.th.pause_context_duty)
+                and sum(u for _, u in recent) / sn >= self.th.work_duty)
 
     def _healthy_context(self) -> bool:
         """context_s of history (half of it at least) with no stop in it, at
-        pause_context_duty. (A history holds one entry a second with data: where its newest
+        work_duty. (A history holds one entry a second with data: where its newest
         stop is fewer seconds back than it holds entries, the stop is in it.)"""
         h = self.hist
         if len(h) < self.ctx // 2 or self.i - self.last_stop <= len(h):
@@ -398,7 +398,7 @@ class PauseTracker:
                 return False
             sn += n
             su += u
-        return sn > 0 and su / sn >= self.th.pause_context_duty
+        return sn > 0 and su / sn >= self.th.work_duty
 
 
 def pause_flags(table: SecondsTable, th: Thresholds = DEFAULT,

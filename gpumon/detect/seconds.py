@@ -65,10 +65,10 @@ class SecondsTable:
     alone: np.ndarray = col("bool", "one GPU at idle_duty..trickle_duty, every other below "
                             "idle_duty: one rank works alone at a trickle")
     lone_idle: np.ndarray = col("bool", "one GPU below trickle_duty, every other at "
-                                "all_on_duty or more")
-    all_on: np.ndarray = col("bool", "every GPU seen at all_on_duty or more: all at work")
+                                "on_duty or more")
+    all_on: np.ndarray = col("bool", "every GPU seen at on_duty or more: all at work")
     cold: np.ndarray = col("bool (G, T)", "per GPU: busy, at most cold_power_ratio of the "
-                           "hottest busy GPU's power now, power settled (power_settle_s), "
+                           "hottest busy GPU's power now, power settled (power_lag_s), "
                            "its clocks not held down (held_down): waiting, not computing")
     full: np.ndarray = col("share", "the least duty of a GPU seen; 0 where a GPU is cold "
                            "or none sent data: warm work on every GPU")
@@ -76,7 +76,7 @@ class SecondsTable:
                                "most stop_power_frac of its own highest power over the "
                                "context_s before: they spin in a collective")
     held: np.ndarray = col("bool", "lone_idle and spinning: one rank holds the others up")
-    gap_stop: np.ndarray = col("bool", "every GPU sampled stop_gap_samples times or more, "
+    gap_stop: np.ndarray = col("bool", "every GPU sampled min_samples times or more, "
                                "each with a gap of stop_gap_s or more ending in the second")
     rank_starving: np.ndarray = col("bool (G, T)", "per GPU: its rank's host starves it "
                                     "(rank_starving)")
@@ -159,7 +159,7 @@ def _work(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds, gap: n
     G = len(duty)
     known = ~np.isnan(duty)
     low = duty < th.idle_duty               # (NaN, no data, compares False)
-    on = duty >= th.all_on_duty
+    on = duty >= th.on_duty
     stopped = duty < th.trickle_duty
     nk, nlow, nstop = _add(known, 0), _add(low, 0), _add(stopped, 0)
     seen = nk == G
@@ -177,11 +177,11 @@ def _work(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds, gap: n
 
 
 def gap_stops(g: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
-    """(T,): every GPU sampled stop_gap_samples times or more in the second, and a gap of its
+    """(T,): every GPU sampled min_samples times or more in the second, and a gap of its
     samples (below seg_util_pct) of stop_gap_s or more on average ended in it: a stop shorter
     than a second, which the second's duty hides."""
     n, gn, gs = g[GI["n"]], g[GI["gapn"]], g[GI["gaps"]]
-    one = (n >= th.stop_gap_samples) & (gn > 0) & (gs >= th.stop_gap_s * gn)
+    one = (n >= th.min_samples) & (gn > 0) & (gs >= th.stop_gap_s * gn)
     return _all(one, 0) & (g.shape[1] > 0)
 
 
@@ -189,11 +189,11 @@ def gap_stops(g: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
 
 def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
           th: Thresholds) -> np.ndarray:
-    """(G, T): each GPU busy (busy_bin_duty) drawing at most cold_power_ratio of the hottest
+    """(G, T): each GPU busy (busy_duty) drawing at most cold_power_ratio of the hottest
     busy GPU's power, at least power_spread of its limit below it where the limits are
     known; fewer than two busy GPUs with power: none. From per-GPU duty (share), power and
     power limit (W), NaN where unknown."""
-    pw = np.where(duty >= th.busy_bin_duty, power, np.nan)
+    pw = np.where(duty >= th.busy_duty, power, np.nan)
     known = ~np.isnan(pw)
     hot = (np.where(known, pw, -np.inf).argmax(axis=0), np.arange(pw.shape[1]))
     frac = pw / np.where(limit > 0, limit, np.nan)
@@ -244,12 +244,12 @@ def _held_down_bins(g: np.ndarray, th: Thresholds) -> np.ndarray:
 
 def settle_bins(th: Thresholds) -> int:
     """Seconds with every GPU at work before a second whose power is compared."""
-    return max(0, int(round(th.power_settle_s / th.bin_s)))
+    return max(0, int(round(th.power_lag_s / th.bin_s)))
 
 
 def settled(all_busy: np.ndarray, th: Thresholds) -> np.ndarray:
     """(T,): the seconds in which power is compared across GPUs: every GPU at work in it and
-    in the power_settle_s before (the driver's power is a 1 s average, so a GPU's first
+    in the power_lag_s before (the driver's power is a 1 s average, so a GPU's first
     second back from a wait, its own or spinning on a rank that waited, still reads cold)."""
     out = all_busy.copy()
     for k in range(1, settle_bins(th) + 1):
@@ -262,7 +262,7 @@ def _cold_settled(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
                   th: Thresholds) -> np.ndarray:
     """(G, T): the cold column from per-GPU duty, power and limit, in the seconds whose
     power settled (the first settle_bins only settle the ones after them)."""
-    busy = (duty >= th.busy_bin_duty) & ~np.isnan(power)
+    busy = (duty >= th.busy_duty) & ~np.isnan(power)
     all_busy = _all(busy, 0) if busy.shape[0] else np.zeros(busy.shape[1], bool)
     ok = settled(all_busy, th)
     if not _any(ok, None):                  # (no second to compare: none cold)
@@ -279,7 +279,7 @@ SPIN_CHUNK = 4096
 def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT, first: int = 0,
                  duty: Optional[np.ndarray] = None) -> np.ndarray:
     """The spinning column of bins ``first`` on (T - first,): one GPU stopped (under
-    trickle_duty) beside GPUs at work (busy_bin_duty or more) that each draw at most
+    trickle_duty) beside GPUs at work (busy_duty or more) that each draw at most
     stop_power_frac of their own highest power over the context_s before: they spin in a
     collective (NCCL keeps a kernel running while it waits, at a fraction of its computing
     power), they do not compute. Power unknown: False. ``duty``: the per-GPU duty of bins
@@ -289,7 +289,7 @@ def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT, first: int = 0,
     out = np.zeros(T - first, bool)
     if duty is None:
         duty = N.div(g[GI["u"], :, first:], g[GI["n"], :, first:])
-    busy = duty >= th.busy_bin_duty
+    busy = duty >= th.busy_duty
     idx = (_any(duty < th.trickle_duty, 0) & _any(busy, 0)).nonzero()[0]
     if not len(idx):
         return out
@@ -313,15 +313,15 @@ def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT, first: int = 0,
 
 def storage_bound(io, rd, th: Thresholds = DEFAULT):
     """Storage feeds the job: iowait with disk reads, or heavy reads however little iowait."""
-    return (rd >= th.disk_read_mbps) & ((io >= th.iowait_pct) | (rd >= th.disk_read_busy_mbps))
+    return (rd > 0) & ((io >= th.iowait_pct) | (rd >= th.disk_read_busy_mbps))
 
 
 def loaders_saturated(wk, ld, lb, th: Thresholds = DEFAULT):
     """A rank's loader workers saturated: their CPU, or how many of them are busy, at
-    loader_busy_share of their capacity (from its workers, loader CPU %, busy workers)."""
+    core_busy_pct of their capacity (from its workers, loader CPU %, busy workers)."""
     per = np.maximum(wk, 1)
-    return (wk >= 0.5) & ((ld / (100 * per) >= th.loader_busy_share)
-                          | (lb / per >= th.loader_busy_share))
+    return (wk >= 0.5) & ((ld / (100 * per) >= th.core_busy_pct / 100)
+                          | (lb / per >= th.core_busy_pct / 100))
 
 
 def main_bound(wk, mc, mt, th: Thresholds = DEFAULT):

@@ -89,7 +89,7 @@ class StreamingDetector:
     """Live verdicts: ``update(tick)`` returns the current Diagnosis per job.
 
     Cost: each tick's samples are added to the bins with a handful of numpy calls; the rules
-    run once per completed second of data (at most), on the last ``window_max_s`` seconds.
+    run once per completed second of data (at most), on the last ``context_s`` seconds.
     """
 
     def __init__(self, th: Thresholds = DEFAULT):

@@ -56,9 +56,9 @@ def short_hang(f: dict, th: Thresholds) -> np.ndarray:
 
 
 def power_need(th: Thresholds) -> float:
-    """Bins of data a window must hold to compare its GPUs' power (busy_but_cold): power_min_s
-    of seconds with every GPU at work, each after power_settle_s more."""
-    return (th.power_min_s + th.power_settle_s) / th.bin_s
+    """Bins of data a window must hold to compare its GPUs' power (busy_but_cold): recover_s
+    of seconds with every GPU at work, each after power_lag_s more."""
+    return (th.recover_s + th.power_lag_s) / th.bin_s
 
 
 class Windows:
@@ -100,10 +100,10 @@ class Windows:
                 # still starves it and the recent context starved too.
                 "sticky": feeding & (N.nan_to_num(f["ctx_duty"], nan=1.0) < th.duty_starved),
                 # The host shows the cause now, in a job that has run without a pause for
-                # window_max_s (after an epoch boundary new loader workers refill their queue
+                # context_s (after an epoch boundary new loader workers refill their queue
                 # flat out, however well they keep up later): Hysteresis.step's ``quick``
                 # (rules.judge adds the rules that show at once).
-                "quick": feeding & (f["since_pause"] > th.window_max_s / th.bin_s)}
+                "quick": feeding & (f["since_pause"] > th.context_s / th.bin_s)}
 
     # -- the job's duty cycle ----------------------------------------------------------------
     @cached_property
@@ -186,19 +186,19 @@ class Windows:
     # -- a lone stall that is over ----------------------------------------------------------
     @cached_property
     def lone_stall(self) -> np.ndarray:
-        """A stall of at most lone_stall_s after which every GPU has run at full speed for
+        """A stall of at most window_s after which every GPU has run at full speed for
         recover_s, with host counters that show no cause over the window. One slow batch
-        stalls a rank for seconds; its window (stretched up to window_max_s) would hold
+        stalls a rank for seconds; its window (stretched up to context_s) would hold
         starvation, or a stall naming the rank that spun meanwhile, for that long after.
         (Loaders saturated only in the last seconds are refilling the prefetch queue the
         stall drained.) Starvation that recurs shows on the host, or in the next stall."""
         f, th = self.f, self.th
         run, stall = f["full_run"], f["stall_bins"]
-        # (The stall ends inside the window and began within the last window_max_s, which
+        # (The stall ends inside the window and began within the last context_s, which
         # every caller's view of the bins holds: live and offline see the same stall.)
         lone = ((run >= th.recover_s / th.bin_s) & (stall > 0)
-                & (stall <= th.lone_stall_s / th.bin_s)
-                & (run + stall <= th.window_max_s / th.bin_s))
+                & (stall <= th.window_s / th.bin_s)
+                & (run + stall <= th.context_s / th.bin_s))
         if not lone.any():          # (no such stall: the host need not be read)
             return lone
         return lone & self.known & ~self.host.starving_any(recent=False)
@@ -239,14 +239,14 @@ class Windows:
             nhi = hi.sum(axis=0)
             lone_hi = nhi == 1
         if self.shared:                       # one process drives every GPU (DataParallel)
-            return d_hi >= th.spin_duty
+            return d_hi >= th.busy_duty
         out = np.where(np.isnan(self.slope), lone_hi & (G > 2),
-                       self.slope >= th.compute_slope)
+                       self.slope >= th.spin_power_frac)
         # A straggler is one GPU the others wait for: when more GPUs run flat out than idle,
         # the idle minority is the odd one out (its input), whatever the power says while
         # the 1 s power averages catch up; a busy minority against idle ones is the straggler.
         out = np.where(nhi > G - nhi, False, np.where(nhi < G - nhi, True, out))
-        out &= d_hi >= th.spin_duty
+        out &= d_hi >= th.busy_duty
         # Unless the idler ranks' own hosts starve (loaders saturated, main process at a
         # core): then they wait for input, and the busy one spins in the collective waiting
         # for them (a data-starved NCCL job's ranks drift apart).
@@ -261,4 +261,4 @@ class Windows:
         amin = self.amin
         idle = N.nan_to_num(self.f["idle_share"])
         others = np.where(np.arange(self.G)[:, None] == amin[None, :], 0.0, idle).max(axis=0)
-        return np.where(others < self.th.lone_idle_share, amin, -1)
+        return np.where(others < self.th.active_duty, amin, -1)

@@ -129,21 +129,21 @@ def _too_short(x: Window) -> str:
         need, run = int(math.ceil(power_need(th))), min(run, x.seconds())
         say = (f"every GPU at {pct(ev.get('duty_cycle'))} utilization; whether some wait "
                f"in a collective (busy but cold) needs their power compared over "
-               f"{th.power_min_s:.0f} s of every GPU at work")
+               f"{th.recover_s:.0f} s of every GPU at work")
         if ev.get("rel_power_min") is not None:
             say += f" (coldest at {pct(ev['rel_power_min'])} of the hottest's so far)"
     return f"no verdict yet (needs {need * th.bin_s:.0f} s of samples, had {run}): {say}"
 
 
 @rule(INSUFFICIENT_DATA, 140, "busy so far, but fewer seconds of data than a rule needs: "
-      "every GPU busy at {hang_power_frac:.0%} of its power limit or less for under "
-      "{hang_s:.0f} s, or the GPUs' power not yet compared over {power_min_s:.0f} s",
+      "every GPU busy at {spin_power_frac:.0%} of its power limit or less for under "
+      "{hang_s:.0f} s, or the GPUs' power not yet compared over {recover_s:.0f} s",
       _too_short)
 def too_short(w: Windows) -> None:
     """Busy so far, but the job's data is shorter than a rule that could overturn busy needs
     (a job's first seconds, a short `gpumon status` sample): every GPU busy at a hang's low
     power since the data began, for less than hang_s; or GPUs whose power could not be
-    compared over power_min_s settled seconds (power_need) and was not seen to agree in the
+    compared over recover_s settled seconds (power_need) and was not seen to agree in the
     seconds there are. No verdict yet (insufficient_data), never a confident busy."""
     f, th = w.f, w.th
     need = power_need(th)

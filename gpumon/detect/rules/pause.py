@@ -25,7 +25,7 @@ def _pause(x: Window) -> str:
     code = int(x.f["pause_cause"][x.e]) if "pause_cause" in x.f else -1
     cause = CAUSES[code] if code >= 0 else "unknown"
     secs = int(x.f["pause_len"][x.e]) if "pause_len" in x.f else 0
-    wm = int(round(x.th.window_max_s / x.th.bin_s))
+    wm = int(round(x.th.context_s / x.th.bin_s))
     ago = f"{secs} s ago" if secs <= wm else f"more than {wm} s ago"
     if cause == "startup":
         return f"the job started {ago}: its ranks load and get their first batches"
@@ -36,7 +36,7 @@ def _pause(x: Window) -> str:
 
 @rule(PAUSED, 30, "every GPU stopped after steady work (or all but one rank, alone at a "
       "trickle: a checkpoint), not at a starved rhythm; a start until every GPU has worked "
-      "{startup_run_s:.0f} s", _pause,
+      "{context_s:.0f} s", _pause,
       cause="checkpoint, validation, epoch_boundary, startup, unknown")
 def pause(w: Windows) -> None:
     """A stop after steady work, as the pause tracker read it, with its cause."""

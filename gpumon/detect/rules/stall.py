@@ -37,16 +37,16 @@ def _stall_over(x: Window) -> str:
     i = int(np.nanargmin(np.where(np.isnan(duty), np.inf, duty)))
     secs = int(x.f["steady_run"][x.e])
     return (f"GPU {x.gpus[i]} idled in this window while the others waited for it, but every "
-            f"GPU has run at {pct(x.th.log_steady_duty)} or more for the last {secs} s: "
+            f"GPU has run at {pct(x.th.work_duty)} or more for the last {secs} s: "
             "its stall is over")
 
 
 @rule(BUSY, 90, "one GPU idled beside spinning ones, but every GPU has been at "
-      "{log_steady_duty:.0%} duty or more for {recover_s:.0f} s", _stall_over,
+      "{work_duty:.0%} duty or more for {recover_s:.0f} s", _stall_over,
       shows_at_once=True)      # (it waited recover_s of steady work itself)
 def stall_over(w: Windows) -> None:
     """The busier GPUs spun while one rank idled, but every GPU has been back at steady work
-    (log_steady_duty) for recover_s: that rank's stall is over (a save, a slow batch),
+    (work_duty) for recover_s: that rank's stall is over (a save, a slow batch),
     whatever the window still holds of it."""
     if w.G > 1 and w.asym.any():
         back = w.f["steady_run"] >= w.th.recover_s / w.th.bin_s
@@ -84,11 +84,11 @@ def _hang(x: Window) -> str:
     run, th = int(x.f["cold_run"][x.e]), x.th
     return (f"{gpu_list(x.gpus)} busy ({pct(x.ev.get('duty_cycle'))}) at "
             f"{pct(x.ev.get('power_frac_busy'))} of their power limit for {run} s or more, "
-            f"none computing (at most {pct(th.hang_power_frac)} for {th.hang_s:.0f} s): "
+            f"none computing (at most {pct(th.spin_power_frac)} for {th.hang_s:.0f} s): "
             "a collective waiting for a rank that is not coming")
 
 
-@rule(SYNC_STALL, 120, "every GPU busy at {hang_power_frac:.0%} of its power limit or less "
+@rule(SYNC_STALL, 120, "every GPU busy at {spin_power_frac:.0%} of its power limit or less "
       "for {hang_s:.0f} s", _hang, cause="hang")
 def hang(w: Windows) -> None:
     """Every GPU busy but cold for hang_s, none computing: a collective never completes."""
@@ -120,7 +120,7 @@ def busy_but_cold(w: Windows) -> None:
     f, th = w.f, w.th
     with CALM:
         rel_min = np.where(np.isnan(f["rel_power"]), np.inf, f["rel_power"]).min(axis=0)
-    maybe = (rel_min <= th.cold_power_ratio) & (f["all_busy_bins"] >= th.power_min_s / th.bin_s)
+    maybe = (rel_min <= th.cold_power_ratio) & (f["all_busy_bins"] >= th.recover_s / th.bin_s)
     if not maybe.any():        # (no GPU cold in a window long enough to compare)
         return
     hot, gap = _hottest(w)

@@ -64,15 +64,14 @@ def duty_low(w: Windows) -> None:
     the job waits for input. With host counters that show no cause (loaders not saturated,
     no main process at a core, no iowait), a mild dip is the step's own uploads and
     launches; without host counters, every GPU steady in every second is too (at
-    steady_bin_duty or more, or at steady_floor_duty or more and flat to the second)."""
+    work_duty or more, or at work_duty or more and flat to the second)."""
     f, th = w.f, w.th
     if w.G > 1:
         w.decide(duty_low, w.asym, c=lambda: w.host.cause(np.full(w.E, -1)),
                  cf=lambda: w.asym_conf)
     known = w.known
-    limit = np.where(known & ~w.feeding, th.duty_starved_calm_host, th.duty_starved)
-    steady = ~known & (f["bins"] >= th.min_samples) & (
-        (f["low_bins"] == 0) | ((f["floor_bins"] == 0) & (f["duty_sd"] <= th.steady_duty_sd)))
+    limit = np.where(known & ~w.feeding, th.work_duty, th.duty_starved)
+    steady = ~known & (f["bins"] >= th.min_samples) & (f["low_bins"] == 0)
     starved = (w.jduty < limit) & ~steady & ~w.over
     w.decide(duty_low, starved, c=lambda: w.host.cause(w.hs), s=lambda: w.hs,
              cf=lambda: clip(0.6 + (th.duty_starved - w.jduty), 0.6, 0.95))
