@@ -13,8 +13,8 @@ from radon.visitors import Function
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("gpumon/detect", "gpumon/analyze")
-MAX_LINES = 60
-MAX_CC = 15
+MAX_LINES = 50
+MAX_CC = 12
 
 
 def blocks(path: str):

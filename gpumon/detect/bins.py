@@ -60,9 +60,6 @@ _SAMPLE_FIELDS = np.array([GI[k] for k in (
     "n", "u", "busy", "idle", "pw", "pl", "clk", "cmax", "mem", "pid",
     "pn", "pln", "cn", "cmaxn", "memn", "pidn", "en", "therm", "pcap", "hws",
     "bt", "it", "bst", "gst")])
-# Samples (count) up to which one add_samples call finds runs in plain Python: below this
-# numpy's fixed cost per call dominates (a live tick has ~6 per GPU), above it numpy wins.
-PY_RUNS_MAX = 2000
 
 
 def _gpu_time_order(gpu: np.ndarray, t: np.ndarray) -> Optional[np.ndarray]:
@@ -139,27 +136,6 @@ def _add_tick(flat: np.ndarray, fidx: np.ndarray, idx: np.ndarray, m) -> None:
     starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
     sums = np.add.reduceat(m, starts, axis=1)
     flat[fidx[:, None], idx[starts][None, :]] += sums
-
-
-def _split_runs(tl: list, ul: list, s0: int, e0: int, first_dt: float, seg: float,
-                gapmax: float) -> list:
-    """Runs of samples ``s0`` to ``e0`` (one GPU's) at or above / below ``seg``, as [last
-    sample index, kind, seconds]; the first sample counts ``first_dt`` seconds."""
-    # Holes in the data are missing time, not work or idleness.
-    runs = []
-    kind = None
-    for i in range(s0, e0):
-        dt = first_dt if i == s0 else tl[i] - tl[i - 1]
-        if dt > gapmax:
-            dt = 0.0
-        k = ul[i] >= seg
-        if k is not kind:
-            run = [i, k, 0.0]
-            runs.append(run)
-            kind = k
-        run[0] = i
-        run[2] += dt
-    return runs
 
 
 @dataclass
@@ -360,7 +336,7 @@ class Store:
              (bits & _THERMAL) != 0, (bits & _PCAP) != 0, (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0,
              *tm]
         self._scatter(self.g, _SAMPLE_FIELDS, rows, slots, m)
-        self._runs(t, gpu, rows_u, util)
+        self._gap_runs(t, gpu, rows_u, util)
 
     def _time_runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray
                    ) -> np.ndarray:
@@ -410,74 +386,8 @@ class Store:
         pk[starts] = np.where(new, ~kind[starts], prev[1] > 0)
         return ~new & (prev[2] > 0)
 
-    def _runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray) -> None:
-        """The gaps (runs of samples below seg_util_pct, per GPU, across calls) that end in
-        each bin, with their whole length: the gap stops (pauses.gap_stops).
-
-        (Plain Python over a tick's few dozen samples, where numpy's per-call cost would
-        dominate; a whole log goes to the vectorized _runs_np, which gives the same sums.)"""
-        n = len(t)
-        if n == 0:
-            return
-        if n > PY_RUNS_MAX:
-            return self._runs_np(t, gpu, rows, util)
-        tl, gl, ul, rl = t.tolist(), gpu.tolist(), util.tolist(), rows.tolist()
-        carried = []                          # runs carried from the last call, now ended
-        d_row, d_t, d_kind, d_len = [], [], [], []    # runs completed in this call
-        s0 = 0
-        while s0 < n:
-            g = gl[s0]
-            e0 = s0 + 1
-            while e0 < n and gl[e0] == g:
-                e0 += 1
-            runs = self._gpu_runs(g, tl, ul, s0, e0)
-            # Join the run carried from the previous call; the last run is carried on.
-            self._carry_on(g, runs, tl[e0 - 1], carried)
-            for i, k, length in runs[:-1]:
-                if k:                         # (a burst: only gaps are kept)
-                    continue
-                d_row.append(rl[i])
-                d_t.append(tl[i])
-                d_kind.append(k)
-                d_len.append(length)
-            s0 = e0
-        if carried:       # (at most one per GPU: one slot each, added as one by one)
-            row, tend, k, length = zip(*carried)
-            self._emit(np.array(row, dtype=np.int64), np.array(tend, dtype=float),
-                       np.array(k, dtype=bool), np.array(length, dtype=float))
-        if d_row:
-            self._emit(np.array(d_row, dtype=np.int64), np.array(d_t, dtype=float),
-                       np.array(d_kind, dtype=bool), np.array(d_len, dtype=float))
-
-    def _gpu_runs(self, g: int, tl: list, ul: list, s0: int, e0: int) -> list:
-        """GPU ``g``'s runs in samples ``s0`` to ``e0`` (lists of times and utilizations), as
-        [last sample index, kind, seconds]; notes its sample period and last sample time."""
-        c, gapmax = self.carry, self.th.max_sample_gap_s
-        if e0 - s0 > 1:
-            # Mean period of this chunk (a median costs more; holes are clipped below).
-            period = min((tl[e0 - 1] - tl[s0]) / (e0 - s0 - 1), gapmax)
-            c.period[g] = period
-        else:
-            period = c.period.get(g, 1.0 / 6)
-        prev = c.last.get(g)
-        c.last[g] = tl[e0 - 1]
-        first_dt = tl[s0] - prev if prev is not None and tl[s0] > prev else period
-        return _split_runs(tl, ul, s0, e0, first_dt, self.th.seg_util_pct, gapmax)
-
-    def _carry_on(self, g: int, runs: list, tend: float, carried: list) -> None:
-        """Join the run carried from the previous call to GPU ``g``'s first run, or end it
-        (into ``carried``) where the kind changed; carry its last run (ending at ``tend``) on."""
-        c = self.carry
-        if g in c.kind:
-            if c.kind[g] == runs[0][1]:
-                runs[0][2] += c.length[g]
-            elif not c.kind[g]:
-                carried.append((self.rows[g], c.last_end[g], c.kind[g], c.length[g]))
-        c.kind[g] = runs[-1][1]
-        c.length[g] = runs[-1][2]
-        c.last_end[g] = tend
-
-    def _runs_np(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray) -> None:
+    def _gap_runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray
+                  ) -> None:
         """Bursts and gaps: runs of samples above / below seg_util_pct, per GPU, across calls."""
         if len(t) == 0:
             return
@@ -489,17 +399,7 @@ class Store:
         dt[1:] = t[1:] - t[:-1]
         starts = np.flatnonzero(first)
         ends = np.append(starts[1:], len(t))
-        for s0, e0 in zip(starts, ends):
-            g = int(gpu[s0])
-            if e0 - s0 > 1:
-                # Mean period of this chunk (a median costs more; holes are clipped below).
-                period = min(float(t[e0 - 1] - t[s0]) / (e0 - s0 - 1), th.max_sample_gap_s)
-                c.period[g] = period
-            else:
-                period = c.period.get(g, 1.0 / 6)
-            prev = c.last.get(g)
-            dt[s0] = t[s0] - prev if prev is not None and t[s0] > prev else period
-            c.last[g] = float(t[e0 - 1])
+        self._first_dt(t, gpu, starts, ends, dt)
         # Holes in the data are missing time, not work or idleness.
         dt = np.where(dt > th.max_sample_gap_s, 0.0, dt)
         newrun = first.copy()
@@ -528,6 +428,22 @@ class Store:
         done = np.flatnonzero(completed)
         if len(done):
             self._emit(rows[rstart[done]], t[rend[done]], rkind[done], length[done])
+
+    def _first_dt(self, t: np.ndarray, gpu: np.ndarray, starts, ends, dt: np.ndarray) -> None:
+        """Each GPU's first sample's time since its last one before this call (or its
+        typical period); notes each GPU's period and last sample time."""
+        c = self.carry
+        for s0, e0 in zip(starts.tolist(), ends.tolist()):
+            g = int(gpu[s0])
+            if e0 - s0 > 1:
+                # Mean period of this chunk (a median costs more; holes are clipped later).
+                period = min(float(t[e0 - 1] - t[s0]) / (e0 - s0 - 1), self.th.max_sample_gap_s)
+                c.period[g] = period
+            else:
+                period = c.period.get(g, 1.0 / 6)
+            prev = c.last.get(g)
+            dt[s0] = t[s0] - prev if prev is not None and t[s0] > prev else period
+            c.last[g] = float(t[e0 - 1])
 
     def _emit(self, rows: np.ndarray, tend: np.ndarray, kind: np.ndarray,
               length: np.ndarray) -> None:
