@@ -162,3 +162,13 @@ def test_a_reason_leaves_out_bursts_and_gaps_that_were_not_measured(monkeypatch)
     assert rhythm({"burst_s": 0.5, "gap_s": float("nan")}) == ""
     assert rhythm({"burst_s": None, "gap_s": 1.0}) == ""
     assert rhythm({"burst_s": 1.04, "gap_s": 2.0}) == ", in bursts of 1.0 s and gaps of 2.0 s"
+
+
+def test_the_readme_rule_table_is_the_registrys():
+    """The README's rule table is what the registry prints with the default thresholds: a
+    rule added, moved or reworded shows there."""
+    import pathlib
+    from gpumon.detect.rules import table
+    from gpumon.detect.thresholds import DEFAULT
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert table(DEFAULT) in readme

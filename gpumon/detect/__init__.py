@@ -5,16 +5,17 @@ per job.
     diagnose(window) -> list[Diagnosis]        # pure, one per job
     det = StreamingDetector(); det.update(tick) -> list[Diagnosis]   # live, with hysteresis
 
-How (pipeline.py, the stages in order): samples -> per-second bins (bins.py) -> jobs
-(jobs.py) -> pauses (pauses.py) -> features over a window (features.py) -> rules (rules/)
--> Diagnosis; live (stream.py) adds the hold (hold.py), `gpumon analyze` (analyze/timeline.py)
-hindsight. thresholds.py names every threshold with its unit and why.
+How: samples -> per-second bins (bins.py) -> jobs (jobs.py) -> the seconds table
+(seconds.py) -> pauses (pauses.py) -> window features (features.py) -> the rules
+(rules/, a registry) -> the hold (hold.py) -> Diagnosis; `gpumon analyze` adds the named
+hindsight rules of analyze/hindsight.py. thresholds.py names every threshold.
 
 Diagnosis.evidence keys (numbers, None when unknown; stable for the exporter and dashboard):
   duty_cycle          share of time a kernel ran, mean over the job's GPUs (0..1)
   duty_min, duty_max  lowest / highest GPU duty cycle (the odd one out shows here)
   util_pct            duty_cycle in per cent
-  burst_s, gap_s      mean length of sub-second runs of busy / idle samples (s)
+  burst_s, gap_s      busy / idle time in the window over the bursts / gaps begun in it (s;
+                      None where samples are further apart than max_sample_gap_s)
   gap_sync            idle time shared by all GPUs / mean idle time per GPU (1 = together)
   power_frac          power / power limit, mean over the job
   power_frac_busy     power / limit in seconds with >= 90% duty (busy-but-cold when low)
