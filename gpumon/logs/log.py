@@ -170,6 +170,11 @@ def runs(log: Log, gap_s: float, window_s: Optional[float] = None,
             yield log
         return
     back = np.flatnonzero(np.diff(t) < -gap_s) + 1
+    if len(back) and _grouped(log.samples.gpu, back):
+        # Each GPU's samples in a block of their own (per-GPU logs joined, or rows sorted by
+        # GPU): one run in time order, not one run per GPU.
+        log.notes.append("rows grouped by GPU: each GPU's samples put in time order")
+        back = back[:0]
     for a, b in zip(np.r_[0, back], np.r_[back, len(t)]):
         ts = t[a:b]
         ordered = bool((ts[1:] >= ts[:-1]).all())     # in time order already (the usual log)
@@ -185,6 +190,18 @@ def runs(log: Log, gap_s: float, window_s: Optional[float] = None,
             return
         for c, d in zip(np.r_[0, cut], np.r_[cut, len(idx)]):
             yield log.take(idx[c:d])
+
+
+def _grouped(gpu: np.ndarray, back: np.ndarray) -> bool:
+    """Whether the blocks between the jumps back in time ``back`` hold disjoint sets of GPUs
+    (rows grouped by GPU), rather than the same GPUs again (a second run appended)."""
+    seen: set = set()
+    for a, b in zip(np.r_[0, back].tolist(), np.r_[back, len(gpu)].tolist()):
+        block = set(np.unique(gpu[a:b]).tolist())
+        if block & seen:
+            return False
+        seen |= block
+    return True
 
 
 def _limit(step: np.ndarray, gap_s: float, window_s: Optional[float], min_samples: int
