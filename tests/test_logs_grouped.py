@@ -41,3 +41,22 @@ def test_a_second_run_appended_stays_a_run_of_its_own(tmp_path):
     log, tl = analyze_file(_write(tmp_path / "appended.csv", rows))
     assert not any("grouped by GPU" in n for n in log.notes)
     assert tl.gaps
+
+
+def test_a_gpumon_csv_with_a_byte_order_mark_is_read_as_gpumon_csv(tmp_path):
+    """A gpumon CSV saved by an editor that writes a UTF-8 byte order mark first is still
+    gpumon's CSV, its host counters read (not a plain log without them)."""
+    src = tmp_path / "plain.csv"
+    header = ("time,gpu,source,util_gpu_pct,util_mem_pct,mem_used_mib,mem_total_mib,power_w,"
+              "power_limit_w")
+    rows = [f"{1700000000 + k / 6:.3f},{g},sim,{100 if (k // 18) % 2 else 0},0,20000,81920,"
+            f"{300 if (k // 18) % 2 else 90},700" for k in range(6 * 60) for g in (0, 1)]
+    text = "\n".join([header] + rows) + "\n"
+    src.write_text(text)
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    plain_log, plain_tl = analyze_file(str(src))
+    bom_log, bom_tl = analyze_file(str(bom))
+    assert plain_log.kind == "gpumon" and bom_log.kind == "gpumon"
+    assert [(d.verdict, d.cause) for d in bom_tl.segments] == [(d.verdict, d.cause)
+                                                              for d in plain_tl.segments]

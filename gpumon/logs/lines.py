@@ -80,6 +80,9 @@ def clean_chunks(chunks: Iterable, limit: Optional[int] = None, name: str = "") 
     return c.finish()
 
 
+# The UTF-8 byte order mark some editors and Windows tools write before the first line.
+BOM = b"\xef\xbb\xbf"
+
 class _Cleaner:
     """clean_chunks' state between chunks: the kept bytes, the line a chunk starts at, the
     unfinished line carried to the next chunk (or skipped, once over MAX_LINE_BYTES)."""
@@ -98,6 +101,8 @@ class _Cleaner:
         self.mal = Malformed()
 
     def feed(self, chunk) -> None:
+        if not self.read and chunk[:3] == BOM:    # (a UTF-8 byte order mark: no header text)
+            self.read, chunk = 3, chunk[3:]
         for a in range(0, len(chunk), CHUNK_BYTES):
             self._feed(bytes(chunk[a:a + CHUNK_BYTES]))
 
