@@ -187,7 +187,7 @@ def _smi_power(tmp_path, rows):
 def test_ranks_coming_back_one_by_one_after_a_pause_are_not_a_stall(tmp_path):
     """Both ranks stop for 2 s, then rank 1 waits for rank 0's long first step back: for 3 s
     it spins cold beside rank 0 at work. Power is not compared in the first second after
-    one with a GPU idle (Thresholds.power_lag_s), and the live tracker's pause lasts
+    one with a GPU idle (the driver's 1 s power lag, thresholds.POWER_LAG_S), and the live tracker's pause lasts
     until work is back: no sync stall."""
     work = [[(100, 320), (100, 322)], [(100, 300), (100, 305)]] * 30
     rows = work + [[(0, 32), (0, 60)], [(0, 32), (0, 40)]]

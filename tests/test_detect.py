@@ -12,7 +12,7 @@ import pytest
 
 from gpumon.detect import EVIDENCE_KEYS, StreamingDetector, diagnose
 from gpumon.detect.jobs import group
-from gpumon.detect.thresholds import DEFAULT, describe
+from gpumon.detect.thresholds import DEFAULT, POWER_LAG_S, describe
 from gpumon.diagnosis import VERDICTS
 from gpumon.samples import (CLOCK_EVENT_SW_THERMAL, GpuSample, HostSample, JobProcs,
                             ProcSample, Tick)
@@ -406,7 +406,7 @@ def _stop_behind_saturated_loaders(new_workers: bool) -> list:
 
 # Seconds of data before GPUs' power can be compared (rules.too_short): until then a job that
 # is busy so far may have no verdict yet.
-POWER_NEED_S = DEFAULT.recover_s + DEFAULT.power_lag_s
+POWER_NEED_S = DEFAULT.recover_s + POWER_LAG_S
 
 
 def _busy_or_too_soon(d, t: float, also=("busy",)) -> bool:
@@ -734,8 +734,11 @@ def _late_rank_features(settle_bins: int, monkeypatch):
     (340 W). Judged on the 6 s window ending in second 15."""
     from gpumon.detect.bins import Store
     from gpumon.detect.pipeline import judge_job, tick_columns
-    from gpumon.detect.thresholds import Thresholds
-    monkeypatch.setattr(Thresholds, "power_lag_s", float(settle_bins))   # (a driver fact)
+    import gpumon.detect.features as F
+    import gpumon.detect.seconds as S
+    import gpumon.detect.windows as W
+    for mod in (F, S, W):     # (a fact of the driver, not a threshold: patched where read)
+        monkeypatch.setattr(mod, "POWER_LAG_S", float(settle_bins))
     th = DEFAULT
 
     def util(g, t):

@@ -18,7 +18,6 @@ def test_stopped_dead_and_all_on():
     t = table_of([[0.0, 0.10, 0.9, 0.0, NAN, 0.35],
                   [0.0, 0.02, 0.9, 0.2, 0.0, 0.30]])
     assert t.stopped.tolist() == [True, True, False, False, False, False]
-    assert t.dead.tolist() == [True, False, False, False, False, False]
     # (A GPU without a sample in the second is no stop, and no GPU away from work.)
     assert t.all_on.tolist() == [False, False, True, False, False, True]
     assert t.has.all()

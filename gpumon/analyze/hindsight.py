@@ -18,7 +18,7 @@ import numpy as np
 
 from gpumon.diagnosis import CAUSES, PAUSED, VERDICTS
 from gpumon.analyze.pauses import AFTER, DIP, LEAD, not_one_off, two_sided
-from gpumon.detect.thresholds import Thresholds
+from gpumon.detect.thresholds import BIN_S, Thresholds
 
 _STARVED = VERDICTS.index("data_starvation")
 _BUSY = VERDICTS.index("busy")
@@ -60,7 +60,7 @@ class Job:
     marks: dict = field(default_factory=dict)
 
     def bins(self, s: float) -> int:
-        return int(round(s / self.th.bin_s))
+        return int(round(s / BIN_S))
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def _run(mask: np.ndarray, i: int) -> tuple[int, int]:
 
 
 def _secs(job: Job, k: int) -> str:
-    return f"{k * job.th.bin_s:.0f} s"
+    return f"{k * BIN_S:.0f} s"
 
 
 def _dip_at(job: Job, i: int) -> str:
@@ -153,7 +153,7 @@ def _why_two_sided(job: Job, a: int, b: int, d) -> str:
 
 
 def _working(job: Job) -> np.ndarray:
-    return long_runs(job.level >= job.th.busy_duty, job.th.recover_s / job.th.bin_s)
+    return long_runs(job.level >= job.th.busy_duty, job.th.recover_s / BIN_S)
 
 
 def _why_working(job: Job, a: int, b: int, d) -> str:
@@ -236,7 +236,7 @@ def _why_over(job: Job, a: int, b: int, d) -> str:
 def _back(job: Job) -> np.ndarray:
     th = job.th
     return _stall_on_host(job) & long_runs(job.level >= th.work_duty,
-                                           th.recover_s / th.bin_s)
+                                           th.recover_s / BIN_S)
 
 
 def _why_back(job: Job, a: int, b: int, d) -> str:

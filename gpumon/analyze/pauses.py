@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from gpumon.detect.features import csum
-from gpumon.detect.thresholds import Thresholds
+from gpumon.detect.thresholds import BIN_S, Thresholds
 
 def _seconds(duty: np.ndarray, n: np.ndarray, th: Thresholds):
     """Per bin of a job: which GPUs have data (G, T), whether the job has any (T,), the
@@ -40,7 +40,7 @@ def fill_holes(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds
     one that had read as that one: an empty second between two samples is the sampler's
     jitter (a 1 s log drifting past a second) or its interval (a 2 s log), not a stop of
     the work nor the end of a stretch of it. Longer holes stay empty."""
-    k = max(0, int(th.max_sample_gap_s / th.bin_s))
+    k = max(0, int(th.max_sample_gap_s / BIN_S))
     T = len(n)
     if not k or not T:
         return duty, n, u
@@ -111,8 +111,8 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds,
     sc = sc if sc is not None else scan(duty, n, u, th)
     if starving is None:
         starving = host_starving(host)
-    startup = int(round(th.loader_startup_s / th.bin_s))
-    leads = _leads(sc, need, int(round(th.stagger_s / th.bin_s)))
+    startup = int(round(th.loader_startup_s / BIN_S))
+    leads = _leads(sc, need, int(round(th.stagger_s / BIN_S)))
     has = leads >= 0
     for s, lead in zip(sc.first[has].tolist(), leads[has].tolist()):
         dip = _dip(sc, s, lead, th, need)
@@ -151,7 +151,7 @@ def not_one_off(pause: np.ndarray, unknown: np.ndarray, duty: np.ndarray, n: np.
 
 def _need(th: Thresholds) -> int:
     """Bins of steady work wanted before and after a dip (context_s)."""
-    return max(2, int(round(th.context_s / th.bin_s)))
+    return max(2, int(round(th.context_s / BIN_S)))
 
 
 class _Scan:
@@ -181,7 +181,7 @@ def scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     # throughout does: a lone second that caught the gap between two steps is not a stop.
     full = good & (jd >= th.duty_starved)      # steady work at full speed
     blip = ~good
-    k = min(int(round(th.recover_s / th.bin_s)), T // 2)
+    k = min(int(round(th.recover_s / BIN_S)), T // 2)
     blip[:k] = blip[T - k:] = False
     for j in range(1, k + 1):
         blip[k:T - k] &= full[k - j:T - k - j] & full[k + j:T - k + j]
@@ -230,12 +230,12 @@ def _dip(sc: _Scan, s: int, lead: int, th: Thresholds, need: int
     return to steady work at that level within idle_after_s (or to the end of the log), and
     the dip isolated (see _isolated)."""
     T = len(sc.good)
-    lead_in = int(round(th.stagger_s / th.bin_s))
+    lead_in = int(round(th.stagger_s / BIN_S))
     level = sc.jd_w[s - lead - need] / need
     if level < th.work_duty:
         return None
     bar = min(level, th.duty_starved) - th.return_tol     # back at the same level
-    pmax = int(round(th.idle_after_s / th.bin_s))
+    pmax = int(round(th.idle_after_s / BIN_S))
     hi = min(s + pmax, T - need)
     level_ok = sc.jd_w[s + 1:hi + 1] >= bar * need - 1e-9
     # The return: the first bin from which context_s of work at that level follows, lone
@@ -245,7 +245,7 @@ def _dip(sc: _Scan, s: int, lead: int, th: Thresholds, need: int
     if not at_end:
         e = s + 1 + int(hit[0])
     else:
-        e = _tail_return(sc.good, sc.jd, s, bar, int(round(th.tail_min_s / th.bin_s)), pmax,
+        e = _tail_return(sc.good, sc.jd, s, bar, int(round(th.tail_min_s / BIN_S)), pmax,
                          need)
         if e is None:
             return None
@@ -328,8 +328,8 @@ def recovered(dips: list, T: int, th: Thresholds) -> np.ndarray:
     work before it (analyze's windows lead by that much) and the first recover_s after it,
     AFTER in the rest of the steady work after it, 0 elsewhere."""
     out = np.zeros(T, dtype=np.int8)
-    rb = max(1, int(round(th.recover_s / th.bin_s)))
-    hb = max(0, int(round(th.hold_s / th.bin_s)))
+    rb = max(1, int(round(th.recover_s / BIN_S)))
+    hb = max(0, int(round(th.hold_s / BIN_S)))
     for a0, b0, a, b in dips:
         out[b0 - hb:b0], out[a:a + rb], out[a + rb:b] = LEAD, LEAD, AFTER
         out[b0:a] = DIP

@@ -28,7 +28,7 @@ from gpumon.detect.seconds import seconds
 from gpumon.detect.rules import judge
 from gpumon.detect.rules import held
 from gpumon.detect.hold import Hysteresis, settle
-from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
 from gpumon.logs.log import Log, runs
 from gpumon.logs.memory import small_pages
 from gpumon.analyze import hindsight as H
@@ -343,7 +343,7 @@ def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> 
     rows = [st.rows[x] for x in gpus]
     job = _raw_verdicts(st, rows, shared, th)
     v, c, s = job.v, job.c, job.s
-    times = st.origin + (st.b0 + np.arange(1, nb + 1)) * st.th.bin_s   # bin_time(e + 1)
+    times = st.origin + (st.b0 + np.arange(1, nb + 1)) * BIN_S   # bin_time(e + 1)
     # (Without Hysteresis.step's ``quick``: below, a log dates every change from the
     # window in which the new verdict first appeared anyway.)
     held, keys = hold(Hysteresis.of(th), times, v, c, s, job.r["sticky"])
@@ -354,7 +354,7 @@ def _job_segments(st: Store, gpus, shared: bool, th: Thresholds, end: float) -> 
     spans = list(zip(bounds[:-1], bounds[1:]))
     # Evidence from windows L bins into each segment (a window's evidence lags its end); a
     # pause's own (paused seconds keep their own windows: hindsight's lead).
-    L = min(int(round(th.hold_s / th.bin_s)), nb - 1)
+    L = min(int(round(th.hold_s / BIN_S)), nb - 1)
     leads = [0 if keys[held[b - 1]][0] == _PAUSED else L for a, b in spans]
     picks = [np.unique(np.minimum(np.linspace(a, b - 1, min(EVIDENCE_POINTS, b - a))
                                   .round().astype(int) + lead, nb - 1))

@@ -18,7 +18,7 @@ import numpy as np
 from gpumon.samples import (CLOCK_EVENT_HW_POWER_BRAKE, CLOCK_EVENT_HW_SLOWDOWN,
                             CLOCK_EVENT_HW_THERMAL, CLOCK_EVENT_SW_POWER_CAP,
                             CLOCK_EVENT_SW_THERMAL)
-from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, SAMPLE_MID_S, Thresholds
 
 # Per-GPU bin fields (first axis of Store.g). Sums unless said otherwise.
 GPU_FIELDS = (
@@ -189,7 +189,7 @@ class Store:
     """Bins of one or more GPUs: ``g[field, row, bin]``, ``h[field, bin]``.
 
     Bin ``i`` of the arrays is absolute bin ``b0 + i``, covering
-    ``[origin + (b0+i)*bin_s, origin + (b0+i+1)*bin_s)``. With ``cap`` set, the store keeps
+    ``[origin + (b0+i)*BIN_S, origin + (b0+i+1)*BIN_S)``. With ``cap`` set, the store keeps
     at most that many bins, dropping the oldest (live use); without it, it grows (a log).
     """
 
@@ -198,8 +198,8 @@ class Store:
         self.origin = origin
         self.th = th
         # NVML's own samples are dated at the end of their period: binned at its middle
-        # (Thresholds.sample_mid_s). Other tools' logs are binned as they are dated.
-        self.mid_s = th.sample_mid_s if driver_samples else 0.0
+        # (SAMPLE_MID_S). Other tools' logs are binned as they are dated.
+        self.mid_s = SAMPLE_MID_S if driver_samples else 0.0
         self.cap = cap
         self.b0 = 0
         self.nb = 0                      # bins in use
@@ -237,7 +237,7 @@ class Store:
         return lut[gpus.astype(np.int64)]
 
     def _bins(self, times: np.ndarray) -> np.ndarray:
-        return np.floor((times - self.origin) / self.th.bin_s).astype(np.int64)
+        return np.floor((times - self.origin) / BIN_S).astype(np.int64)
 
     def _make_room(self, bmin: int, bmax: int) -> None:
         """Ensure absolute bins up to bmax have slots; bins before b0 are dropped."""
@@ -503,4 +503,4 @@ class Store:
                                                                              copy=False)
 
     def bin_time(self, i: int) -> float:
-        return self.origin + (self.b0 + i) * self.th.bin_s
+        return self.origin + (self.b0 + i) * BIN_S

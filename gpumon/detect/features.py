@@ -22,7 +22,7 @@ from typing import Optional
 from gpumon.detect.bins import GI, HI
 from gpumon.detect.seconds import settled as settled_seconds
 from gpumon.diagnosis import CAUSES
-from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds
 
 
 _CTX_FIELDS = np.array([GI[k] for k in ("n", "u", "bt", "it", "bst", "gst")])
@@ -61,14 +61,14 @@ _SEEN_ROWS = [GI[c] for c in SEEN.values()] + [GI["ldn"]]
 def view_bins(th: Thresholds = DEFAULT) -> int:
     """Bins a view must hold before (and including) a window's last bin for its features to
     be those of the whole history: the longest window or context, one bin before it (where
-    a stall began) and power_lag_s more (whether its first seconds' power settled)."""
+    a stall began) and POWER_LAG_S more (whether its first seconds' power settled)."""
     return int(math.ceil(max(th.window_s, th.context_s, th.context_s, th.hang_s)
-                         / th.bin_s)) + 1 + _bins(th.power_lag_s, th)
+                         / BIN_S)) + 1 + _bins(POWER_LAG_S, th)
 
 
 def _bins(s: float, th: Thresholds) -> int:
     """Seconds as a whole number of bins."""
-    return int(round(s / th.bin_s))
+    return int(round(s / BIN_S))
 
 
 def wsum(a: np.ndarray, w: int, ends: np.ndarray) -> np.ndarray:
@@ -260,14 +260,14 @@ def _runs_features(S: np.ndarray) -> dict:
 def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: int):
     """(W, ctx_duty): each window's length in bins (see _window_features) and the job's duty
     over the context_s before its end, from the running sums ``C`` (rows ``ix``)."""
-    ctx = max(1, int(round(th.context_s / th.bin_s)))
+    ctx = max(1, int(round(th.context_s / BIN_S)))
     Sc = wsum_c(C, ctx, ends, ix["ctx"])            # (6, G, E)
     tot = Sc.sum(axis=1)                            # (6, E)
     ctx_duty = N.div(tot[1], tot[0])
     if w:
         return np.full(len(ends), int(w)), ctx_duty
-    w0 = max(1, int(round(th.window_s / th.bin_s)))
-    wmax = max(w0, int(round(th.context_s / th.bin_s)))
+    w0 = max(1, int(round(th.window_s / BIN_S)))
+    wmax = max(w0, int(round(th.context_s / BIN_S)))
     # Stretch only for a job whose context already looked starved before the last
     # window_s: a busy job's rare short dips, or a change of regime within the last
     # window_s, would otherwise stretch the window back over the old regime and slow
@@ -283,7 +283,7 @@ def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: i
     if not slow.any():                 # (no window stretched: all of window_s)
         return np.full(len(ends), w0), ctx_duty
     cycle = run_lengths(*_runs_of(tot[2:6])).sum(axis=0)   # s per (burst + gap)
-    want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.min_samples / th.bin_s), 0)
+    want = np.where(slow, np.ceil(N.nan_to_num(cycle) * th.min_samples / BIN_S), 0)
     return np.minimum(np.maximum(want, w0), wmax).astype(int), ctx_duty
 
 
@@ -392,7 +392,7 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
         if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
     last_warm = np.maximum.accumulate(np.where(cold, -1, ix_t))
     f["cold_run"] = np.minimum(ends - last_warm[ends],
-                               int(math.ceil(th.hang_s / th.bin_s)) + 1)
+                               int(math.ceil(th.hang_s / BIN_S)) + 1)
     f["all_busy_bins"] = rs[1][0] if rs.shape[1] else np.zeros(len(ends))   # (settled ones)
     return f
 
@@ -409,7 +409,7 @@ def data_run(g: np.ndarray, since: Optional[np.ndarray], ends: np.ndarray,
     T = has.shape[-1]
     # The first bin at or after each bin with data (T: none).
     nxt = np.minimum.accumulate(np.where(has, np.arange(T), T)[::-1])[::-1]
-    first = nxt[np.maximum(ends + 1 - (int(math.ceil(th.hang_s / th.bin_s)) + 1), 0)]
+    first = nxt[np.maximum(ends + 1 - (int(math.ceil(th.hang_s / BIN_S)) + 1), 0)]
     return np.where(first <= ends, ends - first + 1, 0)
 
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, INSUFFICIENT_DATA, PAUSED, SYNC_STALL,
                               VERDICTS)
-from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
 
 _INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
 _BUSY = VERDICTS.index(BUSY)
@@ -73,8 +73,8 @@ class Hysteresis:
 
     @classmethod
     def of(cls, th: Thresholds) -> "Hysteresis":
-        """The hold with the thresholds ``th`` (a verdict per ``bin_s``)."""
-        return cls(th.hold_s, th.bin_s, 0.0, th.sticky_s, th.window_s,
+        """The hold with the thresholds ``th`` (a verdict per BIN_S)."""
+        return cls(th.hold_s, BIN_S, 0.0, th.sticky_s, th.window_s,
                    th.context_s)
 
     def settled(self, key: tuple) -> bool:
@@ -200,7 +200,7 @@ def settle(held: np.ndarray, keys: list, th: Thresholds) -> np.ndarray:
     show; a log tells the verdict's cause from all of them: one segment, one cause."""
     if len(held) == 0:
         return held
-    span = th.context_s / th.bin_s
+    span = th.context_s / BIN_S
     cut = np.flatnonzero(held[1:] != held[:-1]) + 1
     starts, ends = np.r_[0, cut], np.r_[cut, len(held)]
     verdict = [keys[held[a]][0] for a in starts.tolist()]

@@ -21,7 +21,7 @@ import numpy as np
 
 from gpumon.diagnosis import CAUSES
 from gpumon.detect.seconds import Second, SecondsTable
-from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
 
 
 
@@ -48,7 +48,7 @@ class _Host:
         self.changed = tr.workers is not None and workers - tr.workers >= 0.5
         # Workers started when the GPUs stopped: a new DataLoader (an epoch boundary's).
         aged = not math.isnan(age) or workers < 0.5    # (no workers: none new)
-        since = (tr.length if tr.in_pause else 0) * th.bin_s
+        since = (tr.length if tr.in_pause else 0) * BIN_S
         self.fresh = aged and age <= since + th.stagger_s
         # Something explains a stop: new or extra workers, checkpoint writes, or a main
         # process busy with something other than waiting for batches (saving, evaluating).
@@ -101,12 +101,12 @@ class PauseTracker:
 
     def __init__(self, th: Thresholds = DEFAULT):
         self.th = th
-        self.ctx = max(2, int(round(th.context_s / th.bin_s)))
-        self.pmax = int(round(th.idle_after_s / th.bin_s))
-        self.startup = int(round(th.loader_startup_s / th.bin_s))
-        self.resume = max(1, int(round(th.resume_s / th.bin_s)))
-        self.back = max(1, int(round(th.hold_s / th.bin_s)))
-        self.started = max(self.resume, int(round(th.context_s / th.bin_s)))
+        self.ctx = max(2, int(round(th.context_s / BIN_S)))
+        self.pmax = int(round(th.idle_after_s / BIN_S))
+        self.startup = int(round(th.loader_startup_s / BIN_S))
+        self.resume = max(1, int(round(th.resume_s / BIN_S)))
+        self.back = max(1, int(round(th.hold_s / BIN_S)))
+        self.started = max(self.resume, int(round(th.context_s / BIN_S)))
         # (n, u, stop) of the last bins with data: (0, 0, True) for a pause's own
         self.hist: deque = deque(maxlen=self.ctx)
         self.last_stop = -self.ctx - 1   # the newest bin with a stop in hist

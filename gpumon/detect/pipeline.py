@@ -28,7 +28,7 @@ from gpumon.detect.seconds import seconds
 from gpumon.detect.rules import BY_NAME, RULES, judge
 from gpumon.detect.rules.idle import NO_SAMPLES, no_job, too_few_samples
 from gpumon.detect.rules.words import Window, no_util_text
-from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
 
 # The evidence keys, in order (stable: the exporter and the dashboard show them).
 EVIDENCE_KEYS = (
@@ -281,7 +281,7 @@ def active_since(g: np.ndarray, th: Thresholds = DEFAULT) -> int:
     k = (g[GI["n"]] - g[GI["idle"]]) > 0                 # (G, T): a kernel in the bin
     at = np.arange(k.shape[-1])
     since_k = at - np.maximum.accumulate(np.where(k, at, -(1 << 30)), axis=-1)
-    ran = since_k < int(round(th.idle_after_s / th.bin_s))
+    ran = since_k < int(round(th.idle_after_s / BIN_S))
     act = np.where(~np.isnan(pid), pid > 0, False) | np.where(
         ~np.isnan(mem), mem >= th.mem_active_mib, np.isnan(pid) & ran)
     allact = act.all(axis=0)

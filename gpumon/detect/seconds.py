@@ -17,7 +17,7 @@ import numpy as np
 
 from gpumon.detect import nanops as N
 from gpumon.detect.bins import GI, HI
-from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds
 
 
 def col(unit: str, meaning: str):
@@ -61,14 +61,13 @@ class SecondsTable:
     has: np.ndarray = col("bool", "the job sent data (some GPU sampled)")
     stopped: np.ndarray = col("bool", "every GPU seen, all below trickle_duty or all in a "
                               "gap of stop_gap_s ending in the second: the job stopped")
-    dead: np.ndarray = col("bool", "every GPU seen, all below idle_duty: nothing runs")
     alone: np.ndarray = col("bool", "one GPU at idle_duty..trickle_duty, every other below "
                             "idle_duty: one rank works alone at a trickle")
     lone_idle: np.ndarray = col("bool", "one GPU below trickle_duty, every other at "
                                 "on_duty or more")
     all_on: np.ndarray = col("bool", "every GPU seen at on_duty or more: all at work")
     cold: np.ndarray = col("bool (G, T)", "per GPU: busy, at most cold_power_ratio of the "
-                           "hottest busy GPU's power now, power settled (power_lag_s), "
+                           "hottest busy GPU's power now, power settled (POWER_LAG_S), "
                            "its clocks not held down (held_down): waiting, not computing")
     full: np.ndarray = col("share", "the least duty of a GPU seen; 0 where a GPU is cold "
                            "or none sent data: warm work on every GPU")
@@ -170,7 +169,6 @@ def _work(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds, gap: n
         has=_any(known, 0) & (n > 0),
         # (Seen on every GPU: a second in which some GPUs sent no sample is no stop.)
         stopped=((nstop == G) | gap) & seen,
-        dead=(nlow == G) & seen,
         alone=(nk > 1) & (nlow == nk - 1) & (_add(stopped & ~low, 0) == 1),
         lone_idle=lone_idle, held=lone_idle & spin,
         all_on=_all(on | ~known, 0), full=full)
@@ -244,12 +242,12 @@ def _held_down_bins(g: np.ndarray, th: Thresholds) -> np.ndarray:
 
 def settle_bins(th: Thresholds) -> int:
     """Seconds with every GPU at work before a second whose power is compared."""
-    return max(0, int(round(th.power_lag_s / th.bin_s)))
+    return max(0, int(round(POWER_LAG_S / BIN_S)))
 
 
 def settled(all_busy: np.ndarray, th: Thresholds) -> np.ndarray:
     """(T,): the seconds in which power is compared across GPUs: every GPU at work in it and
-    in the power_lag_s before (the driver's power is a 1 s average, so a GPU's first
+    in the POWER_LAG_S before (the driver's power is a 1 s average, so a GPU's first
     second back from a wait, its own or spinning on a rank that waited, still reads cold)."""
     out = all_busy.copy()
     for k in range(1, settle_bins(th) + 1):
@@ -296,7 +294,7 @@ def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT, first: int = 0,
     power = N.div(g[GI["pw"]], g[GI["pn"]])
     busy, idx = busy[:, idx], idx + first
     idx, busy = idx[idx > 0], busy[:, idx > 0]
-    ctx = np.arange(1, max(1, int(round(th.context_s / th.bin_s))) + 1)
+    ctx = np.arange(1, max(1, int(round(th.context_s / BIN_S))) + 1)
     for a in range(0, len(idx), SPIN_CHUNK):
         i, b = idx[a:a + SPIN_CHUNK], busy[:, a:a + SPIN_CHUNK]
         back = i[:, None] - ctx[None, :]                       # (k, ctx)

@@ -26,7 +26,7 @@ from gpumon.detect.hold import Hysteresis
 from gpumon.detect.jobs import GroupMemo
 from gpumon.detect.pauses import PauseTracker
 from gpumon.detect.seconds import seconds
-from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
 
 class _Job:
     """Live state of one job: its pauses, when it started, its held verdict."""
@@ -94,7 +94,7 @@ class StreamingDetector:
 
     def __init__(self, th: Thresholds = DEFAULT):
         self.th = th
-        self.window = max(1, int(round(th.window_s / th.bin_s)))
+        self.window = max(1, int(round(th.window_s / BIN_S)))
         self.span = view_bins(th)        # bins of history every window's features need
         self.cap = self.span + 8
         self.store: Optional[Store] = None
@@ -174,7 +174,7 @@ class StreamingDetector:
                 self._pids[g] = p
         if ppid:
             self._ppid = ppid
-        newest = int(math.floor((float(samples.time.max()) - st.origin) / self.th.bin_s))
+        newest = int(math.floor((float(samples.time.max()) - st.origin) / BIN_S))
         last = newest - 1
         return None if last <= self._done or last < st.b0 else last
 
@@ -214,7 +214,7 @@ class StreamingDetector:
         e = len(ends) - 1
         t_end = st.bin_time(stop)
         f = _data_window(f, e, int(ends[e]), n)
-        d = make_diagnosis(f, r, e, gpus, t_end - float(f["window"][e]) * self.th.bin_s,
+        d = make_diagnosis(f, r, e, gpus, t_end - float(f["window"][e]) * BIN_S,
                            t_end, self.th)
         return _hold(d, job.hyst.current, gpus, job.conf)
 

@@ -8,7 +8,14 @@ from (the logs and reports behind it): docs/detector.md, "The thresholds".
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import ClassVar
+
+
+# Not thresholds but the seconds table's units and a fact of the driver: the table's bin; where
+# in it NVML's own samples (dated at the end of their ~1/6 s period) count, their period's
+# middle; and how long the driver's power, a 1 s average, lags the work.
+BIN_S = 1.0
+SAMPLE_MID_S = 1 / 12
+POWER_LAG_S = 1.0
 
 
 def th(default: float, unit: str, means: str) -> float:
@@ -17,12 +24,6 @@ def th(default: float, unit: str, means: str) -> float:
 
 @dataclass(frozen=True)
 class Thresholds:
-    # Not thresholds but the table's units: the seconds table's bin, and where in it NVML's
-    # own samples (dated at the end of their ~1/6 s period) count: their period's middle.
-    bin_s: ClassVar[float] = 1.0
-    sample_mid_s: ClassVar[float] = 1 / 12
-    # A fact of the driver: its power reading is a 1 s average, so it lags the work a second.
-    power_lag_s: ClassVar[float] = 1.0
     # --- spans of time -----------------------------------------------------------------------
     window_s: float = th(6.0, "s", "Span a live verdict is judged on.")
     context_s: float = th(20.0, "s", "The longest span read before a second: a stretched "

@@ -10,7 +10,7 @@ import numpy as np
 
 from gpumon.detect import nanops as N
 from gpumon.detect.hostview import CALM, Host, host_straggler
-from gpumon.detect.thresholds import Thresholds
+from gpumon.detect.thresholds import BIN_S, POWER_LAG_S, Thresholds
 from gpumon.diagnosis import BUSY, CAUSES, VERDICTS
 
 V = {v: i for i, v in enumerate(VERDICTS)}
@@ -52,13 +52,13 @@ def short_hang(f: dict, th: Thresholds) -> np.ndarray:
     """(E,): every GPU busy at a hang's low power since the job's data began, fewer than
     hang_s ago: whether it is a hang cannot be told yet (rules.idle.too_short)."""
     run = f["data_run"]
-    return (f["cold_run"] >= run) & (run > 0) & (run < th.hang_s / th.bin_s)
+    return (f["cold_run"] >= run) & (run > 0) & (run < th.hang_s / BIN_S)
 
 
 def power_need(th: Thresholds) -> float:
     """Bins of data a window must hold to compare its GPUs' power (busy_but_cold): recover_s
-    of seconds with every GPU at work, each after power_lag_s more."""
-    return (th.recover_s + th.power_lag_s) / th.bin_s
+    of seconds with every GPU at work, each after POWER_LAG_S more."""
+    return (th.recover_s + POWER_LAG_S) / BIN_S
 
 
 class Windows:
@@ -103,7 +103,7 @@ class Windows:
                 # context_s (after an epoch boundary new loader workers refill their queue
                 # flat out, however well they keep up later): Hysteresis.step's ``quick``
                 # (rules.judge adds the rules that show at once).
-                "quick": feeding & (f["since_pause"] > th.context_s / th.bin_s)}
+                "quick": feeding & (f["since_pause"] > th.context_s / BIN_S)}
 
     # -- the job's duty cycle ----------------------------------------------------------------
     @cached_property
@@ -196,9 +196,9 @@ class Windows:
         run, stall = f["full_run"], f["stall_bins"]
         # (The stall ends inside the window and began within the last context_s, which
         # every caller's view of the bins holds: live and offline see the same stall.)
-        lone = ((run >= th.recover_s / th.bin_s) & (stall > 0)
-                & (stall <= th.window_s / th.bin_s)
-                & (run + stall <= th.context_s / th.bin_s))
+        lone = ((run >= th.recover_s / BIN_S) & (stall > 0)
+                & (stall <= th.window_s / BIN_S)
+                & (run + stall <= th.context_s / BIN_S))
         if not lone.any():          # (no such stall: the host need not be read)
             return lone
         return lone & self.known & ~self.host.starving_any(recent=False)
@@ -211,7 +211,7 @@ class Windows:
     def over_power(self) -> np.ndarray:
         """(The GPUs that spun during it read cold a little longer: power is a 1 s average.)"""
         return self.lone_stall & (self.f["full_run"] < self.f["window"]
-                                  + self.th.power_lag_s / self.th.bin_s)
+                                  + POWER_LAG_S / BIN_S)
 
     # -- the odd GPU out: who waits for whom ---------------------------------------------------
     @cached_property

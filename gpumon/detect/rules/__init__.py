@@ -39,7 +39,7 @@ from typing import Callable, Iterable, Optional
 
 import numpy as np
 
-from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
 from gpumon.detect.windows import Windows
 from gpumon.diagnosis import DATA_STARVATION, VERDICTS
 
@@ -117,7 +117,7 @@ def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> di
         # shown at once (the host's flag alone must not rush a stall past the hold).
         out["quick"] = ((out["quick"] & (out["verdict"] == VERDICTS.index(DATA_STARVATION)))
                         | np.isin(out["rule"], AT_ONCE))
-        if f["data_run"].min() * th.bin_s < th.window_s:     # (the job's first seconds)
+        if f["data_run"].min() * BIN_S < th.window_s:     # (the job's first seconds)
             out["confidence"] = out["confidence"] * short_factor(f, th)
         return out
 
@@ -126,7 +126,7 @@ def short_factor(f: dict, th: Thresholds) -> np.ndarray:
     """(E,): confidence kept on a window that holds fewer seconds of the job's data than
     window_s: half at none, all at window_s (a verdict from a short sample is never a
     confident one)."""
-    have = np.minimum(f["data_run"], f["window"]) * th.bin_s
+    have = np.minimum(f["data_run"], f["window"]) * BIN_S
     return 0.5 + 0.5 * np.minimum(have / th.window_s, 1.0)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from gpumon.detect.hostview import CALM
 from gpumon.detect.rules import Rule, rule
 from gpumon.detect.rules.words import Window, gpu_list, no_util_text, pct
-from gpumon.detect.thresholds import Thresholds
+from gpumon.detect.thresholds import BIN_S, Thresholds
 from gpumon.detect.windows import C, Windows, clip, power_need, short_hang
 from gpumon.diagnosis import IDLE, INSUFFICIENT_DATA
 
@@ -121,7 +121,7 @@ def _too_short(x: Window) -> str:
     """What can be said of a window shorter than the rules need, and how long they need."""
     th, ev, run = x.th, x.ev, int(x.f["data_run"][x.e])
     if short_hang(x.f, th)[x.e]:
-        need = int(math.ceil(th.hang_s / th.bin_s))
+        need = int(math.ceil(th.hang_s / BIN_S))
         say = (f"every GPU at {pct(ev.get('duty_cycle'))} utilization drawing "
                f"{pct(ev.get('power_frac_busy'))} of its power limit for {run} s: a hang "
                f"is called after {th.hang_s:.0f} s")
@@ -132,7 +132,7 @@ def _too_short(x: Window) -> str:
                f"{th.recover_s:.0f} s of every GPU at work")
         if ev.get("rel_power_min") is not None:
             say += f" (coldest at {pct(ev['rel_power_min'])} of the hottest's so far)"
-    return f"no verdict yet (needs {need * th.bin_s:.0f} s of samples, had {run}): {say}"
+    return f"no verdict yet (needs {need * BIN_S:.0f} s of samples, had {run}): {say}"
 
 
 @rule(INSUFFICIENT_DATA, 140, "busy so far, but fewer seconds of data than a rule needs: "
@@ -147,7 +147,7 @@ def too_short(w: Windows) -> None:
     seconds there are. No verdict yet (insufficient_data), never a confident busy."""
     f, th = w.f, w.th
     need = power_need(th)
-    if w.G < 2 or (f["data_run"].min() >= th.hang_s / th.bin_s and f["window"].min() >= need):
+    if w.G < 2 or (f["data_run"].min() >= th.hang_s / BIN_S and f["window"].min() >= need):
         return                  # (a job seen long enough: every live window after its first)
     with CALM:
         rel_min = np.where(np.isnan(f["rel_power"]), np.inf, f["rel_power"]).min(axis=0)

@@ -7,6 +7,7 @@ from gpumon.detect.rules import rule
 from gpumon.detect.rules.words import Window
 from gpumon.detect.windows import C, Windows
 from gpumon.diagnosis import CAUSES, PAUSED
+from gpumon.detect.thresholds import BIN_S
 
 # Why a pause, by its cause (the pause tracker's reading of the host, pauses.py).
 _WHY = {
@@ -25,7 +26,7 @@ def _pause(x: Window) -> str:
     code = int(x.f["pause_cause"][x.e]) if "pause_cause" in x.f else -1
     cause = CAUSES[code] if code >= 0 else "unknown"
     secs = int(x.f["pause_len"][x.e]) if "pause_len" in x.f else 0
-    wm = int(round(x.th.context_s / x.th.bin_s))
+    wm = int(round(x.th.context_s / BIN_S))
     ago = f"{secs} s ago" if secs <= wm else f"more than {wm} s ago"
     if cause == "startup":
         return f"the job started {ago}: its ranks load and get their first batches"

@@ -12,6 +12,7 @@ from gpumon.detect.rules import rule
 from gpumon.detect.rules.words import Window, gpu_list, pct
 from gpumon.detect.windows import C, Windows, clip, low_nan
 from gpumon.diagnosis import BUSY, SYNC_STALL
+from gpumon.detect.thresholds import BIN_S
 
 
 def _rank_computes(x: Window) -> str:
@@ -49,7 +50,7 @@ def stall_over(w: Windows) -> None:
     (work_duty) for recover_s: that rank's stall is over (a save, a slow batch),
     whatever the window still holds of it."""
     if w.G > 1 and w.asym.any():
-        back = w.f["steady_run"] >= w.th.recover_s / w.th.bin_s
+        back = w.f["steady_run"] >= w.th.recover_s / BIN_S
         w.decide(stall_over, w.asym & (w.lone_idler >= 0) & ~w.feeding & back, cf=0.6)
 
 
@@ -92,7 +93,7 @@ def _hang(x: Window) -> str:
       "for {hang_s:.0f} s", _hang, cause="hang")
 def hang(w: Windows) -> None:
     """Every GPU busy but cold for hang_s, none computing: a collective never completes."""
-    w.decide(hang, (w.G > 1) & (w.f["cold_run"] >= w.th.hang_s / w.th.bin_s), c=C["hang"],
+    w.decide(hang, (w.G > 1) & (w.f["cold_run"] >= w.th.hang_s / BIN_S), c=C["hang"],
              cf=0.8)
 
 
@@ -100,7 +101,7 @@ def _busy_but_cold(x: Window) -> str:
     s = x.srow
     who = f"GPU {x.gpus[s]}" if s >= 0 else "GPU ?"
     hot, cold = (x.f[k][..., x.e] for k in ("hot_bins", "cold_bins"))
-    turns = (f", the hottest in {hot[s] * x.th.bin_s:.0f} of the {cold * x.th.bin_s:.0f} s "
+    turns = (f", the hottest in {hot[s] * BIN_S:.0f} of the {cold * BIN_S:.0f} s "
              "another was cold" if s >= 0 else "")
     return (f"every GPU busy, but the others draw as little as "
             f"{pct(x.ev.get('rel_power_min'))} of {who}'s power{turns}: "
@@ -120,7 +121,7 @@ def busy_but_cold(w: Windows) -> None:
     f, th = w.f, w.th
     with CALM:
         rel_min = np.where(np.isnan(f["rel_power"]), np.inf, f["rel_power"]).min(axis=0)
-    maybe = (rel_min <= th.cold_power_ratio) & (f["all_busy_bins"] >= th.recover_s / th.bin_s)
+    maybe = (rel_min <= th.cold_power_ratio) & (f["all_busy_bins"] >= th.recover_s / BIN_S)
     if not maybe.any():        # (no GPU cold in a window long enough to compare)
         return
     hot, gap = _hottest(w)
