@@ -5,7 +5,7 @@ parameters drawn at random from the simulator's documented ranges (step times 50
 1/2/4/8 GPUs. Each run is a 40 s lead-in of another scenario (busy; idle before `busy`)
 followed by the scenario, so every run has one change of scenario. Scored through:
 
-  (a) StreamingDetector on gpumon's own samples (6 driver samples per second, host counters);
+  (a) Detector on gpumon's own samples (6 driver samples per second, host counters);
   (b) `gpumon analyze` of the same run rendered as an `nvidia-smi --query-gpu` CSV at 1 s;
   (c) the NVML path over the fake library (skipped when build/fakenvml or gpumon.nvml is
       missing).
@@ -108,8 +108,8 @@ def _pick(diags, truth_gpus):
 
 
 def run_stream(ticks) -> tuple[list, float]:
-    from gpumon.detect import StreamingDetector
-    det = StreamingDetector()
+    from gpumon.detect import Detector
+    det = Detector()
     out = []
     cpu = 0.0
     for tk in ticks:
@@ -531,7 +531,7 @@ def main(argv=None) -> int:
            f" s; {sum(len(r['t']) for r in results)} s of simulated time; scored after the "
            f"first {SKIP_S:.0f} s of each scenario. Wall time {wall:.0f} s.", ""]
     all_ok = True
-    for key, title, target in (("a", "(a) StreamingDetector on gpumon's samples", TARGET_A),
+    for key, title, target in (("a", "(a) Detector on gpumon's samples", TARGET_A),
                                ("b", "(b) gpumon analyze of nvidia-smi --query-gpu CSV at 1 s",
                                 TARGET_B)):
         if key not in args.paths:
@@ -545,7 +545,7 @@ def main(argv=None) -> int:
         if key == "a":
             ticks = sum(r["ticks"] for r in results)
             cpu = sum(r["a_cpu_s"] for r in results)
-            out.append(f"- StreamingDetector cost: {1e3 * cpu / ticks:.3f} ms per tick "
+            out.append(f"- Detector cost: {1e3 * cpu / ticks:.3f} ms per tick "
                        f"(1 s of data, {np.mean([r['n'] for r in results]):.1f} GPUs on average)"
                        "")
             out.append("")
@@ -626,11 +626,11 @@ NVML_SCENARIOS = ("busy", "data_starvation", "sync_stall", "throttled")
 NVML_SECONDS = 16
 _NVML_RUN = """
 import json, sys, time
-from gpumon.detect import StreamingDetector
+from gpumon.detect import Detector
 from gpumon.nvml import NvmlSource
 from gpumon.samples import Tick
 src = NvmlSource().open()
-det = StreamingDetector()
+det = Detector()
 end = time.time() + float(sys.argv[1])
 while time.time() < end:
     time.sleep(1.0)
@@ -642,7 +642,7 @@ src.close()
 
 def run_nvml() -> list[str]:
     """(c): gpumon's NVML source over the fake library replaying the simulator's traces, in
-    real time, into the StreamingDetector; no host counters (the fake PIDs are not on this
+    real time, into the Detector; no host counters (the fake PIDs are not on this
     host), so only verdicts are scored, after the first 5 s."""
     import json
     import subprocess

@@ -1,6 +1,6 @@
 """The live detector's CPU cost per tick (target: <= 2 ms for 8 GPUs at the default 1 s).
 
-Feeds ``StreamingDetector.update`` the ticks of a simulated run (``simulate``, 1 s interval,
+Feeds ``Detector.update`` the ticks of a simulated run (``simulate``, 1 s interval,
 seeded) and reads the CPU time (``time.process_time``) of the updates after a warm-up of
 ``WARMUP_S`` seconds, when the store holds every bin a window needs. The simulator stops at 8
 GPUs: 16 and 64 GPUs are an 8-GPU run's ticks tiled, each copy of a GPU given a new index
@@ -23,7 +23,7 @@ import time
 from dataclasses import replace
 from typing import Sequence
 
-from gpumon.detect import StreamingDetector
+from gpumon.detect import Detector
 from gpumon.samples import Tick
 from gpumon.sim import simulate
 
@@ -83,7 +83,7 @@ def ticks_for(scenario: str, gpus: int, seconds: float = SECONDS, seed: int = SE
 
 def cost_ms(ticks: Sequence[Tick], warmup: int) -> float:
     """CPU milliseconds per ``update`` over ``ticks[warmup:]`` (a fresh detector)."""
-    det = StreamingDetector()
+    det = Detector()
     for t in ticks[:warmup]:
         det.update(t)
     rest = ticks[warmup:]
@@ -98,7 +98,7 @@ def paced_ms(ticks: Sequence[Tick], warmup: int, n: int = PACED_TICKS,
     """Median CPU milliseconds of one ``update`` when updates come ``gap_s`` apart, as in a
     monitor that judges once a second and sleeps between: its code and data are no longer in
     the CPU's caches (on this machine 2-3x the back-to-back cost)."""
-    det = StreamingDetector()
+    det = Detector()
     for t in ticks[:warmup]:
         det.update(t)
     out = []

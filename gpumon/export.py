@@ -43,7 +43,7 @@ STALE_MIN_S = 5.0
 # dcgm-exporter's units where gpumon keeps another: (dcgm unit, factor from gpumon's unit).
 _DCGM_UNITS = {"J": ("mJ", 1000.0), "MB/s": ("B/s", 1e6)}
 
-# Evidence keys of a Diagnosis (gpumon.detect.pipeline.EVIDENCE_KEYS) exported per job, as
+# Evidence keys of a Diagnosis (gpumon.detect.result.EVIDENCE_KEYS) exported per job, as
 # (key, metric name, divisor, help); % of one core / 100 = cores. Keys a detector does not
 # give are left out.
 EVIDENCE_METRICS = (

@@ -1,7 +1,7 @@
 """gpumon.Monitor: the live sampler for notebooks and scripts.
 
 A background thread polls NVML (or simulated GPUs) and feeds the detector of `gpumon watch`
-(gpumon.monitor.Monitor with the StreamingDetector); the caller reads the current verdict and
+(gpumon.monitor.Monitor with the Detector); the caller reads the current verdict and
 the samples so far at any time:
 
     with gpumon.Monitor(interval=1) as m:
@@ -82,7 +82,7 @@ class Monitor:
     def start(self) -> "Monitor":
         if self._thread is not None:
             raise RuntimeError("this Monitor has already been started")
-        from gpumon.detect import StreamingDetector
+        from gpumon.detect import Detector
         from gpumon.monitor import Monitor as Core
         try:
             source = self._open_source()
@@ -90,7 +90,7 @@ class Monitor:
             exc.args = (python_names(str(exc)),)
             raise
         self._core = Core(source, interval=self.interval / self.speed,
-                          detector=StreamingDetector())
+                          detector=Detector())
         self._core.listeners.append(self._record)
         self._thread = self._core.start_thread()
         return self

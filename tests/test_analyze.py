@@ -201,22 +201,20 @@ def test_arrow_to_numpy_without_pandas_matches_to_numpy():
 
 @pytest.mark.parametrize("name", ["nvsmi_starved.csv", "gpumon.csv", "dmon.log"])
 def test_windows_judged_alone_or_with_their_neighbours_read_the_same(name):
-    """timeline.judge_windows gives a window's rule output whatever other windows it judges
+    """Detector.judge_windows gives a window's rule output whatever other windows it judges
     with: a few scattered ones (each window's bins laid side by side) read as every second
     of the log does (up to float rounding of running sums), the log's first bins too."""
-    import importlib
     import numpy as np
-    from gpumon.detect.thresholds import DEFAULT
-    T = importlib.import_module("gpumon.analyze.timeline")
+    from gpumon.detect import Detector
     log = read_log(path(name))
-    st = T.build_store(log, DEFAULT)
+    det = Detector()
+    st, _ = det.read_log(log.samples, log.jobs, log.host, log.kind == "gpumon", log.pids)
     rows = list(range(len(st.gpus)))
-    job = T.job_flags(st, rows, DEFAULT)
-    job.recent = T.kernel_recent(T.last_kernel(st.view(rows)[0]), DEFAULT)
+    job = det.judge_log(st, st.gpus, False)         # (every window, no hindsight)
     pts = np.unique(np.r_[0, 1, 5, np.linspace(0, st.nb - 1, 25).round().astype(int),
                           st.nb - 1])
-    got, f = T.judge_windows(st, rows, False, job, DEFAULT, pts, features=True)
-    every = T.judge_windows(st, rows, False, job, DEFAULT, np.arange(st.nb))[0]
+    got, f = det.judge_windows(st, rows, False, job, pts, features=True)
+    every = job.r
     assert len(f["window"]) == len(pts)
     for k in ("verdict", "cause", "straggler"):
         assert np.array_equal(got[k], every[k][pts]), k
@@ -254,10 +252,8 @@ def test_segment_median_is_numpys():
 def test_sample_orders_are_lexsorts():
     """The shortcuts for samples already in order give np.lexsort((time, gpu)) exactly: ties,
     NaN times, GPUs out of order, a log's time-major rows."""
-    import importlib
     import numpy as np
     from gpumon.detect import bins
-    T = importlib.import_module("gpumon.analyze.timeline")
     rng = np.random.default_rng(7)
     cases = []
     for n in (0, 1, 2, 50, 500):
@@ -272,7 +268,6 @@ def test_sample_orders_are_lexsorts():
     cases.append((np.tile(np.arange(8), 100), np.repeat(np.arange(100.0), 8)))
     for g, t in cases:
         want = np.lexsort((t, g))
-        assert np.array_equal(T._gpu_time_order(g, t), want)
         got = bins._gpu_time_order(g, t)
         assert np.array_equal(np.arange(len(g)) if got is None else got, want)
 
@@ -281,8 +276,8 @@ def test_hold_gives_the_verdict_held_after_each_second():
     """A new raw verdict wins once it lasts hold_s (2 s: two seconds in a row); one second of
     it, or of another, changes nothing."""
     import numpy as np
-    from gpumon.analyze.timeline import hold
-    from gpumon.detect.stream import Hysteresis
+    from gpumon.detect.detector import hold
+    from gpumon.detect import Hysteresis
     from gpumon.diagnosis import VERDICTS
     A, B, C = (VERDICTS.index(x) for x in ("busy", "data_starvation", "sync_stall"))
     v = np.array([A, A, B, A, B, B, C, A])

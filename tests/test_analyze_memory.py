@@ -2,7 +2,6 @@
 exactly the bins, and so the verdicts, that growing it chunk by chunk gives."""
 from __future__ import annotations
 
-import importlib
 
 import numpy as np
 
@@ -11,7 +10,6 @@ from gpumon.detect.thresholds import DEFAULT
 from gpumon.logs.log import Log
 
 # The module (gpumon.analyze exports a function of the same name).
-tl_mod = importlib.import_module("gpumon.analyze.timeline")
 
 
 def a_log(seconds: int = 900, gpus: int = 3) -> Log:
@@ -28,11 +26,13 @@ def a_log(seconds: int = 900, gpus: int = 3) -> Log:
 
 def test_store_reserved_once_holds_the_same_bins(monkeypatch):
     # Chunks of 300 samples: GPU 0's alone are three, so the store would grow twice.
-    monkeypatch.setattr(tl_mod, "STORE_CHUNK", 300)
+    from gpumon.detect import bins
+    monkeypatch.setattr(bins, "STORE_CHUNK", 300)
     log = a_log()
-    reserved = tl_mod.build_store(log, DEFAULT)
+    args = (log.samples, log.jobs, log.host, DEFAULT, log.kind == "gpumon")
+    reserved = bins.log_store(*args)
     monkeypatch.setattr(Store, "reserve", lambda self, first, last: None)
-    grown = tl_mod.build_store(log, DEFAULT)
+    grown = bins.log_store(*args)
     assert (reserved.b0, reserved.nb, reserved.gpus) == (grown.b0, grown.nb, grown.gpus)
     np.testing.assert_array_equal(reserved.g[:, :, :reserved.nb], grown.g[:, :, :grown.nb])
     np.testing.assert_array_equal(reserved.h[:, :reserved.nb], grown.h[:, :grown.nb])

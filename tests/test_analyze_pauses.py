@@ -11,7 +11,6 @@ from gpumon.analyze import analyze_file, summary
 from gpumon.analyze.pauses import two_sided
 from gpumon.detect.thresholds import DEFAULT
 
-T = importlib.import_module("gpumon.analyze.timeline")
 H = importlib.import_module("gpumon.analyze.hindsight")
 
 
@@ -165,8 +164,9 @@ def test_a_job_starting_in_the_log_is_not_starving_while_its_ranks_come_up(tmp_p
     _, tl = analyze_file(path)
     assert not {"data_starvation", "sync_stall"} & _verdicts(tl, 20, 110), [
         (d.verdict, d.start - tl.start) for d in tl.segments]
-    orig = T.pause_flags
-    monkeypatch.setattr(T, "pause_flags", lambda *a, **k: orig(*a[:2]))
+    from gpumon.detect import detector
+    orig = detector.pause_flags
+    monkeypatch.setattr(detector, "pause_flags", lambda *a, **k: orig(*a[:2]))
     _, tl2 = analyze_file(path)
     assert {"data_starvation", "sync_stall"} & _verdicts(tl2, 20, 110)
 

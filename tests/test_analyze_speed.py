@@ -151,7 +151,7 @@ def test_fractions_of_seconds_either_way():
 
 
 def test_gpu_time_order_16_bit_keys_match_lexsort():
-    from gpumon.analyze.timeline import _gpu_time_order
+    from gpumon.detect.bins import _gpu_time_order
     rng = np.random.default_rng(2)
     gpu = rng.integers(-1, 9, 5000)
     t = np.sort(rng.random(5000))

@@ -246,9 +246,9 @@ def _cell_by_cell(samples, host, diagnoses) -> str:
 def test_bulk_rows_are_csv_writers_byte_for_byte():
     from dataclasses import replace
     from gpumon.csvlog import rows_text
-    from gpumon.detect import StreamingDetector
+    from gpumon.detect import Detector
     from gpumon.sim import simulate
-    det = StreamingDetector()
+    det = Detector()
     checked = 0
     for i, tk in enumerate(simulate("rank_data_stall", seconds=40, seed=2, interval=0.5)):
         diagnoses = det.update(tk)

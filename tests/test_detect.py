@@ -10,7 +10,7 @@ import numpy as np
 
 import pytest
 
-from gpumon.detect import EVIDENCE_KEYS, StreamingDetector, diagnose
+from gpumon.detect import EVIDENCE_KEYS, Detector, diagnose
 from gpumon.detect.jobs import group
 from gpumon.detect.thresholds import DEFAULT, POWER_LAG_S, describe
 from gpumon.diagnosis import VERDICTS
@@ -294,7 +294,7 @@ def test_streaming_detector_does_not_flap_on_a_noisy_boundary():
     def util(g, t):
         s = int(t)
         return 100.0 if (t - s) < duty[min(s, 119)] else 0.0
-    det = StreamingDetector()
+    det = Detector()
     verdicts = [det.update(tk)[0].verdict for tk in window(120, 2, util,
                                                            power=lambda g, t: 300.0)]
     changes = sum(1 for a, b in zip(verdicts[10:], verdicts[11:]) if a != b)
@@ -318,7 +318,7 @@ SIM_CASES = [
 @pytest.mark.parametrize("name,gpus,verdict,cause,straggler", SIM_CASES)
 def test_each_verdict_from_the_simulator(name, gpus, verdict, cause, straggler):
     from gpumon.sim import simulate
-    det = StreamingDetector()
+    det = Detector()
     right = total = 0
     truth = None
     for tk in simulate(name, gpus=gpus, seconds=45, seed=3):
@@ -339,7 +339,7 @@ def test_each_verdict_from_the_simulator(name, gpus, verdict, cause, straggler):
 @pytest.mark.parametrize("name", ["checkpoint", "epoch_end"])
 def test_pauses_of_a_healthy_run_are_not_starvation(name):
     from gpumon.sim import simulate
-    det = StreamingDetector()
+    det = Detector()
     paused = 0
     for tk in simulate(name, gpus=2, seconds=100, seed=3,
                        params={"ckpt_every_s": 35.0, "epoch_s": 40.0}):
@@ -352,7 +352,7 @@ def test_pauses_of_a_healthy_run_are_not_starvation(name):
 
 def test_starvation_is_seen_within_5_s_of_onset():
     from gpumon.sim import simulate
-    det = StreamingDetector()
+    det = Detector()
     for tk in simulate("busy", gpus=2, seconds=30, seed=3):
         det.update(tk)
     assert det.current[0].verdict == "busy"
@@ -371,7 +371,7 @@ def test_live_and_offline_agree(tmp_path):
     from gpumon.sim import simulate
     path = str(tmp_path / "run.csv")
     sink = CsvSink(path)
-    det = StreamingDetector()
+    det = Detector()
     live = []
     for tk in simulate("rank_data_stall", gpus=2, seconds=60, seed=5):
         ds = det.update(tk)
@@ -414,7 +414,7 @@ def _busy_or_too_soon(d, t: float, also=("busy",)) -> bool:
 
 
 def test_stop_behind_old_saturated_loaders_is_starvation_at_once():
-    det = StreamingDetector()
+    det = Detector()
     seen = None
     for tk in _stop_behind_saturated_loaders(new_workers=False):
         d = det.update(tk)[0]
@@ -426,7 +426,7 @@ def test_stop_behind_old_saturated_loaders_is_starvation_at_once():
 
 
 def test_stop_while_new_loader_workers_start_is_a_pause():
-    det = StreamingDetector()
+    det = Detector()
     for tk in _stop_behind_saturated_loaders(new_workers=True):
         d = det.update(tk)[0]
         assert _busy_or_too_soon(d, tk.time - T0, ("busy", "paused")), (tk.time - T0, d.verdict)
@@ -466,7 +466,7 @@ def _validation_loader(gpus: int):
 def test_validation_pass_with_its_own_loader_is_one_pause():
     """The pause lasts while the validation DataLoader's extra workers are there, even through
     a few seconds of its fast first batches (fails if a burst of steady work ends the pause)."""
-    det = StreamingDetector()
+    det = Detector()
     for tk in _validation_with_its_own_loader():
         d = det.update(tk)[0]
         assert _busy_or_too_soon(d, tk.time - T0, ("busy", "paused")), (tk.time - T0, d.verdict)
@@ -486,7 +486,7 @@ def test_onset_after_steady_work_is_judged_on_the_recent_window():
     out = with_host(ticks, lambda t: [job], cpu_pct=20.0,
                     iowait_pct=lambda t: 6.0 if t > onset else 0.0,
                     disk_read_mbps=lambda t: 25.0 if t > onset else 0.0)
-    det = StreamingDetector()
+    det = Detector()
     seen = None
     for tk in out:
         d = det.update(tk)[0]
@@ -523,14 +523,14 @@ def _job_start(starved: bool) -> list:
 
 
 def test_a_job_seen_starting_is_not_starving_while_its_ranks_come_up():
-    det = StreamingDetector()
+    det = Detector()
     for tk in _job_start(starved=False):
         d = det.update(tk)[0]
         assert d.verdict in ("idle", "busy", "paused", "insufficient_data"), (tk.time - T0, d.verdict)
 
 
 def test_a_job_that_starts_starving_is_called_starving_soon():
-    det = StreamingDetector()
+    det = Detector()
     seen = None
     for tk in _job_start(starved=True):
         d = det.update(tk)[0]
@@ -544,7 +544,7 @@ def test_a_host_reading_is_binned_with_the_gpu_samples_of_its_tick():
     that describes the same second: both land in one per-second bin (the host used to land
     one bin later, a second behind the GPUs it explains)."""
     from gpumon.detect.bins import Store
-    from gpumon.detect.pipeline import tick_columns
+    from gpumon.detect.bins import tick_columns
     from gpumon.detect.thresholds import DEFAULT
     jobs = lambda g: JobProcs(gpu=g, main_pid=100, main_cpu_pct=97.0, main_thread_max_pct=None,
                               loader_workers=0, loader_cpu_pct=0.0, loader_busy=0)
@@ -578,7 +578,7 @@ def test_a_job_that_starts_starving_below_a_second_without_host_counters_is_star
                    pids=lambda g: (100 + g,))
     ticks = [Tick(time=tk.time, gpus=tuple(x if x.time - T0 >= 8 else dataclasses.replace(
         x, pids=(), mem_used_mib=3.0) for x in tk.gpus), host=None) for tk in ticks]
-    det = StreamingDetector()
+    det = Detector()
     seen = None
     for tk in ticks:
         d = det.update(tk)[0]
@@ -628,7 +628,7 @@ def test_the_rank_whose_loaders_are_saturated_is_named_as_the_job_sees_starvatio
     starvation named no GPU."""
     from bench.detect import simulate_run
     ticks, change, _ = simulate_run("rank_data_stall", 2, 7002062)
-    det = StreamingDetector()
+    det = Detector()
     named = {}
     for tk in ticks:
         d = det.update(tk)[0]
@@ -657,7 +657,7 @@ def _one_slow_batch(stall_s: float, loader_cpu: float = 100.0) -> list:
 
 def _verdicts(ticks, th=None, origin=T0):
     """Live verdicts by second from ``origin``."""
-    det = StreamingDetector() if th is None else StreamingDetector(th)
+    det = Detector() if th is None else Detector(th)
     return {round(tk.time - origin): det.update(tk)[0].verdict for tk in ticks}
 
 
@@ -686,7 +686,7 @@ def test_a_rank_stall_shows_at_once_live():
     ticks = [dataclasses.replace(tk, host=None) for tk in _one_slow_batch(10)]
     v = _verdicts(ticks)
     first = min(s for s in v if s >= 30 and v[s] == "sync_stall")
-    det = StreamingDetector(dataclasses.replace(DEFAULT, hold_s=0.0))
+    det = Detector(dataclasses.replace(DEFAULT, hold_s=0.0))
     raw = {round(tk.time - T0): det.update(tk)[0].verdict for tk in ticks}
     assert first == min(s for s in raw if s >= 30 and raw[s] == "sync_stall"), (v, raw)
     assert first <= 32, v
@@ -733,7 +733,8 @@ def _late_rank_features(settle_bins: int, monkeypatch):
     and then spin in the all-reduce (100%, 160 W) through second 11, while rank 2 computes
     (340 W). Judged on the 6 s window ending in second 15."""
     from gpumon.detect.bins import Store
-    from gpumon.detect.pipeline import judge_job, tick_columns
+    from gpumon.detect.bins import tick_columns
+    from gpumon.detect.rules import judge
     import gpumon.detect.features as F
     import gpumon.detect.seconds as S
     import gpumon.detect.windows as W
@@ -754,7 +755,8 @@ def _late_rank_features(settle_bins: int, monkeypatch):
     st.add_samples(samples)
     g, h = st.view()
     none = np.zeros(g.shape[-1], bool)
-    return judge_job(g, h, none, np.array([15]), False, th, excluded=none)
+    f = F.window_features(g, h, np.array([15]), none, th, excluded=none)
+    return f, judge(f, False, th)
 
 
 def test_power_is_compared_only_in_seconds_after_every_gpu_worked(monkeypatch):
@@ -810,7 +812,7 @@ def test_starvation_with_its_cause_on_the_host_is_taken_at_its_first_verdict():
 
 # -- issue 18: what users saw ------------------------------------------------------------------
 def _live(ticks):
-    det = StreamingDetector()
+    det = Detector()
     return {round(tk.time - T0): det.update(tk)[0] for tk in ticks}
 
 
@@ -890,7 +892,7 @@ def test_the_demo_says_each_phase(seed):
     starvation phase used to read busy, its loader restart held as a pause)."""
     from collections import Counter, defaultdict
     from gpumon.sim import simulate
-    det = StreamingDetector()
+    det = Detector()
     right: dict = defaultdict(Counter)
     phase, since = None, 0.0
     for tk in simulate("demo", seconds=640, seed=seed):
@@ -923,7 +925,7 @@ def test_a_job_starting_up_is_paused_until_its_first_gpu_work():
     the job has nothing to starve for: its start-up is `paused` (startup), never starvation
     (the main process at a core read as num_workers=0 preprocessing before the fix)."""
     from gpumon.sim import simulate
-    det = StreamingDetector()
+    det = Detector()
     startup, called = 0, []
     for tk in simulate("restarts", gpus=2, seconds=400, seed=3, start_time=1.7e9):
         ds = det.update(tk)
@@ -965,7 +967,7 @@ def test_a_second_without_samples_keeps_the_job():
     dropped and found anew (it would read idle, then paused at its "start-up"), it stays
     busy."""
     ticks = _sim_missing(90, 3, lambda g, t: 40 <= t < 42)
-    det = StreamingDetector()
+    det = Detector()
     seen = []
     for t in ticks:
         ds = det.update(t)
@@ -989,7 +991,7 @@ def test_a_rank0_save_reads_busy_live_once_every_gpu_is_back_at_work():
     def power(g, t):
         return (90.0 if g == 0 else 150.0) if save(t) else 560.0
 
-    det = StreamingDetector()
+    det = Detector()
     got = {}
     for tk in window(140, 4, util, power, limit=700.0):
         ds = det.update(tk)
@@ -1007,7 +1009,7 @@ def test_a_hole_longer_than_a_window_reads_insufficient_data_and_keeps_the_job()
     and when the samples come back the job is judged on, busy, not found anew as a job
     starting up (paused, startup)."""
     ticks = _sim_missing(100, 4, lambda g, t: 40 <= t < 50)
-    det = StreamingDetector()
+    det = Detector()
     got = {}
     for t in ticks:
         ds = det.update(t)
@@ -1023,7 +1025,7 @@ def test_a_gpu_without_samples_for_a_second_stays_in_its_job():
     two GPUs, busy, rather than one GPU for a second and then a job found anew and held as
     starting up (paused, startup)."""
     ticks = _sim_missing(80, 5, lambda g, t: g == 1 and 40 <= t < 41)
-    det = StreamingDetector()
+    det = Detector()
     got = []
     for t in ticks:
         ds = det.update(t)
@@ -1035,7 +1037,7 @@ def test_a_gpu_without_samples_for_a_second_stays_in_its_job():
 def test_live_a_job_that_starts_on_a_flat_plateau_is_judged_after_startup_run_s():
     """Live, a job running a flat 40% from its first kernel (batch-1 generation) is a
     start-up for startup_run_s, then data_starvation, not paused for pause_max_s."""
-    det = StreamingDetector()
+    det = Detector()
     ticks = window(100, 1, lambda g, t: 0.0 if t < 13 else 40.0, pids=lambda g: (100,),
                    mem=lambda g: 20000.0)
     # No process and no memory before the job starts at 10 s (it loads for 3 s).

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from gpumon.detect import StreamingDetector
+from gpumon.detect import Detector
 from gpumon.detect import nanops as N
 from gpumon.detect.hostview import _first
 from gpumon.detect.jobs import GroupMemo, group_active
@@ -82,7 +82,7 @@ def test_cached_property_computes_once_per_object():
 
 
 def _calls_per_update(ticks, warm: int) -> float:
-    det = StreamingDetector()
+    det = Detector()
     for t in ticks[:warm]:
         det.update(t)
     count = [0]
@@ -121,7 +121,7 @@ def test_live_tick_work_stays_bounded(scenario):
 def test_subsecond_ticks_judge_once_per_completed_second():
     """At 0.1 s the rules run only when a second's bin completes: the other nine ticks of a
     second return the held Diagnosis object itself."""
-    det = StreamingDetector()
+    det = Detector()
     fresh = 0
     prev = None
     for t in simulate("data_starvation", gpus=2, seconds=40, seed=2, interval=0.1):
@@ -145,7 +145,7 @@ def test_bench_tiles_eight_gpus_into_one_larger_job():
     assert len(set(pids.values())) == 16
     assert {g: p for g, p in pids.items() if g < 8} == {s.gpu: s.pids for s in base[-1].gpus}
     assert len({p.pid for p in t.host.procs}) == 2 * len(base[-1].host.procs)
-    det = StreamingDetector()
+    det = Detector()
     for tk in ticks_for("data_starvation", 16, seconds=30):
         out = det.update(tk)
     assert [d.gpus for d in out] == [tuple(range(16))]
@@ -192,7 +192,7 @@ def test_runs_ended_by_ticks_land_where_a_whole_log_puts_them():
     do the busy and idle time and the runs begun (runs carried across ticks)."""
     import math
     from gpumon.detect.bins import GI, Store
-    from gpumon.detect.pipeline import tick_columns
+    from gpumon.detect.bins import tick_columns
     ticks = list(simulate("data_starvation", gpus=8, seconds=90, seed=3))
     one = tick_columns(ticks)[0]
     t0 = math.floor(float(one.time.min()))

@@ -4,7 +4,7 @@ cause or straggler under the held verdict holds as a new verdict does."""
 import numpy as np
 import pytest
 
-from gpumon.detect import StreamingDetector
+from gpumon.detect import Detector
 from gpumon.detect.hold import Hysteresis, settle
 from gpumon.detect.thresholds import DEFAULT
 from gpumon.diagnosis import CAUSES, VERDICTS
@@ -192,7 +192,7 @@ def test_a_live_replay_changes_cause_at_most_once_per_phase(demo):
     path, phases = demo
     now = [0.0]
     src = ReplaySource(path, speed=100000.0, clock=lambda: now[0])
-    monitor = Monitor(src, interval=1.0, detector=StreamingDetector())
+    monitor = Monitor(src, interval=1.0, detector=Detector())
     seen: list = []
     monitor.listeners.append(lambda tick, ds: seen.append((tick.time, primary(ds))))
     while not src.done:

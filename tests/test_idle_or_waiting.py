@@ -62,12 +62,12 @@ def test_live_a_job_bursting_once_every_30_s_waits_it_is_not_idle():
     idle (held) between the bursts."""
     from collections import Counter
 
-    from gpumon.detect import StreamingDetector
+    from gpumon.detect import Detector
     from samples_util import tick
     t0 = 1_000_000.0
     ticks = [tick(t0 + s, gpus=1, util=100.0) for s in range(1, 61)]
     ticks += [tick(t0 + s, gpus=1, util=60.0 if s % 30 == 0 else 0.0) for s in range(61, 400)]
-    det = StreamingDetector()
+    det = Detector()
     v = {s: det.update(tk)[0].verdict for s, tk in zip(range(1, 400), ticks)}
     assert Counter(v[s] for s in range(120, 400)) == Counter({"data_starvation": 280})
 
@@ -129,8 +129,8 @@ def test_live_without_memory_a_job_between_rare_bursts_is_still_a_job():
     the next (the old reading: idle for 96% of the h200 log)."""
     from collections import Counter
 
-    from gpumon.detect import StreamingDetector
-    det = StreamingDetector()
+    from gpumon.detect import Detector
+    det = Detector()
     seen = Counter()
     for k, tk in enumerate(_bare_ticks(_every(20), interval=2, seconds=600)):
         ds = det.update(tk)
@@ -143,8 +143,8 @@ def test_live_without_memory_a_return_after_a_quiet_minute_is_no_start_up():
     """Without memory or processes, a job's first sign is a kernel: its start cannot be seen.
     The same GPU back at its rare bursts after 90 s without one (idle by then) is not a job
     starting, which would read paused (startup) for a minute: never paused."""
-    from gpumon.detect import StreamingDetector
-    det = StreamingDetector()
+    from gpumon.detect import Detector
+    det = Detector()
     ticks = _bare_ticks(_every(20, until=201, after=290), interval=2, seconds=600)
     verdicts = {d.verdict for tk in ticks for d in det.update(tk)}
     assert "paused" not in verdicts, verdicts
@@ -153,8 +153,8 @@ def test_live_without_memory_a_return_after_a_quiet_minute_is_no_start_up():
 
 def test_no_job_names_its_rule():
     """The idle verdict given where no GPU is in use names its rule and why."""
-    from gpumon.detect import StreamingDetector
-    det = StreamingDetector()
+    from gpumon.detect import Detector
+    det = Detector()
     for tk in _bare_ticks(lambda k: 0, interval=1, seconds=30):
         ds = det.update(tk)
     assert (ds[0].verdict, ds[0].rule) == ("idle", "no_job")

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import fakenvml_env
-from gpumon.detect import StreamingDetector, diagnose
+from gpumon.detect import Detector, diagnose
 from gpumon.diagnosis import IDLE, INSUFFICIENT_DATA
 from gpumon.samples import Tick
 from samples_util import gpu_sample, tick
@@ -71,7 +71,7 @@ def blind_tick(t, gpus=1, **kw):
 
 @pytest.mark.parametrize("kw", [{}, {"pids": None, "mem_used_mib": None, "power_w": None}])
 def test_streaming_no_utilization_is_no_verdict(kw):
-    det = StreamingDetector()
+    det = Detector()
     for t in range(1000, 1012):
         out = det.update(blind_tick(t, 2, **kw))
     assert [d.verdict for d in out] == [INSUFFICIENT_DATA]
@@ -80,7 +80,7 @@ def test_streaming_no_utilization_is_no_verdict(kw):
 
 
 def test_streaming_idle_only_where_utilization_is_known():
-    det = StreamingDetector()
+    det = Detector()
     for t in range(1000, 1012):
         a = blind_tick(t, 1, pids=None, mem_used_mib=None)
         b = tick(t, gpus=2, util=0.0, pids=(), mem_used_mib=0.0)
@@ -94,7 +94,7 @@ def test_diagnose_no_utilization_is_no_verdict():
 
 
 def test_lost_gpu_is_never_in_a_job():
-    det = StreamingDetector()
+    det = Detector()
     for t in range(1000, 1010):
         det.update(tick(t, gpus=2, util=100.0))
     for t in range(1010, 1014):

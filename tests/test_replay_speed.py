@@ -5,7 +5,7 @@ import pytest
 
 from gpumon.commands.watch import REPLAY_MIN_POLL_S
 from gpumon.csvlog import CsvSink
-from gpumon.detect import StreamingDetector
+from gpumon.detect import Detector
 from gpumon.monitor import Monitor
 from gpumon.replay import ReplaySource
 from gpumon.sim import simulate
@@ -33,7 +33,7 @@ def replay(path: str, speed: float):
     and the dashboard's verdict shares."""
     now = [0.0]
     src = ReplaySource(path, speed=speed, clock=lambda: now[0])
-    monitor = Monitor(src, interval=1.0, detector=StreamingDetector())
+    monitor = Monitor(src, interval=1.0, detector=Detector())
     dash = Dashboard(src.gpu_infos(), kind=src.kind)
     seen: list = []
 

@@ -12,7 +12,7 @@ import types
 import numpy as np
 import pytest
 
-from gpumon.detect import diagnose, pipeline
+from gpumon.detect import detector, diagnose
 from gpumon.detect import rules as R
 from gpumon.detect.rules import held, idle, stall, starve
 from gpumon.detect.rules.words import Window, rhythm
@@ -131,16 +131,16 @@ def test_reasons_quote_the_thresholds_they_were_given():
 def _judged(ticks, th):
     """The features and rule output of the one job of ``ticks``, over the whole window."""
     seen = {}
-    wf = pipeline.window_features
+    wf = detector.window_features
 
     def keep(*a, **k):
         seen["f"] = f = wf(*a, **k)
         return f
-    pipeline.window_features = keep
+    detector.window_features = keep
     try:
         diagnose(ticks, th)
     finally:
-        pipeline.window_features = wf
+        detector.window_features = wf
     return seen["f"], R.judge(seen["f"], False, th)
 
 
@@ -148,13 +148,13 @@ def test_a_reason_leaves_out_bursts_and_gaps_that_were_not_measured(monkeypatch)
     ticks = window(20, 2, burst_gap(0.5, 0.5), power=lambda g, t: 200.0)
     [d] = diagnose(ticks)
     assert d.rule == "duty_low" and ", in bursts of 0.5 s and gaps of 0.5 s;" in d.because
-    wf = pipeline.window_features
+    wf = detector.window_features
 
     def unmeasured(*a, **k):
         f = wf(*a, **k)
         return {**f, "burst_s": np.full_like(f["burst_s"], np.nan),
                 "gap_s": np.full_like(f["gap_s"], np.nan)}
-    monkeypatch.setattr(pipeline, "window_features", unmeasured)
+    monkeypatch.setattr(detector, "window_features", unmeasured)
     [d] = diagnose(ticks)
     assert d.rule == "duty_low" and d.evidence["burst_s"] is None
     assert "burst" not in d.because and "gap" not in d.because and "?" not in d.because

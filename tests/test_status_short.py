@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gpumon.detect import StreamingDetector
+from gpumon.detect import Detector
 from gpumon.diagnosis import INSUFFICIENT_DATA
 from gpumon.sim import SimSource
 
@@ -30,7 +30,7 @@ def status(env, *args) -> dict:
 
 def live(name: str, ticks: int, seed: int = 0) -> list:
     src = SimSource(name, seed=seed, step_s=1.0, clock=lambda: 1000.0)
-    det = StreamingDetector()
+    det = Detector()
     return [det.update(src.read()) for _ in range(ticks)]
 
 

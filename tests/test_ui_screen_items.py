@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from gpumon.detect.seconds import busy_cold
-from gpumon.detect import StreamingDetector
+from gpumon.detect import Detector
 from gpumon.detect.thresholds import DEFAULT
 from gpumon.diagnosis import BUSY, INSUFFICIENT_DATA, Diagnosis, evidence_text
 from gpumon.sim.source import simulate
@@ -80,7 +80,7 @@ def test_cold_is_not_the_throttled_straggler(scenario, straggler_cold):
     less than the others; it is no GPU spinning cold (its row says THR, not COLD). In a sync
     stall the GPUs waiting for the straggler are COLD, the straggler is not."""
     d = Dashboard(infos(4), kind="sim")
-    det = StreamingDetector()
+    det = Detector()
     for t in simulate(scenario, gpus=4, seconds=20, seed=0):
         d.update(t, det.update(t))
     view = d.view()

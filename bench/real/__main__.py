@@ -131,7 +131,7 @@ def _live_lines(entries: list[dict], results: dict) -> list[str]:
     if not rows:
         return []
     L = ["## Live, second by second", "",
-         "The live detector (`StreamingDetector`) fed each labelled log a second at a time, as "
+         "The live detector (`Detector`) fed each labelled log a second at a time, as "
          "`gpumon watch --replay` would show it: each verdict's share of its seconds, idle and "
          "insufficient_data at either end set aside. Not scored; analyze's summary beside it.", "",
          "| id | label | expected | live: top verdict | live shares | analyze verdict |",

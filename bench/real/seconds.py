@@ -46,16 +46,16 @@ def physics(samples) -> dict[int, str]:
 
 
 def live_verdicts(samples) -> dict[int, str]:
-    """{second: verdict} of the live detector (StreamingDetector) fed the log's samples a
+    """{second: verdict} of the live detector (Detector) fed the log's samples a
     second at a time, as `gpumon watch` would have judged the job had it run beside it
     (without host counters or process lists: the log has neither)."""
-    from gpumon.detect import StreamingDetector
+    from gpumon.detect import Detector
     from gpumon.samples import GpuSample, Tick
 
     def num(a, i):
         return None if a is None or np.isnan(a[i]) else float(a[i])
 
-    det = StreamingDetector()
+    det = Detector()
     out: dict[int, str] = {}
     order = np.argsort(samples.time, kind="stable")
     secs = np.floor(samples.time[order]).astype(np.int64)

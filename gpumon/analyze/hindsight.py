@@ -17,7 +17,10 @@ from typing import Callable, Optional
 import numpy as np
 
 from gpumon.diagnosis import CAUSES, PAUSED, VERDICTS
-from gpumon.analyze.pauses import AFTER, DIP, LEAD, not_one_off, two_sided
+from gpumon.analyze.pauses import (AFTER, DIP, LEAD, not_one_off, one_off_dips, recovered,
+                                   scan, two_sided)
+from gpumon.detect import LogJob
+from gpumon.detect.seconds import SecondsTable
 from gpumon.detect.thresholds import BIN_S, Thresholds
 
 _STARVED = VERDICTS.index("data_starvation")
@@ -28,39 +31,56 @@ _RANK_HOST = CAUSES.index("rank_host")
 _UNKNOWN = CAUSES.index("unknown")
 
 
-@dataclass
-class Job:
-    """One job's seconds (bins) as hindsight reads and relabels them. ``duty`` (G, T), ``n``,
-    ``u``: per-GPU duty and the job's sample count and busy sum per bin; ``host``: host_bins'
-    tuples; ``sc``: pauses.scan of the bins; ``starving``: pauses.host_starving; ``power``:
-    per-GPU mean power (G, T); ``dips``: pauses.one_off_dips; ``rec``: pauses.recovered's
-    marks of them; ``level``: the least busy GPU's duty (-inf where one has no data or spins
-    cold); ``pause``, ``excl``, ``why``: the pause flags; ``recent``: features.kernel_recent;
-    ``v``, ``c``, ``s``, ``r``: the rules' verdict, cause and straggler per bin and their
-    whole output, once judged; ``marks``: per rule, the bins it relabelled."""
-    th: Thresholds
+@dataclass(kw_only=True)
+class Job(LogJob):
+    """One job's seconds (a detector LogJob) with what hindsight reads besides: ``duty``
+    (G, T), ``n``, ``u``: per-GPU duty and the job's sample count and busy sum per second;
+    ``sc``: pauses.scan of them; ``starving``: a rank's host starving where its loader
+    workers are known; ``power``: per-GPU mean power (G, T); ``dips``: pauses.one_off_dips;
+    ``rec``: pauses.recovered's marks of them; ``level``: the least busy GPU's duty (-inf
+    where one has no data or is cold beside the hottest); ``marks``: per rule, the seconds
+    it relabelled."""
     duty: np.ndarray
     n: np.ndarray
     u: np.ndarray
-    host: Optional[list]
     sc: object
-    starving: Optional[np.ndarray]
+    starving: np.ndarray
     power: np.ndarray
     dips: list
     rec: np.ndarray
     level: np.ndarray
-    pause: np.ndarray
-    excl: np.ndarray
-    why: np.ndarray
-    v: Optional[np.ndarray] = None
-    c: Optional[np.ndarray] = None
-    s: Optional[np.ndarray] = None
-    r: Optional[dict] = None
-    recent: Optional[np.ndarray] = None
     marks: dict = field(default_factory=dict)
 
     def bins(self, s: float) -> int:
         return int(round(s / BIN_S))
+
+
+def make(th: Thresholds, g: np.ndarray, table: SecondsTable, pause: np.ndarray,
+         excl: np.ndarray, why: np.ndarray) -> Job:
+    """The detector's LogJob of one job (its bins ``g``, its seconds ``table``, its pause
+    flags) with what hindsight reads (the Detector calls this, then ``apply``)."""
+    duty, n, u = table.duty, table.n, table.u
+    # (A rank's host starving where its loader workers are known.)
+    starving = table.starving & ~np.isnan(table.workers)
+    dips = one_off_dips(duty, n, th, starving)
+    return Job(th=th, g=g, table=table, pause=pause, excl=excl, why=why, duty=duty, n=n, u=u,
+               sc=scan(duty, n, u, th), starving=starving, power=table.power, dips=dips,
+               rec=recovered(dips, len(n), th), level=_work_level(table, th))
+
+
+def _work_level(table: SecondsTable, th: Thresholds) -> np.ndarray:
+    """Per second, the least busy GPU's duty (-inf where a GPU has no data, or where power is
+    known and one is cold beside the hottest: spinning in a collective is not work). A
+    pause is over where it stays at busy_duty for recover_s (the job back at full speed:
+    its ramp seconds would read as starvation in the windows); a stall on one rank's host
+    where it stays at work_duty (the rank back at steady work: real jobs run at 88-92%
+    after a save, under busy_duty)."""
+    duty, pw = table.duty, table.power
+    with np.errstate(invalid="ignore", divide="ignore"):
+        level = np.where(np.isnan(duty), -np.inf, duty).min(axis=0)
+        top = np.nanmax(np.where(np.isnan(pw), -np.inf, pw), axis=0)
+        level[((pw / top) <= th.cold_power_ratio).any(axis=0)] = -np.inf
+    return level
 
 
 @dataclass(frozen=True)
@@ -132,7 +152,7 @@ def _why_not_one_off(job: Job, a: int, b: int, d) -> str:
 
 
 def _two_sided(job: Job) -> np.ndarray:
-    return two_sided(job.duty, job.n, job.u, job.th, job.host, job.power, sc=job.sc,
+    return two_sided(job.duty, job.n, job.u, job.th, job.power, sc=job.sc,
                      starving=job.starving)
 
 

@@ -14,12 +14,10 @@ than ``loader_startup_s`` (host counters of a gpumon log) are starvation even th
 """
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import Optional
 
 import numpy as np
 
-from gpumon.detect.features import csum
 from gpumon.detect.thresholds import BIN_S, Thresholds
 
 def _seconds(duty: np.ndarray, n: np.ndarray, th: Thresholds):
@@ -67,20 +65,9 @@ def fill_holes(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds
     return duty, n, u
 
 
-def host_starving(host: Optional[list]) -> Optional[np.ndarray]:
-    """Per bin, whether a rank's loaders (host counters known) show starvation, from
-    host_bins' tuples; None without them. (Read once per job: two_sided and recovered
-    take it as ``starving``.)"""
-    if host is None:
-        return None
-    T = len(host)
-    wk = np.fromiter(map(itemgetter(0), host), float, T)
-    return np.fromiter(map(itemgetter(1), host), bool, T) & ~np.isnan(wk)
-
-
 def _window_sums(x: np.ndarray, w: int) -> np.ndarray:
     """s[i] = x[i:i + w].sum() for every i with i + w <= len(x) (float64)."""
-    c = csum(x.astype(np.float64))
+    c = np.concatenate(([0.0], np.cumsum(x, dtype=np.float64)))
     return c[w:] - c[:-w] if len(x) >= w else np.zeros(0)
 
 
@@ -96,21 +83,18 @@ def _runs(good: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds,
-              host: Optional[list] = None, power: Optional[np.ndarray] = None,
-              sc: Optional["_Scan"] = None,
+              power: Optional[np.ndarray] = None, sc: Optional["_Scan"] = None,
               starving: Optional[np.ndarray] = None) -> np.ndarray:
     """Bins (T,) of a job that are pauses judged with what followed them, from per-GPU duty
-    (G, T), the job's sample count and busy sum per bin, host_bins' tuples (or None) and
-    per-GPU mean power per bin (G, T; NaN or None where unknown). ``sc``: scan() of the
-    same bins, and ``starving``: host_starving(host), where the caller has them already."""
+    (G, T), the job's sample count and busy sum per bin and per-GPU mean power per bin
+    (G, T; NaN or None where unknown). ``sc``: scan() of the same bins, where the caller has
+    it already; ``starving``: per bin, a rank's host starving (None: no host counters)."""
     T = len(n)
     out = np.zeros(T, dtype=bool)
     need = _need(th)          # steady bins before and after a dip
     if T < 2 * need + 1:
         return out
     sc = sc if sc is not None else scan(duty, n, u, th)
-    if starving is None:
-        starving = host_starving(host)
     startup = int(round(th.loader_startup_s / BIN_S))
     leads = _leads(sc, need, int(round(th.stagger_s / BIN_S)))
     has = leads >= 0

@@ -263,10 +263,10 @@ def make_detector():
     """The live detector (streaming, with hysteresis); None until gpumon.detect exists."""
     try:
         with held_interrupts():
-            from gpumon.detect import StreamingDetector
+            from gpumon.detect import Detector
     except ImportError:
         return None
-    return StreamingDetector()
+    return Detector()
 
 
 def stop_on_sigterm() -> None:

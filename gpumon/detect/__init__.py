@@ -1,14 +1,15 @@
 """The starvation detector: busy, idle, paused, data_starvation, sync_stall or throttled,
 per job.
 
-    from gpumon.detect import diagnose, StreamingDetector
+    from gpumon.detect import diagnose, Detector
     diagnose(window) -> list[Diagnosis]        # pure, one per job
-    det = StreamingDetector(); det.update(tick) -> list[Diagnosis]   # live, with hysteresis
+    det = Detector(); det.update(tick) -> list[Diagnosis]   # live, with hysteresis
 
-How: samples -> per-second bins (bins.py) -> jobs (jobs.py) -> the seconds table
-(seconds.py) -> pauses (pauses.py) -> window features (features.py) -> the rules
-(rules/, a registry) -> the hold (hold.py) -> Diagnosis; `gpumon analyze` adds the named
-hindsight rules of analyze/hindsight.py. thresholds.py names every threshold.
+How (detector.py, the one orchestrator): samples -> per-second bins (bins.py) -> jobs
+(jobs.py) -> the seconds table (seconds.py) -> pauses (pauses.py) -> window features
+(features.py) -> the rules (rules/, a registry) -> the hold (hold.py) -> Diagnosis
+(result.py); `gpumon analyze` feeds it whole logs and adds the named hindsight rules of
+analyze/hindsight.py. thresholds.py names every threshold.
 
 Diagnosis.evidence keys (numbers, None when unknown; stable for the exporter and dashboard):
   duty_cycle          share of time a kernel ran, mean over the job's GPUs (0..1)
@@ -36,11 +37,10 @@ Diagnosis.evidence keys (numbers, None when unknown; stable for the exporter and
 Diagnosis.missing names absent signals: subsecond_util, power, clocks, clock_events,
 processes, memory, job_processes, host; each lowers the confidence.
 """
-from gpumon.detect.pipeline import diagnose
-from gpumon.detect.pipeline import EVIDENCE_KEYS
+from gpumon.detect.detector import Detector, LogJob, diagnose
+from gpumon.detect.result import EVIDENCE_KEYS
 from gpumon.detect.hold import Hysteresis
-from gpumon.detect.stream import StreamingDetector
 from gpumon.detect.thresholds import DEFAULT as THRESHOLDS, Thresholds
 
-__all__ = ["diagnose", "StreamingDetector", "Hysteresis", "EVIDENCE_KEYS", "THRESHOLDS",
+__all__ = ["diagnose", "Detector", "LogJob", "Hysteresis", "EVIDENCE_KEYS", "THRESHOLDS",
            "Thresholds"]

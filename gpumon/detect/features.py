@@ -51,7 +51,7 @@ _DENSE_ROWS = {"ctx": np.array(_CTX_FIELDS), "num": _NUM, "den": _DEN,
                "recent": np.array(_RECENT_NUM + _RECENT_DEN)}
 
 
-# Signal -> the count field of the bins that says it was reported (pipeline.missing_signals).
+# Signal -> the count field of the bins that says it was reported (result.missing_signals).
 SEEN = {"power": "pn", "power_limit": "pln", "clocks": "cn", "clock_events": "en",
         "processes": "pidn", "memory": "memn", "job_processes": "mcn"}
 

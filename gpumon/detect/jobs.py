@@ -13,7 +13,13 @@ from __future__ import annotations
 import math
 from typing import Mapping, Optional
 
-from gpumon.detect.thresholds import DEFAULT, Thresholds
+import numpy as np
+
+from gpumon.detect import nanops as N
+from gpumon.detect.bins import GI, Store
+from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
+
+NAN = float("nan")
 
 
 def active(pids: Optional[tuple], mem_mib: float, kernels: float,
@@ -130,3 +136,52 @@ class GroupMemo:
             self.key = key
             self.jobs = group_active(act, pids, ppid)
         return list(self.jobs)
+
+
+def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
+               th: Thresholds = DEFAULT, memo: Optional[GroupMemo] = None,
+               latest: bool = False, recent: frozenset = frozenset(),
+               gone: frozenset = frozenset()):
+    """Jobs from the last ``w`` bins before ``stop`` (memory, activity) and the PIDs seen
+    (``memo``: a GroupMemo that keeps the grouping while its inputs stay the same). With
+    ``latest``, each GPU is read in its own last bin with samples among those (a GPU with
+    no sample in the last second is not thereby unused). ``recent``: GPUs that ran a kernel
+    within idle_after_s; without process or memory info they are in use (a slow loader's
+    job between its bursts), as no_kernels calls a job idle only after that long. ``gone``:
+    GPUs lost (NVML: GPU is lost): they have left every job (their missing samples are no
+    idle rank, and never a straggler)."""
+    lo = max(0, stop - w)
+    s = store.g[_JOB_ROWS, :, lo:stop]
+    if latest:
+        has = s[0] > 0                                    # (G, T): a sample in the bin
+        last = s.shape[2] - 1 - np.argmax(has[:, ::-1], axis=1)
+        s = np.where(has.any(axis=1), s[:, np.arange(s.shape[1]), last], 0.0)
+    else:
+        s = s.sum(axis=2)
+    # (Python floats where the store is float64: the same quotients, computed faster.)
+    n, quiet, memn, mem = s.tolist() if s.dtype == np.float64 else s
+    act = [gpu for i, gpu in enumerate(store.gpus)
+           if gpu not in gone and active(pids.get(gpu), mem[i] / memn[i] if memn[i] > 0 else NAN,
+                     1.0 if gpu in recent else (n[i] - quiet[i]) / n[i] if n[i] > 0 else NAN,
+                     th)]
+    return (memo or group_active)(act, pids, ppid)
+
+
+_JOB_ROWS = [GI["n"], GI["idle"], GI["memn"], GI["mem"]]
+
+
+def active_since(g: np.ndarray, th: Thresholds = DEFAULT) -> int:
+    """First bin of the last unbroken stretch in which every GPU of the job was in use
+    (processes, memory, or without either, a kernel within idle_after_s: store_jobs)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pid = N.div(g[GI["pid"]], g[GI["pidn"]])
+        mem = N.div(g[GI["mem"]], g[GI["memn"]])
+    k = (g[GI["n"]] - g[GI["idle"]]) > 0                 # (G, T): a kernel in the bin
+    at = np.arange(k.shape[-1])
+    since_k = at - np.maximum.accumulate(np.where(k, at, -(1 << 30)), axis=-1)
+    ran = since_k < int(round(th.idle_after_s / BIN_S))
+    act = np.where(~np.isnan(pid), pid > 0, False) | np.where(
+        ~np.isnan(mem), mem >= th.mem_active_mib, np.isnan(pid) & ran)
+    allact = act.all(axis=0)
+    off = np.flatnonzero(~allact)
+    return int(off[-1] + 1) if len(off) else 0

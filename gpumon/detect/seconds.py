@@ -58,6 +58,8 @@ class SecondsTable:
                            "second (NaN: no sample)")
     n: np.ndarray = col("samples", "the job's utilization samples in the second")
     u: np.ndarray = col("busy samples", "sum of the job's utilization shares in the second")
+    power: np.ndarray = col("W", "per GPU: mean power of its samples in the second (NaN: "
+                            "none)")
     has: np.ndarray = col("bool", "the job sent data (some GPU sampled)")
     stopped: np.ndarray = col("bool", "every GPU seen, all below trickle_duty or all in a "
                               "gap of stop_gap_s ending in the second: the job stopped")
@@ -130,7 +132,7 @@ def seconds(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT,
         # Duty, power and limit of the bins and the lead that settles their power.
         duty, power, limit = N.div(g[_POWER_NUM, :, first - lead:], g[_POWER_DEN, :, first - lead:])
         cold = _cold_settled(duty, power, limit, th)[:, lead:]
-        duty = duty[:, lead:]
+        duty, power = duty[:, lead:], power[:, lead:]
         gt = g[:, :, first:]
         at = _any(cold, 0).nonzero()[0]
         if len(at):
@@ -140,7 +142,8 @@ def seconds(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT,
         spin = spin_seconds(g, th, first, duty)
         cols = _work(duty, n, u, th, gap, _any(cold, 0), spin)
         cols.update(_host(gt, h[:, first:], n, th))
-    return SecondsTable(duty=duty, n=n, u=u, cold=cold, spinning=spin, gap_stop=gap, **cols)
+    return SecondsTable(duty=duty, n=n, u=u, power=power, cold=cold, spinning=spin,
+                        gap_stop=gap, **cols)
 
 
 _POWER_NUM = [GI[k] for k in ("u", "pw", "pl")]

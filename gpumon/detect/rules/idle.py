@@ -23,7 +23,7 @@ def _no_job(th: Thresholds, whole_log: bool) -> str:
             f"memory (where neither is known: none where {kernels})")
 
 
-# Decided where jobs are found (pipeline.store_jobs found none), before any window.
+# Decided where jobs are found (jobs.store_jobs found none), before any window.
 no_job = Rule("no_job", IDLE, 0, "no GPU has a process or holds {mem_active_mib:.0f} MiB "
               "(without either: ran a kernel in the last {idle_after_s:.0f} s)", _no_job,
               family=__name__)
@@ -52,7 +52,7 @@ def job_gone(w: Windows) -> None:
     w.decide(job_gone, gone, cf=0.9)
 
 
-# Why a window of a job had no sample at all (pipeline.no_data_diagnosis).
+# Why a window of a job had no sample at all (result.no_data_diagnosis).
 NO_SAMPLES = "no utilization sample from any GPU of the job in the window"
 
 

@@ -1,34 +1,23 @@
-"""The detector's pipeline, one stage per function, shared by its three drivers:
-``diagnose`` (below: one window, no state), ``StreamingDetector`` (stream.py: live, second
-by second, with hysteresis) and ``gpumon analyze`` (analyze/timeline.py: every second of a
-log, with hindsight).
-
-    ticks -> columns (tick_columns) -> per-second bins (bins.Store)
-          -> jobs (store_jobs) -> per job: duty per bin (bin_duty), pauses (pauses.py)
-          -> window features and rules (judge_job: features.py, rules/)
-          -> Diagnosis with evidence, rule and reason (make_diagnosis)
-"""
+"""The detector's results: a window's rule output as a Diagnosis, with its evidence (numbers
+a user can check), the signals it lacked, its confidence, rule and reason; and the
+Diagnoses said without a window (no job on the GPUs, no samples)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Optional, Sequence
 
 import numpy as np
 
 from gpumon.detect import nanops as N
 
-from gpumon.diagnosis import CAUSES, Diagnosis, INSUFFICIENT_DATA, VERDICTS
-from gpumon.samples import Tick
+from gpumon.diagnosis import CAUSES, Diagnosis, VERDICTS
 from gpumon.detect.advice import advice
-from gpumon.detect.bins import GI, HostCols, JobCols, SampleCols, Store
-from gpumon.detect.features import window_features
-from gpumon.detect.jobs import GroupMemo, active, group_active
-from gpumon.detect.pauses import pause_flags
-from gpumon.detect.seconds import seconds
-from gpumon.detect.rules import BY_NAME, RULES, judge
+from gpumon.detect.bins import GI, Store
+from gpumon.detect.rules import BY_NAME, RULES
 from gpumon.detect.rules.idle import NO_SAMPLES, no_job, too_few_samples
 from gpumon.detect.rules.words import Window, no_util_text
-from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
+from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 # The evidence keys, in order (stable: the exporter and the dashboard show them).
 EVIDENCE_KEYS = (
@@ -38,56 +27,6 @@ EVIDENCE_KEYS = (
     "main_thread_max_pct", "iowait_pct", "disk_read_mbps", "disk_write_mbps", "samples_per_s",
     "pause",
 )
-NAN = float("nan")
-
-
-def tick_columns(ticks: Sequence[Tick]):
-    """(SampleCols, JobCols, HostCols, latest PIDs per GPU, PID -> parent PID)."""
-    # One row per sample, converted by numpy at once (None -> NaN under dtype float).
-    grows: list = []
-    jrows: list = []
-    hrows: list = []
-    pids: dict[int, Optional[tuple]] = {}
-    ppid: dict[int, int] = {}
-    for tick in ticks:
-        gs = tick.gpus
-        grows += [(s.time, s.gpu, s.util_gpu_pct, s.power_w, s.power_limit_w, s.sm_clock_mhz,
-                   s.sm_clock_max_mhz, s.clock_events, s.mem_used_mib,
-                   None if s.pids is None else bool(s.pids)) for s in gs]
-        for s in gs:
-            if s.pids is not None:
-                pids[s.gpu] = s.pids
-            elif s.gpu not in pids:
-                pids[s.gpu] = None
-        host = tick.host
-        if host is None:
-            continue
-        # A host reading at tick time T describes the tick's interval, the seconds its GPU
-        # samples fill: date it inside them (at most half a second back), so it lands in the
-        # same per-second bin as the GPU samples it goes with, not the next one.
-        ht = host.time
-        if gs:
-            ht -= min(0.5, max(0.0, ht - min(s.time for s in gs)) / 2)
-        hrows.append((ht, host.iowait_pct, host.disk_read_mbps, host.disk_write_mbps,
-                      host.cpu_pct))
-        jrows += [(ht, j.gpu, j.loader_cpu_pct, j.main_cpu_pct, j.main_thread_max_pct,
-                   j.loader_workers, j.loader_busy, j.loader_age_s) for j in host.jobs]
-        for p in host.procs:
-            ppid[p.pid] = p.ppid
-    G = _cols(grows, 10)
-    J = _cols(jrows, 8)
-    H = _cols(hrows, 5)
-    samples = SampleCols(G[0], G[1].astype(np.int64), *G[2:])
-    jobs = JobCols(J[0], J[1].astype(np.int64), *J[2:])
-    hosts = HostCols(*H)
-    return samples, jobs, hosts, pids, ppid
-
-
-def _cols(rows: list, k: int) -> np.ndarray:
-    """(k, len(rows)) float64 array of the rows' fields, None as NaN."""
-    if not rows:
-        return np.zeros((k, 0))
-    return np.array(rows, dtype=float).T
 
 
 def _num(x) -> Optional[float]:
@@ -231,74 +170,6 @@ def make_diagnosis(f: dict, r: dict, e: int, gpus: Sequence[int], start: Optiona
                      rule=rule, because=why)
 
 
-def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
-               th: Thresholds = DEFAULT, memo: Optional[GroupMemo] = None,
-               latest: bool = False, recent: frozenset = frozenset(),
-               gone: frozenset = frozenset()):
-    """Jobs from the last ``w`` bins before ``stop`` (memory, activity) and the PIDs seen
-    (``memo``: a GroupMemo that keeps the grouping while its inputs stay the same). With
-    ``latest``, each GPU is read in its own last bin with samples among those (a GPU with
-    no sample in the last second is not thereby unused). ``recent``: GPUs that ran a kernel
-    within idle_after_s; without process or memory info they are in use (a slow loader's
-    job between its bursts), as no_kernels calls a job idle only after that long. ``gone``:
-    GPUs lost (NVML: GPU is lost): they have left every job (their missing samples are no
-    idle rank, and never a straggler)."""
-    lo = max(0, stop - w)
-    s = store.g[_JOB_ROWS, :, lo:stop]
-    if latest:
-        has = s[0] > 0                                    # (G, T): a sample in the bin
-        last = s.shape[2] - 1 - np.argmax(has[:, ::-1], axis=1)
-        s = np.where(has.any(axis=1), s[:, np.arange(s.shape[1]), last], 0.0)
-    else:
-        s = s.sum(axis=2)
-    # (Python floats where the store is float64: the same quotients, computed faster.)
-    n, quiet, memn, mem = s.tolist() if s.dtype == np.float64 else s
-    act = [gpu for i, gpu in enumerate(store.gpus)
-           if gpu not in gone and active(pids.get(gpu), mem[i] / memn[i] if memn[i] > 0 else NAN,
-                     1.0 if gpu in recent else (n[i] - quiet[i]) / n[i] if n[i] > 0 else NAN,
-                     th)]
-    return (memo or group_active)(act, pids, ppid)
-
-
-_JOB_ROWS = [GI["n"], GI["idle"], GI["memn"], GI["mem"]]
-
-
-def bin_duty(g: np.ndarray):
-    """Per-GPU duty per bin (G, T), and the job's sample count and busy sum per bin (T,)."""
-    n = g[GI["n"]]
-    u = g[GI["u"]]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        duty = N.div(u, n)
-    return duty, n.sum(axis=0), u.sum(axis=0)
-
-
-def active_since(g: np.ndarray, th: Thresholds = DEFAULT) -> int:
-    """First bin of the last unbroken stretch in which every GPU of the job was in use
-    (processes, memory, or without either, a kernel within idle_after_s: store_jobs)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        pid = N.div(g[GI["pid"]], g[GI["pidn"]])
-        mem = N.div(g[GI["mem"]], g[GI["memn"]])
-    k = (g[GI["n"]] - g[GI["idle"]]) > 0                 # (G, T): a kernel in the bin
-    at = np.arange(k.shape[-1])
-    since_k = at - np.maximum.accumulate(np.where(k, at, -(1 << 30)), axis=-1)
-    ran = since_k < int(round(th.idle_after_s / BIN_S))
-    act = np.where(~np.isnan(pid), pid > 0, False) | np.where(
-        ~np.isnan(mem), mem >= th.mem_active_mib, np.isnan(pid) & ran)
-    allact = act.all(axis=0)
-    off = np.flatnonzero(~allact)
-    return int(off[-1] + 1) if len(off) else 0
-
-
-
-def judge_job(g: np.ndarray, h: np.ndarray, pause: np.ndarray, ends: np.ndarray, shared: bool,
-              th: Thresholds = DEFAULT, w: int = 0, keep: Optional[np.ndarray] = None,
-              excluded: Optional[np.ndarray] = None, why: Optional[np.ndarray] = None,
-              recent: Optional[np.ndarray] = None):
-    """Features and rule output for one job's bins at windows ending at ``ends``."""
-    f = window_features(g, h, ends, pause, th, w, keep, excluded, why, recent)
-    return f, judge(f, shared, th)
-
-
 def idle_diagnosis(gpus: Sequence[int], start, end, th: Thresholds = DEFAULT,
                    whole_log: bool = False) -> Diagnosis:
     """No job on these GPUs (store_jobs found none): the rule ``no_job``; ``whole_log``: found
@@ -334,28 +205,32 @@ def no_job_diagnoses(store: Store, lo: int, stop: int, start, end, th: Threshold
     return out
 
 
-def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis]:
-    """One Diagnosis per job, judged on the whole window (no hysteresis, no state)."""
-    samples, jobs, hosts, pids, ppid = tick_columns(window)
-    gone = frozenset(g for t in window for g in t.lost)
-    if len(samples.time) == 0:
-        return [Diagnosis(verdict=INSUFFICIENT_DATA, confidence=0.0,
-                          evidence={k: None for k in EVIDENCE_KEYS},
-                          advice="not enough samples yet")]
-    start, end = float(samples.time.min()), float(samples.time.max())
-    store = Store(math.floor(start), th)
-    store.add_samples(samples)
-    store.add_jobs(jobs)
-    store.add_host(hosts)
-    nb = store.nb
-    found = store_jobs(store, nb, nb, pids, ppid, th, gone=gone)
-    if not found:
-        return no_job_diagnoses(store, 0, nb, start, end, th, gone, whole_log=True)
-    out = []
-    for gpus, shared in found:
-        g, h = store.view([store.rows[x] for x in gpus])
-        pause, excl, why = pause_flags(seconds(g, h, th), th)
-        f, r = judge_job(g, h, pause, np.array([nb - 1]), shared, th, w=nb, excluded=excl,
-                         why=why)
-        out.append(make_diagnosis(f, r, 0, gpus, start, end, th))
-    return out
+def data_window(f: dict, e: int, end: int, n: np.ndarray) -> dict:
+    """``f`` with window ``e`` (ending at view bin ``end``) no longer than the seconds of data
+    the job has (``n``: its samples per bin): right after the start, the reason and the
+    samples per second speak of the seconds sampled, not of window_s."""
+    have = np.flatnonzero(n[:end + 1] > 0)
+    span = end - int(have[0]) + 1 if len(have) else 0
+    if not 0 < span < f["window"][e]:
+        return f
+    window = f["window"].copy()
+    window[e] = span
+    return dict(f, window=window)
+
+
+def _named(key: Optional[tuple], gpus: Sequence[int]):
+    if key is None:
+        return None
+    v, c, s = key
+    return (VERDICTS[v], CAUSES[c] if c >= 0 else None, gpus[s] if s >= 0 else None)
+
+
+def held_diagnosis(fresh: Diagnosis, key: Optional[tuple], gpus: Sequence[int],
+                   conf: Optional[float]) -> Diagnosis:
+    """The held verdict, cause and straggler with the freshest evidence."""
+    named = _named(key, gpus)
+    if named is None or named == (fresh.verdict, fresh.cause, fresh.straggler_gpu):
+        return fresh
+    v, c, s = named
+    return replace(fresh, verdict=v, cause=c, straggler_gpu=s, advice=advice(v, c, s),
+                   confidence=round(conf if conf is not None else fresh.confidence, 3))
