@@ -167,10 +167,6 @@ class Windows:
         return (~(np.isnan(self.f["workers"]) & np.isnan(self.f["main_cpu"]))).any(axis=0)
 
     @cached_property
-    def starved_w(self) -> np.ndarray:
-        return self.host.starved()[0]
-
-    @cached_property
     def starved_any(self) -> np.ndarray:
         """(G, E): each rank's host starving over the window or over its last seconds (as
         ``feeding`` reads the job's)."""
