@@ -74,6 +74,10 @@ class Log:
     notes: list = field(default_factory=list)  # what the reader assumed, for the report
     sources: tuple = ()               # what made the samples, where the log says (gpumon's
                                       # source column: "nvml", "sim", "replay")
+    # GPM-style activity of each sample, where the log has it (DCGM's profiling fields): name
+    # ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "gr_active") -> 0-1
+    # fractions aligned with ``samples``. Kept for the detector, which does not read it yet.
+    gpm: Optional[dict] = None
 
     @property
     def simulated(self) -> bool:
@@ -88,7 +92,8 @@ class Log:
         return Log(self.path, self.kind, _take(self.samples, SAMPLE_COLUMNS, idx),
                    None if self.jobs is None else _take(self.jobs, JOB_COLUMNS, idx),
                    None if self.host is None else _take(self.host, HOST_COLUMNS, idx),
-                   self.pids, self.malformed, self.rows, self.notes, self.sources)
+                   self.pids, self.malformed, self.rows, self.notes, self.sources,
+                   None if self.gpm is None else {k: v[idx] for k, v in self.gpm.items()})
 
 
 def _take(cols, names: tuple, idx: np.ndarray):

@@ -5,7 +5,10 @@
 - ``dmon``: ``nvidia-smi dmon`` lines under ``# gpu ...`` headers, or without headers
   (an excerpt, ``| grep -v '#'``) when the column count is one of dmon's default sets;
 - ``plain``: a CSV with a utilization column and a time or GPU column (a person's own loop);
-- ``nvidia-smi-screen``: nvidia-smi's own screen appended again and again (``nvidia-smi -l 1``).
+- ``nvidia-smi-screen``: nvidia-smi's own screen appended again and again (``nvidia-smi -l 1``);
+- ``dcgm-dmon``: ``dcgmi dmon`` output (``#Entity`` header lines, rows ``GPU 0 ...``);
+- ``dcgm-csv``: a CSV of DCGM fields by short or long name (``GPUTL``, ``DCGM_FI_DEV_GPU_UTIL``)
+  with an entity (GPU) or time column.
 """
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ from typing import Optional
 
 from gpumon.logs.values import key
 
-KINDS = ("gpumon", "nvidia-smi", "dmon", "plain", "nvidia-smi-screen")
+KINDS = ("gpumon", "nvidia-smi", "dmon", "plain", "nvidia-smi-screen", "dcgm-dmon",
+         "dcgm-csv")
 
 # nvidia-smi dmon's default columns (``-s puc``) by driver generation, keyed by their count,
 # for a log without its header lines. Options -o D / -o T put date / time columns in front.
@@ -79,8 +83,9 @@ def sniff(lines: list[str]) -> Optional[str]:
     """The kind of log these first (non-blank) lines belong to, or None."""
     if not lines:
         return None
-    if any("NVIDIA-SMI" in x and "Driver Version" in x for x in lines):
-        return "nvidia-smi-screen"
+    kind = _framed(lines)
+    if kind is not None:
+        return kind
     first = lines[0].lstrip()
     if first.startswith("#"):
         words = first.lstrip("#").lower().split()
@@ -101,6 +106,18 @@ def sniff(lines: list[str]) -> Optional[str]:
                                          or pick(keys, PLAIN_GPU) is not None):
         return "plain"
     return None
+
+
+def _framed(lines: list[str]) -> Optional[str]:
+    """The kinds told by a mark of their own: nvidia-smi's screen (its banner), a DCGM log
+    (a ``#Entity`` header line of ``dcgmi dmon``, or a CSV header naming DCGM fields and an
+    entity or time column)."""
+    if any("NVIDIA-SMI" in x and "Driver Version" in x for x in lines):
+        return "nvidia-smi-screen"
+    if any(x.lstrip().startswith("#Entity") for x in lines):
+        return "dcgm-dmon"
+    from gpumon.logs.dcgm import csv_columns
+    return "dcgm-csv" if csv_columns(lines[0]) is not None else None
 
 
 def _dmon_like(line: str) -> bool:

@@ -1,0 +1,212 @@
+"""DCGM logs: `dcgmi dmon -e ...` output and CSV exports of DCGM fields, read by `analyze`
+with what they hold (utilization, power, memory) and the profiling fractions kept aside."""
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gpumon.analyze import analyze_file
+from gpumon.logs import read_log
+from gpumon.sim import simulate
+
+# dcgmi dmon's layout (DeviceMonitor.cpp): "#Entity" and "ID" in 10 columns, each field in
+# its width + 8, values printed with 3 decimals for doubles, N/A for a blank one, the two
+# header lines again every 14 polls.
+WIDTH = {"GPUTL": 13, "POWER": 18, "FBUSD": 18, "GRACT": 11, "SMACT": 11, "SMOCC": 11,
+         "TENSO": 11, "DRAMA": 11, "SMCLK": 13}
+UNIT = {"POWER": " W"}
+
+
+def dmon_text(polls, fields, every=14, others=()):
+    """``polls``: a list of {gpu: {field: value or None}}; ``others``: rows of other
+    entities printed after each poll's GPUs (("GPU-I", 1), ...)."""
+    head = "#Entity".ljust(10) + "".join(f.ljust(WIDTH[f]) for f in fields)
+    units = "ID".ljust(10) + "".join(UNIT.get(f, "").ljust(WIDTH[f]) for f in fields)
+    out = [head, units]
+    for k, poll in enumerate(polls):
+        if k and k % every == 0:
+            out += [head, units]
+        for g, vals in sorted(poll.items()):
+            out.append(_row(f"GPU {g}", [vals.get(f) for f in fields], fields))
+        for kind, i in others:
+            out.append(_row(f"{kind} {i}", [0.5] * len(fields), fields))
+    return "\n".join(out) + "\n"
+
+
+def _row(entity, vals, fields):
+    cells = ["N/A" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+             for v in vals]
+    return entity.ljust(10) + "".join(c.ljust(WIDTH[f]) for c, f in zip(cells, fields))
+
+
+def polls_of(n, gpus=2):
+    return [{g: {"GPUTL": 90 + g, "POWER": 300.0 + k, "FBUSD": 61440, "GRACT": 0.9,
+                 "SMACT": 0.8, "SMOCC": 0.3, "TENSO": 0.4, "DRAMA": 0.5} for g in range(gpus)}
+            for k in range(n)]
+
+
+FIELDS = ["GPUTL", "POWER", "FBUSD", "GRACT", "SMACT", "SMOCC", "TENSO", "DRAMA"]
+
+
+def test_dmon_output_reads_every_gpu_row_under_repeated_headers(tmp_path):
+    polls = polls_of(30)
+    polls[3][1]["GPUTL"] = None                    # N/A: a blank value, not a bad line
+    path = tmp_path / "dcgm.log"
+    path.write_text(dmon_text(polls, FIELDS, others=[("GPU-I", 1), ("GPU-CI", 2)])
+                    + "\n\ndmon was stopped do to receiving a signal\n")
+    log = read_log(str(path))
+    assert log.kind == "dcgm-dmon" and log.malformed.count == 0
+    s = log.samples
+    for g in (0, 1):
+        m = s.gpu == g
+        assert m.sum() == 30
+        assert np.array_equal(s.time[m], np.arange(30.0))       # 1 s apart by default
+        assert np.array_equal(s.power[m], 300.0 + np.arange(30))
+        assert (s.mem[m] == 61440).all()
+    assert np.isnan(s.util[(s.gpu == 1) & (s.time == 3)]).all()
+    assert np.nanmax(s.util) == 91.0
+    assert set(log.gpm) == {"gr_active", "sm_active", "sm_occupancy", "tensor_active",
+                            "dram_active"}
+    assert all(len(v) == len(s.time) for v in log.gpm.values())
+    assert (log.gpm["sm_active"] == 0.8).all() and (log.gpm["dram_active"] == 0.5).all()
+    notes = " ".join(log.notes)
+    assert "GPUTL" in notes and "1 s apart" in notes
+    assert "60 row(s) of other DCGM entities" in notes
+
+
+def test_dmon_interval_sets_the_spacing_of_rows(tmp_path):
+    path = tmp_path / "dcgm.log"
+    path.write_text(dmon_text(polls_of(5), FIELDS))
+    log = read_log(str(path), interval=0.1)
+    assert np.allclose(log.samples.time[log.samples.gpu == 0], np.arange(5) * 0.1)
+    assert "0.1 s apart" in " ".join(log.notes)
+
+
+def test_without_gputl_utilization_is_gract_as_a_percent(tmp_path):
+    """GRACT is a 0-1 fraction: 0.9 is 90 % of the time busy, never 0.9 %."""
+    path = tmp_path / "dcgm.log"
+    path.write_text(dmon_text(polls_of(4), ["POWER", "GRACT", "SMACT"]))
+    log = read_log(str(path))
+    assert np.allclose(log.samples.util, 90.0)
+    assert np.allclose(log.gpm["gr_active"], 0.9) and np.allclose(log.gpm["sm_active"], 0.8)
+    assert any("GRACT" in n and "fraction" in n for n in log.notes)
+
+
+def test_gputl_all_blank_falls_back_to_gract(tmp_path):
+    polls = polls_of(4)
+    for p in polls:
+        for v in p.values():
+            v["GPUTL"] = None
+    path = tmp_path / "dcgm.log"
+    path.write_text(dmon_text(polls, FIELDS))
+    log = read_log(str(path))
+    assert np.allclose(log.samples.util, 90.0)
+
+
+def test_malformed_dmon_lines_are_counted_with_their_line_number(tmp_path):
+    text = dmon_text(polls_of(4), FIELDS).splitlines()
+    text[4] = text[4][:25]                       # a row cut short
+    text[6] = text[6].replace("61440", "6x440")  # a cell that is no number
+    path = tmp_path / "dcgm.log"
+    path.write_text("\n".join(text) + "\n")
+    log = read_log(str(path))
+    assert log.malformed.count == 2 and log.malformed.first_line == 5
+    assert len(log.samples.time) == 6
+
+
+# -- CSV exports ----------------------------------------------------------------------------
+
+def test_csv_by_short_name_with_microsecond_timestamps(tmp_path):
+    t0 = 1_700_000_000_000_000
+    rows = ["EntityId,GRACT,FBUSD,TimeStamp"]
+    for k in range(10):
+        for g in range(2):
+            rows.append(f"GPU {g},{0.25 * (g + 1):.3f},{1000 + k},{t0 + k * 1_000_000}")
+    path = tmp_path / "dcgm.csv"
+    path.write_text("\n".join(rows) + "\n")
+    log = read_log(str(path))
+    assert log.kind == "dcgm-csv" and log.malformed.count == 0
+    s = log.samples
+    assert np.allclose(s.time[s.gpu == 1], 1.7e9 + np.arange(10))
+    assert np.allclose(s.util[s.gpu == 0], 25.0) and np.allclose(s.util[s.gpu == 1], 50.0)
+    assert np.array_equal(s.mem[s.gpu == 0], 1000.0 + np.arange(10))
+    assert any("microseconds" in n for n in log.notes)
+    assert any("GRACT" in n for n in log.notes)
+
+
+def test_csv_by_long_name_in_epoch_seconds(tmp_path):
+    rows = ["timestamp,gpu,DCGM_FI_DEV_GPU_UTIL,DCGM_FI_DEV_POWER_USAGE,"
+            "DCGM_FI_PROF_SM_ACTIVE,DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]
+    for k in range(6):
+        rows += [f"{1.7e9 + k:.3f},{g},{70 + g},{250.5},0.6,N/A" for g in range(2)]
+    path = tmp_path / "dcgm.csv"
+    path.write_text("\n".join(rows) + "\n")
+    log = read_log(str(path))
+    assert log.kind == "dcgm-csv"
+    assert np.allclose(log.samples.util[log.samples.gpu == 1], 71.0)
+    assert np.allclose(log.samples.power, 250.5)
+    assert np.allclose(log.gpm["sm_active"], 0.6) and np.isnan(log.gpm["tensor_active"]).all()
+    assert not any("seconds since the epoch" in n for n in log.notes)
+
+
+def test_csv_rows_of_the_wrong_width_or_entity_are_skipped_and_counted(tmp_path):
+    rows = ["EntityId,GPUTL,POWER,TimeStamp", "0,50,100,1700000000", "0,50,1700000001",
+            "GPU-I 3,50,100,1700000001", "1,abc,100,1700000001", "1,60,100,1700000002",
+            "EntityId,GPUTL,POWER,TimeStamp", "1,61,100,1700000003"]
+    path = tmp_path / "dcgm.csv"
+    path.write_text("\n".join(rows) + "\n")
+    log = read_log(str(path))
+    assert log.malformed.count == 2 and log.malformed.first_line == 3
+    assert sorted(log.samples.util.tolist()) == [50.0, 60.0, 61.0]
+    assert any("other DCGM entities" in n for n in log.notes)
+
+
+# -- analyze -------------------------------------------------------------------------------
+
+def _starved_polls(seconds=240, gpus=2):
+    """One DCGM row per GPU per second, from a simulated data-starved job: GPUTL the mean of
+    the second's driver samples, POWER and FBUSD the last."""
+    polls, nvsmi = [], []
+    for tick in simulate("data_starvation", gpus=gpus, seconds=seconds, seed=2):
+        per = {}
+        for s in tick.gpus:
+            per.setdefault(s.gpu, []).append(s)
+        poll = {g: {"GPUTL": round(float(np.mean([s.util_gpu_pct for s in ss]))),
+                    "POWER": round(ss[-1].power_w, 3), "FBUSD": round(ss[-1].mem_used_mib)}
+                for g, ss in per.items()}
+        polls.append(poll)
+        nvsmi += [(tick.time, g, v) for g, v in sorted(poll.items())]
+    return polls, nvsmi
+
+
+def test_a_dmon_log_is_judged_as_the_same_readings_in_nvidia_smi_csv(tmp_path):
+    polls, rows = _starved_polls()
+    dcgm = tmp_path / "dcgm.log"
+    dcgm.write_text(dmon_text(polls, ["GPUTL", "POWER", "FBUSD"]))
+    nvsmi = tmp_path / "nvsmi.csv"
+    t0 = math.floor(rows[0][0])
+    nvsmi.write_text("timestamp, index, utilization.gpu [%], power.draw [W], "
+                     "memory.used [MiB]\n" + "".join(
+                         f"{t - t0:.0f}, {g}, {v['GPUTL']} %, {v['POWER']} W, "
+                         f"{v['FBUSD']} MiB\n" for t, g, v in rows))
+    _, a = analyze_file(str(dcgm))
+    _, b = analyze_file(str(nvsmi))
+    got = [(d.verdict, d.cause) for d in a.segments]
+    assert got == [(d.verdict, d.cause) for d in b.segments]
+    assert got[0] == ("data_starvation", "input_pipeline")
+
+
+@pytest.mark.parametrize("text", [
+    "#Entity   GPUTL\nID\nGPU x     12\n",              # no row readable
+    "#Entity   GPUTL\n",                                # a header alone
+    "EntityId,GPUTL\n\x00\x01,3\n",
+])
+def test_unreadable_dcgm_logs_are_one_line_errors(tmp_path, text, clean_env):
+    path = tmp_path / "bad.log"
+    path.write_text(text)
+    r = subprocess.run([sys.executable, "-m", "gpumon", "analyze", str(path)],
+                       capture_output=True, text=True, timeout=60, env=clean_env)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and str(path) in r.stderr
