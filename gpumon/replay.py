@@ -1,6 +1,7 @@
-"""ReplaySource: a gpumon CSV log played back in (scaled) real time.
+"""ReplaySource: a gpumon log (CSV, or JSON lines) played back in (scaled) real time.
 
-The log is read by the one gpumon-CSV reader (gpumon.logs.gpumon_csv), rebuilt into Ticks and
+The log is read by the one gpumon-CSV reader (gpumon.logs.gpumon_csv; a JSON-lines log first
+becomes the CSV rows of the same polls, gpumon.logs.jsonl), rebuilt into Ticks and
 handed out as their time comes, so the dashboard, the detector and any sink see a replay
 exactly as they saw the live run (samples say ``source=replay``). The clock shown is the
 log's. Malformed lines are skipped and counted (``self.bad``), as ``gpumon analyze`` does.
@@ -14,9 +15,10 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 
 from gpumon.errors import UserError
-from gpumon.logs import gpumon_csv
+from gpumon.logs import gpumon_csv, jsonl
 from gpumon.logs.lines import clean
 from gpumon.logs.log import Malformed
+from gpumon.logs.sniff import sniff
 from gpumon.logs.source import display_name, read_bytes
 from gpumon.logs.table import header
 from gpumon.samples import GpuInfo, Tick
@@ -34,10 +36,13 @@ class ReplaySource:
         self.clock = clock
         name = display_name(path)
         lines = clean(read_bytes(path))
-        names = header(lines)
+        if sniff(lines.head(1)) == "gpumon-jsonl":
+            lines, names = jsonl.as_csv(lines)
+        else:
+            names = header(lines)
         if not gpumon_csv.is_header(names):
             raise UserError(f"{name}: not a gpumon CSV log (its header does not start with "
-                            "time,gpu,source)")
+                            "time,gpu,source) nor gpumon's JSON lines (log --format jsonl)")
         self._ticks: Iterator[Tick]
         self._ticks, cols = gpumon_csv.ticks(lines, names, source="replay")
         self.bad: Malformed = cols.body.malformed

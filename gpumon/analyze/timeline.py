@@ -22,6 +22,7 @@ from gpumon.detect.rules import held
 from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
 from gpumon.logs.log import Log, runs
 from gpumon.logs.memory import small_pages
+from gpumon.logs.sniff import DRIVER_SAMPLED
 from gpumon.analyze import hindsight as H
 # Evidence of a segment: the median over at most this many evenly spaced seconds of it.
 EVIDENCE_POINTS = 9
@@ -121,7 +122,8 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
         return _too_short(log, rate, start, end)
     det = Detector(_rate_th(th, rate))
     th = det.th
-    st, jobs = det.read_log(log.samples, log.jobs, log.host, log.kind == "gpumon", log.pids)
+    st, jobs = det.read_log(log.samples, log.jobs, log.host, log.kind in DRIVER_SAMPLED,
+                            log.pids)
     start = st.bin_time(0)
     end = float(np.nanmax(log.samples.time))
     tl = Timeline(jobs=jobs, start=float(np.nanmin(log.samples.time)), end=end,

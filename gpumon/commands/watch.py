@@ -50,8 +50,8 @@ def register(sub) -> None:
     add_screen_options(p)
     r = p.add_argument_group("replay")
     r.add_argument("--replay", metavar="CSV", default=None,
-                   help="play a gpumon CSV log back through the same screen and detector "
-                        "(--gpus picks GPUs of the log by index)")
+                   help="play a gpumon log (CSV, or JSON lines) back through the same screen "
+                        "and detector (--gpus picks GPUs of the log by index)")
     r.add_argument("--speed", type=replay_speed, default=None, metavar="N",
                    help="replay N times faster than real time, 0.01 to 100000 (default 1; "
                         "with --replay only)")

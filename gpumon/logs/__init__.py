@@ -6,7 +6,7 @@
 ``read_log`` takes a path, ``-`` (standard input), a pipe, or a gzip file; it sniffs the
 format from the first lines (sniff.py) and hands the clean lines (lines.py: bad bytes, NULs,
 over-long lines counted as malformed) to that format's reader: gpumon_csv, nvsmi, dmon, plain,
-screen, dcgm.
+screen, jsonl (gpumon's JSON lines, through gpumon_csv), dcgm.
 Every malformed line, whatever is wrong with it, is skipped and counted in ``log.malformed``;
 the rest is read.
 """
@@ -72,8 +72,8 @@ def read_lines(lines: Lines, name: str, interval: Optional[float] = None) -> Log
         raise UserError(f"{name}: empty, nothing to analyse{bad}")
     kind = sniff(head)
     if kind is None:
-        raise UserError(f"{name}: not a log gpumon can read (want a gpumon CSV, "
-                        "an nvidia-smi --query-gpu CSV, an nvidia-smi dmon log, "
+        raise UserError(f"{name}: not a log gpumon can read (want a gpumon CSV or JSON-lines "
+                        "log, an nvidia-smi --query-gpu CSV, an nvidia-smi dmon log, "
                         "nvidia-smi's screen logged again and again, a dcgmi dmon log or a CSV "
                         "of DCGM fields, or a CSV with time or GPU and utilization columns)")
     # Only the reader of this kind is imported.
@@ -83,6 +83,9 @@ def read_lines(lines: Lines, name: str, interval: Optional[float] = None) -> Log
     if kind == "dmon":
         from gpumon.logs import dmon
         return dmon.read(lines, name, interval)
+    if kind == "gpumon-jsonl":
+        from gpumon.logs import jsonl
+        return jsonl.read(lines, name)
     if kind in ("dcgm-dmon", "dcgm-csv"):
         from gpumon.logs import dcgm
         return dcgm.read(lines, name, kind, interval)

@@ -6,6 +6,7 @@
   (an excerpt, ``| grep -v '#'``) when the column count is one of dmon's default sets;
 - ``plain``: a CSV with a utilization column and a time or GPU column (a person's own loop);
 - ``nvidia-smi-screen``: nvidia-smi's own screen appended again and again (``nvidia-smi -l 1``);
+- ``gpumon-jsonl``: gpumon's JSON-lines log (a line per poll, each a JSON object);
 - ``dcgm-dmon``: ``dcgmi dmon`` output (``#Entity`` header lines, rows ``GPU 0 ...``);
 - ``dcgm-csv``: a CSV of DCGM fields by short or long name (``GPUTL``, ``DCGM_FI_DEV_GPU_UTIL``)
   with an entity (GPU) or time column.
@@ -18,8 +19,10 @@ from typing import Optional
 
 from gpumon.logs.values import key
 
-KINDS = ("gpumon", "nvidia-smi", "dmon", "plain", "nvidia-smi-screen", "dcgm-dmon",
-         "dcgm-csv")
+KINDS = ("gpumon", "nvidia-smi", "dmon", "plain", "nvidia-smi-screen", "gpumon-jsonl",
+         "dcgm-dmon", "dcgm-csv")
+# Kinds whose rows are the driver's utilization samples (gpumon's own logs).
+DRIVER_SAMPLED = ("gpumon", "gpumon-jsonl")
 
 # nvidia-smi dmon's default columns (``-s puc``) by driver generation, keyed by their count,
 # for a log without its header lines. Options -o D / -o T put date / time columns in front.
@@ -109,11 +112,15 @@ def sniff(lines: list[str]) -> Optional[str]:
 
 
 def _framed(lines: list[str]) -> Optional[str]:
-    """The kinds told by a mark of their own: nvidia-smi's screen (its banner), a DCGM log
-    (a ``#Entity`` header line of ``dcgmi dmon``, or a CSV header naming DCGM fields and an
-    entity or time column)."""
+    """The kinds told by a mark of their own: nvidia-smi's screen (its banner), gpumon's
+    JSON-lines log (no other log starts with a JSON object), a DCGM log (a ``#Entity``
+    header line of ``dcgmi dmon``, or a CSV header naming DCGM fields and an entity or time
+    column)."""
     if any("NVIDIA-SMI" in x and "Driver Version" in x for x in lines):
         return "nvidia-smi-screen"
+    first = lines[0].lstrip()
+    if first.startswith("{"):
+        return "gpumon-jsonl"
     if any(x.lstrip().startswith("#Entity") for x in lines):
         return "dcgm-dmon"
     from gpumon.logs.dcgm import csv_columns
