@@ -210,3 +210,13 @@ def test_unreadable_dcgm_logs_are_one_line_errors(tmp_path, text, clean_env):
                        capture_output=True, text=True, timeout=60, env=clean_env)
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and str(path) in r.stderr
+
+
+def test_a_quote_left_open_spoils_its_own_line_only(tmp_path):
+    rows = ["EntityId,GPUTL,TimeStamp", '0,"50,1700000000', "0,51,1700000001",
+            "0,52,1700000002"]
+    path = tmp_path / "dcgm.csv"
+    path.write_text("\n".join(rows) + "\n")
+    log = read_log(str(path))
+    assert log.malformed.count == 1 and log.malformed.first_line == 2
+    assert log.samples.util.tolist() == [51.0, 52.0]

@@ -138,7 +138,7 @@ def _dmon_rows(lines: Lines, rows: _Rows) -> None:
             continue
         try:
             _dmon_row(k, words, names, rows)
-        except ValueError:
+        except (ValueError, OverflowError):
             lines.malformed.add(int(lines.line_of([k])[0]))
 
 
@@ -164,14 +164,16 @@ def _csv_rows(lines: Lines, rows: _Rows, path: str) -> bool:
         raise UserError(f"{path}: no DCGM fields with a GPU or time column in its header")
     width = len(next(csv.reader([header])))
     rows.seen.update(s for s in at if s in rows.vals)
-    for k, cells in enumerate(csv.reader(texts[1:]), start=1):
+    for k in range(1, len(texts)):
         if texts[k] == header:
             continue                                # (exports joined: the header again)
         try:
+            # (A line at a time: a quote left open takes no other line with it.)
+            cells = next(csv.reader([texts[k]]), [])
             if len(cells) != width:
                 raise ValueError(texts[k])
             _csv_row(k, cells, at, rows)
-        except ValueError:
+        except (ValueError, OverflowError, csv.Error):
             lines.malformed.add(int(lines.line_of([k])[0]))
     return at["time"] is not None
 
