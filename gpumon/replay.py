@@ -37,7 +37,7 @@ class ReplaySource:
         name = display_name(path)
         lines = clean(read_bytes(path))
         if sniff(lines.head(1)) == "gpumon-jsonl":
-            lines, names = jsonl.as_csv(lines)
+            lines, names = jsonl.as_csv(lines, name)
         else:
             names = header(lines)
         if not gpumon_csv.is_header(names):

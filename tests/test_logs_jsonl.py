@@ -143,7 +143,8 @@ def test_malformed_lines_are_counted_and_the_rest_read(tmp_path, clean_env):
     assert "Traceback" not in r.stderr and "malformed" in r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("text", ['{"time": 1, "gpus": "none"}\n', "{\n", '{"a": 1}\n'])
+@pytest.mark.parametrize("text", ['{"time": 1, "gpus": "none"}\n', "{\n", '{"a": 1}\n',
+                                  '{"time": 1700000000.1, "gpu_util": 42, "power": 65}\n'])
 def test_a_json_file_that_is_no_gpumon_log_is_a_one_line_error(tmp_path, clean_env, text):
     path = tmp_path / "x.jsonl"
     path.write_text(text)
@@ -151,5 +152,6 @@ def test_a_json_file_that_is_no_gpumon_log_is_a_one_line_error(tmp_path, clean_e
                        capture_output=True, text=True, timeout=60, env=clean_env)
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and str(path) in r.stderr
-    with pytest.raises(gpumon.errors.UserError):
+    assert "none is a poll of gpumon log --format jsonl" in r.stderr
+    with pytest.raises(gpumon.errors.UserError, match="none is a poll"):
         ReplaySource(str(path))

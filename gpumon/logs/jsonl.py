@@ -18,6 +18,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from gpumon.csvlog import COLUMNS, rows_text
+from gpumon.errors import UserError
 from gpumon.logs.lines import Lines
 from gpumon.logs.log import Log, Malformed
 from gpumon.samples import GpuSample, HostSample, JobProcs, csv_fields
@@ -42,23 +43,27 @@ class BadLine(ValueError):
 def read(lines: Lines, path: str) -> Log:
     """The log's detector columns, as the gpumon-CSV reader gives them for the same run."""
     from gpumon.logs import gpumon_csv
-    csv_lines, names = as_csv(lines)
+    csv_lines, names = as_csv(lines, path)
     log = gpumon_csv.read(csv_lines, names, path)
     log.kind = "gpumon-jsonl"
     log.notes.insert(0, SPREAD_NOTE)
     return log
 
 
-def as_csv(lines: Lines) -> tuple[Lines, list[str]]:
+def as_csv(lines: Lines, name: str) -> tuple[Lines, list[str]]:
     """The rows of gpumon's CSV log for these JSON lines, as clean lines (each row's line
     number is its JSON line's), and the CSV's column names. Malformed lines are counted in
-    the result's ``malformed`` (which is ``lines.malformed``)."""
+    the result's ``malformed`` (which is ``lines.malformed``); when every line is, the file
+    is no log of gpumon's (a UserError naming ``name``)."""
     numbers = lines.line_of(np.arange(lines.count())).tolist()
     out, where = bytearray(_HEADER.encode()), [numbers[0] if numbers else 1]
     for lno, rows in _rows(_texts(lines.data), numbers, lines.malformed):
         out += rows.encode("utf-8")
         where.extend([lno] * rows.count("\n"))
     lines.data = b""                           # (the JSON text can go)
+    if numbers and len(where) == 1 and lines.malformed.count >= len(numbers):
+        raise UserError(f"{name}: JSON lines, but none is a poll of gpumon log --format "
+                        "jsonl (an object with its time and GPUs)")
     return (Lines(bytes(out), np.array(where, np.int64), lines.malformed, len(where)),
             list(COLUMNS))
 
