@@ -15,7 +15,7 @@ from gpumon.sim import simulate
 # its width + 8, values printed with 3 decimals for doubles, N/A for a blank one, the two
 # header lines again every 14 polls.
 WIDTH = {"GPUTL": 13, "POWER": 18, "FBUSD": 18, "GRACT": 11, "SMACT": 11, "SMOCC": 11,
-         "TENSO": 11, "DRAMA": 11, "SMCLK": 13}
+         "TENSO": 11, "DRAMA": 11, "SMCLK": 13, "SMMAX": 13, "DVCCTR": 13}
 UNIT = {"POWER": " W"}
 
 
@@ -220,3 +220,27 @@ def test_a_quote_left_open_spoils_its_own_line_only(tmp_path):
     log = read_log(str(path))
     assert log.malformed.count == 1 and log.malformed.first_line == 2
     assert log.samples.util.tolist() == [51.0, 52.0]
+
+
+def test_a_log_of_mig_instances_alone_reads_them_as_gpus(tmp_path):
+    """As a script logging `dcgmi dmon -e 1001,252 -i i:0` writes it: instance id, profile,
+    GRACT, FBUSD, epoch seconds."""
+    rows = ["EntityId,Profile,GRACT,FBUSD,TimeStamp"]
+    rows += [f"GPU-I {i},1g.10gb,0.{i + 4},{900 + k},{1700000000 + k}"
+             for k in range(8) for i in (1, 2)]
+    path = tmp_path / "dcgm.csv"
+    path.write_text("\n".join(rows) + "\n")
+    log = read_log(str(path))
+    assert sorted(set(log.samples.gpu.tolist())) == [1, 2]
+    assert np.allclose(log.samples.util[log.samples.gpu == 2], 60.0)
+    assert any("MIG GPU instances (GPU-I) read as GPUs" in n for n in log.notes)
+
+
+def test_clock_fields_and_event_reasons_are_read(tmp_path):
+    fields = ["GPUTL", "POWER", "SMCLK", "SMMAX", "DVCCTR"]
+    polls = [{0: {"GPUTL": 99, "POWER": 400.0, "SMCLK": 1100, "SMMAX": 1980, "DVCCTR": 64}}
+             for _ in range(3)]
+    path = tmp_path / "dcgm.log"
+    path.write_text(dmon_text(polls, fields))
+    s = read_log(str(path)).samples
+    assert (s.clock == 1100).all() and (s.clock_max == 1980).all() and (s.events == 64).all()

@@ -3,8 +3,9 @@
 ``dcgmi dmon``: a header line ``#Entity  GPUTL  POWER ...`` (the fields' short names) and a
 units line (``ID  ...  W``), both again every few polls; rows ``GPU 0  45  120.345 ...``,
 ``N/A`` for a blank value. Rows of other entities (MIG instances ``GPU-I 1``, ``GPU-CI 2``,
-NVSwitches) are not GPUs and are left out, with a note. dmon writes no time: each GPU's rows
-are ``interval`` apart (dmon's ``-d``; 1 s by default), and a note says so.
+NVSwitches) are not GPUs and are left out, with a note; a log of GPU instances alone reads
+them as its GPUs. dmon writes no time: each GPU's rows are ``interval`` apart (dmon's ``-d``;
+1 s by default), and a note says so.
 
 A CSV: a header of DCGM field names, short (``GPUTL``) or long (``DCGM_FI_DEV_GPU_UTIL``), an
 entity column (``EntityId``, or a GPU column by the plain logs' names; cells ``0``,
@@ -12,7 +13,9 @@ entity column (``EntityId``, or a GPU column by the plain logs' names; cells ``0
 milliseconds or microseconds, which a note names, or ISO date-times).
 
 Utilization is GPUTL (a percent); without it, GRACT (the share of time the graphics engine
-was busy, a 0-1 fraction) times 100, as a duty; a note says which. SMACT, SMOCC, TENSO, DRAMA
+was busy, a 0-1 fraction) times 100, as a duty; a note says which. POWER, EPLMT, SMCLK, SMMAX,
+DVCCTR (the clock event reasons, NVML's bits) and FBUSD are the power, its limit, the SM
+clock, its maximum, the clock events and the memory used. SMACT, SMOCC, TENSO, DRAMA
 and GRACT (0-1 fractions, never percents) go to ``log.gpm``. Parsed with the standard
 library: DCGM logs are seconds to hours of a few fields.
 """
@@ -34,13 +37,16 @@ from gpumon.logs.sniff import PLAIN_GPU, pick, plain_key, plain_time
 
 # DCGM field short name -> detector column.
 FIELDS = {"GPUTL": "util", "POWER": "power", "EPLMT": "power_limit", "SMCLK": "clock",
-          "FBUSD": "mem"}
+          "SMMAX": "clock_max", "DVCCTR": "events", "FBUSD": "mem"}
 # DCGM profiling fields, 0-1 fractions -> their name in Log.gpm.
 FRACTIONS = {"GRACT": "gr_active", "SMACT": "sm_active", "SMOCC": "sm_occupancy",
              "TENSO": "tensor_active", "DRAMA": "dram_active"}
 # Long names (DCGM_FI_*) of the fields read, as exports and dcgm-exporter write them.
 LONG_NAMES = {"DCGM_FI_DEV_GPU_UTIL": "GPUTL", "DCGM_FI_DEV_POWER_USAGE": "POWER",
               "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": "EPLMT", "DCGM_FI_DEV_SM_CLOCK": "SMCLK",
+              "DCGM_FI_DEV_MAX_SM_CLOCK": "SMMAX",
+              "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": "DVCCTR",
+              "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": "DVCCTR",
               "DCGM_FI_DEV_FB_USED": "FBUSD", "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "GRACT",
               "DCGM_FI_PROF_SM_ACTIVE": "SMACT", "DCGM_FI_PROF_SM_OCCUPANCY": "SMOCC",
               "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "TENSO", "DCGM_FI_PROF_DRAM_ACTIVE": "DRAMA"}
@@ -52,7 +58,11 @@ STOPPED = "dmon was stopped"
 # Epoch times in milliseconds and microseconds are above these (seconds reach them in the
 # year 5138 and 33658, past RANGES["time"]).
 MS_ABOVE, US_ABOVE = 1e11, 1e14
-_GPU_CELL = re.compile(r"^gpu[\s:_-]*(\d+)$", re.IGNORECASE)
+# An entity cell: its kind (GPU, GPU-I, GPU-CI, Switch...) and index: "GPU 0", "gpu:0".
+_ENTITY = re.compile(r"^([A-Za-z][A-Za-z-]*?)[\s:_-]*(\d+)$")
+# Entities read as GPUs, in order of preference: the GPUs, else (a log of MIG instances
+# only) the GPU instances.
+READ_ENTITIES = ("GPU", "GPU-I")
 
 
 def short_name(name: str) -> Optional[str]:
@@ -84,18 +94,19 @@ def csv_columns(header: str) -> Optional[dict]:
 
 
 class _Rows:
-    """The rows read so far: GPU, time, the fields' values, the kept lines; rows of other
-    entities counted."""
+    """The rows read so far: entity kind and index, time, the fields' values, the kept
+    lines."""
 
     def __init__(self):
+        self.entity: list[str] = []
         self.gpu: list = []
         self.time: list = []
         self.vals: dict[str, list] = {s: [] for s in READ}
         self.where: list[int] = []
-        self.others = 0
         self.seen = set()         # the fields any header named
 
-    def add(self, k: int, gpu: float, t: float, vals: dict) -> None:
+    def add(self, k: int, entity: str, gpu: float, t: float, vals: dict) -> None:
+        self.entity.append(entity)
         self.gpu.append(gpu)
         self.time.append(t)
         for s, col in self.vals.items():
@@ -147,12 +158,8 @@ def _dmon_row(k: int, words: list[str], names: Optional[list[str]], rows: _Rows)
     one under a header."""
     if names is None or len(words) != len(names) + 2:
         raise ValueError(words)
-    if words[0].upper() != "GPU":
-        int(words[1])
-        rows.others += 1                            # (GPU-I 1, GPU-CI 2, Switch 0)
-        return
     vals = {n: _cell(v) for n, v in zip(names, words[2:]) if n in rows.vals}
-    rows.add(k, float(int(words[1])), math.nan, vals)
+    rows.add(k, words[0].upper(), float(int(words[1])), math.nan, vals)
 
 
 def _csv_rows(lines: Lines, rows: _Rows, path: str) -> bool:
@@ -179,24 +186,19 @@ def _csv_rows(lines: Lines, rows: _Rows, path: str) -> bool:
 
 
 def _csv_row(k: int, cells: list[str], at: dict, rows: _Rows) -> None:
-    gpu = _entity(cells[at["gpu"]]) if at["gpu"] is not None else 0.0
-    if gpu is None:
-        rows.others += 1
-        return
+    entity, gpu = _entity(cells[at["gpu"]]) if at["gpu"] is not None else ("GPU", 0.0)
     t = _stamp(cells[at["time"]]) if at["time"] is not None else math.nan
-    rows.add(k, gpu, t, {s: _cell(cells[i]) for s, i in at.items() if s in rows.vals})
+    rows.add(k, entity, gpu, t, {s: _cell(cells[i]) for s, i in at.items() if s in rows.vals})
 
 
-def _entity(text: str) -> Optional[float]:
-    """A GPU index from an entity cell (``0``, ``GPU 0``, ``gpu:0``); None for another
-    entity (``GPU-I 1``, ``Switch 0``); ValueError for no entity at all."""
+def _entity(text: str) -> tuple[str, float]:
+    """An entity cell's kind and index: ``0`` and ``GPU 0`` or ``gpu:0`` are GPU 0,
+    ``GPU-I 1`` GPU instance 1; ValueError for no entity at all."""
     text = text.strip()
-    m = _GPU_CELL.match(text)
+    m = _ENTITY.match(text)
     if m:
-        return float(m.group(1))
-    if re.match(r"^[A-Za-z][\w-]*[\s:]+\d+$", text):
-        return None
-    return float(text)
+        return m.group(1).upper(), float(m.group(2))
+    return "GPU", float(text)
 
 
 def _stamp(text: str) -> float:
@@ -229,6 +231,7 @@ def _log(rows: _Rows, lines: Lines, path: str, kind: str, step: Optional[float])
     """The read rows as detector columns (``step``: seconds between a GPU's rows, for a log
     without times; None when it has them)."""
     notes: list[str] = []
+    rows = _entities(rows, notes)
     gpu, bad = gpu_index(np.array(rows.gpu, float))
     cols = {s: np.array(v, float) for s, v in rows.vals.items()}
     if step is not None:
@@ -238,17 +241,34 @@ def _log(rows: _Rows, lines: Lines, path: str, kind: str, step: Optional[float])
     else:
         t = _epoch(np.array(rows.time, float), notes)
     util = _util(cols, rows.seen, notes)
-    if rows.others:
-        notes.append(f"{rows.others} row(s) of other DCGM entities (MIG instances, "
-                     "NVSwitches) left out: GPUs only")
-    samples = SampleCols(t, gpu, util, *(_col(cols, rows.seen, f)
-                                         for f in ("POWER", "EPLMT", "SMCLK")),
-                         None, None, _col(cols, rows.seen, "FBUSD"), None)
+    samples = SampleCols(t, gpu, util, *(_col(cols, rows.seen, f) for f in
+                                         ("POWER", "EPLMT", "SMCLK", "SMMAX", "DVCCTR",
+                                          "FBUSD")), None)
     gpm = {name: cols[s] for s, name in FRACTIONS.items() if s in rows.seen} or None
     log = Log(path, kind, samples, None, None, {}, lines.malformed, len(rows.where), notes,
               gpm=gpm)
     kept = np.array(rows.where, np.int64)
     return finish(log, bad, lambda r: lines.line_of(kept[r]))
+
+
+def _entities(rows: _Rows, notes: list) -> _Rows:
+    """The rows of the GPUs (or, in a log of MIG instances only, of the GPU instances); the
+    others (MIG instances beside their GPU, NVSwitches) left out, with a note."""
+    kinds = set(rows.entity)
+    keep = next((e for e in READ_ENTITIES if e in kinds), None)
+    if keep == "GPU-I":
+        notes.append("no GPU rows: MIG GPU instances (GPU-I) read as GPUs, by instance id")
+    if kinds <= {keep}:
+        return rows
+    take = [i for i, e in enumerate(rows.entity) if e == keep]
+    notes.append(f"{len(rows.entity) - len(take)} row(s) of other DCGM entities (MIG "
+                 "instances, NVSwitches) left out")
+    out = _Rows()
+    out.seen = rows.seen
+    for name in ("entity", "gpu", "time", "where"):
+        setattr(out, name, [getattr(rows, name)[i] for i in take])
+    out.vals = {s: [v[i] for i in take] for s, v in rows.vals.items()}
+    return out
 
 
 def _col(cols: dict, seen: set, short: str) -> Optional[np.ndarray]:
