@@ -1,6 +1,7 @@
 """DCGM logs: `dcgmi dmon -e ...` output and CSV exports of DCGM fields, read by `analyze`
 with what they hold (utilization, power, memory) and the profiling fractions kept aside."""
 import math
+import time
 import subprocess
 import sys
 
@@ -244,3 +245,22 @@ def test_clock_fields_and_event_reasons_are_read(tmp_path):
     path.write_text(dmon_text(polls, fields))
     s = read_log(str(path)).samples
     assert (s.clock == 1100).all() and (s.clock_max == 1980).all() and (s.events == 64).all()
+
+
+@pytest.mark.parametrize("stamp", [lambda t: f"{t:.3f}",
+                                   lambda t: time.strftime("%Y-%m-%d %H:%M:%S",
+                                                           time.gmtime(t))])
+def test_dmon_lines_stamped_in_a_pipe_keep_their_times(tmp_path, stamp):
+    """`dcgmi dmon ... | while read l; do echo "$(date +%s.%N) $l"; done`, or `| ts`."""
+    text = dmon_text(polls_of(20), FIELDS).splitlines()
+    t0, out, k = 1_700_000_000, [], 0
+    for line in text:
+        if line.startswith("GPU 0"):
+            k += 1
+        out.append(f"{stamp(t0 + 2 * k)} {line}")
+    path = tmp_path / "dcgm.log"
+    path.write_text("\n".join(out) + "\n")
+    log = read_log(str(path))
+    assert log.malformed.count == 0 and len(log.samples.time) == 40
+    assert np.array_equal(log.samples.time[log.samples.gpu == 1], t0 + 2.0 * np.arange(1, 21))
+    assert not any("apart" in n for n in log.notes)

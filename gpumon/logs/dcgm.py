@@ -5,7 +5,8 @@ units line (``ID  ...  W``), both again every few polls; rows ``GPU 0  45  120.3
 ``N/A`` for a blank value. Rows of other entities (MIG instances ``GPU-I 1``, ``GPU-CI 2``,
 NVSwitches) are not GPUs and are left out, with a note; a log of GPU instances alone reads
 them as its GPUs. dmon writes no time: each GPU's rows are ``interval`` apart (dmon's ``-d``;
-1 s by default), and a note says so.
+1 s by default), and a note says so, unless a pipe put a time stamp before each line (epoch
+seconds, or an ISO 8601 date-time as ``ts '%Y-%m-%d %H:%M:%S'`` writes it).
 
 A CSV: a header of DCGM field names, short (``GPUTL``) or long (``DCGM_FI_DEV_GPU_UTIL``), an
 entity column (``EntityId``, or a GPU column by the plain logs' names; cells ``0``,
@@ -117,8 +118,7 @@ class _Rows:
 def read(lines: Lines, path: str, kind: str, interval: Optional[float]) -> Log:
     rows = _Rows()
     if kind == "dcgm-dmon":
-        timed = False
-        _dmon_rows(lines, rows)
+        timed = _dmon_rows(lines, rows)
     else:
         timed = _csv_rows(lines, rows, path)
     if not rows.where:
@@ -135,31 +135,41 @@ def _cell(text: str) -> float:
     return float(text)
 
 
-def _dmon_rows(lines: Lines, rows: _Rows) -> None:
+def _dmon_rows(lines: Lines, rows: _Rows) -> bool:
+    """dmon's lines into ``rows``; whether they carry times (a stamp put before each line,
+    as ``date +%s`` or ``ts '%Y-%m-%d %H:%M:%S'`` in a pipe write it)."""
     names: Optional[list[str]] = None
+    timed = False
     for k, line in enumerate(lines.text_lines()):
         words = line.split()
-        if not words or words[0] == "ID" or line.lstrip().startswith(STOPPED):
+        if not words or "ID" in words[:3] or STOPPED in line:
             continue                                # (the units line; dmon's last words)
-        if words[0].startswith("#"):
-            head = line.lstrip().lstrip("#").split()
+        mark = next((i for i, w in enumerate(words) if w.startswith("#")), None)
+        if mark is not None:
+            head = " ".join(words[mark:]).lstrip("#").split()
             if head and head[0].lower() == "entity":
                 names = head[1:]
                 rows.seen.update(names)
             continue
         try:
-            _dmon_row(k, words, names, rows)
+            timed |= _dmon_row(k, words, names, rows)
         except (ValueError, OverflowError):
             lines.malformed.add(int(lines.line_of([k])[0]))
+    return timed
 
 
-def _dmon_row(k: int, words: list[str], names: Optional[list[str]], rows: _Rows) -> None:
-    """One data line of dmon (``GPU 0  v1 v2 ...``) into ``rows``; ValueError when it is not
-    one under a header."""
-    if names is None or len(words) != len(names) + 2:
+def _dmon_row(k: int, words: list[str], names: Optional[list[str]], rows: _Rows) -> bool:
+    """One data line of dmon (``GPU 0  v1 v2 ...``, perhaps after a time stamp) into
+    ``rows``; whether it had a stamp. ValueError when it is not one under a header."""
+    if names is None or len(words) < len(names) + 2:
         raise ValueError(words)
-    vals = {n: _cell(v) for n, v in zip(names, words[2:]) if n in rows.vals}
-    rows.add(k, words[0].upper(), float(int(words[1])), math.nan, vals)
+    p = len(words) - len(names) - 2                 # (the words of a stamp before it)
+    if not words[p][:1].isalpha():
+        raise ValueError(words)
+    t = _stamp(" ".join(words[:p])) if p else math.nan
+    vals = {n: _cell(v) for n, v in zip(names, words[p + 2:]) if n in rows.vals}
+    rows.add(k, words[p].upper(), float(int(words[p + 1])), t, vals)
+    return p > 0
 
 
 def _csv_rows(lines: Lines, rows: _Rows, path: str) -> bool:

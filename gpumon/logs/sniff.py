@@ -121,7 +121,7 @@ def _framed(lines: list[str]) -> Optional[str]:
     first = lines[0].lstrip()
     if first.startswith("{"):
         return "gpumon-jsonl"
-    if any(x.lstrip().startswith("#Entity") for x in lines):
+    if any("#Entity" in x for x in lines):
         return "dcgm-dmon"
     from gpumon.logs.dcgm import csv_columns
     return "dcgm-csv" if csv_columns(lines[0]) is not None else None
