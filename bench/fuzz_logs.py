@@ -56,7 +56,7 @@ from typing import Callable, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "analyze")
 BASES = ("gpumon.csv", "nvsmi_nounits.csv", "nvsmi_starved.csv", "dmon.log", "dmon_dt.log",
-         "plain.csv", "malformed.csv")
+         "plain.csv", "malformed.csv", "dcgm_dmon.log", "dcgm.csv", "gpumon.jsonl")
 
 OUTCOMES = ("ok", "user_error", "traceback", "hang", "memory", "crash")
 FAILURES = ("traceback", "hang", "memory", "crash")
