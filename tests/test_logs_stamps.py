@@ -52,7 +52,7 @@ def test_fixed_width_stamps_match_strptime(digits, monkeypatch):
     "2024/05/01 10:60:00.000",
     "2024/05/01 10:00:60.000",
     "1969/12/31 23:59:59.000",
-    "2024-05-01T10:00:00.000",       # ISO 8601: Arrow's path
+    "2024/05/01T10-00:00.000",       # separators out of place
     "2024/05/01 10:00:00.12a",
     "2024/05/01 10:00:00,123",
     "2024/05/01 10:00:00Z123",
@@ -65,6 +65,21 @@ def test_other_layouts_and_impossible_dates_are_left_to_strptime(odd, monkeypatc
     want = _arrow_path(texts, monkeypatch)
     assert np.array_equal(got[0], want[0], equal_nan=True)
     assert np.array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("digits", [0, 6])
+def test_iso_and_date_colon_time_stamps_are_the_same_seconds(digits, monkeypatch):
+    """ISO 8601 (``2024-05-01T10:00:00``) and ``2022-05-22:16:54:15.760601`` (as monitoring
+    scripts write it) give the seconds nvidia-smi's layout of the same date-time gives."""
+    texts = _stamps(digits + 10, n=500, digits=digits)
+    want = stamps.fixed_stamps(str_array(texts))
+    for date_sep, sep in (("-", "T"), ("-", ":"), ("-", " ")):
+        other = [t[:4] + date_sep + t[5:7] + date_sep + t[8:10] + sep + t[11:] for t in texts]
+        assert np.array_equal(stamps.fixed_stamps(str_array(other)), want)
+        t, bad = values.times(str_array(other))
+        assert np.array_equal(t, want) and not bad.any()
+    iso = [t.replace("/", "-").replace(" ", "T") for t in texts]
+    assert np.array_equal(_arrow_path(iso, monkeypatch)[0], want)
 
 
 def test_stamps_of_different_widths_or_with_nulls_are_left_to_strptime():

@@ -1,4 +1,5 @@
-"""nvidia-smi's date-times (``2024/05/01 10:00:01.123``, every one as wide as the others) read
+"""Date-times (nvidia-smi's ``2024/05/01 10:00:01.123``, ISO 8601's ``2024-05-01T10:00:01``,
+``2022-05-22:16:54:15.760601``; every one as wide as the others) read
 straight from their digits: a day-long log has 86,400 distinct stamps, and Arrow's strptime
 and regular expressions take ~0.5 us on each. The same epoch seconds as values._parse_times
 gives them; anything else (another layout, a date or time out of range) is left to it.
@@ -11,8 +12,10 @@ import numpy as np
 
 from gpumon.logs.arrow import text_matrix
 
-# Where the separators of "YYYY/MM/DD HH:MM:SS" sit, and the digits' places.
-_SEPS = {4: b"/", 7: b"/", 10: b" ", 13: b":", 16: b":"}
+# Where the separators of "YYYY/MM/DD HH:MM:SS" sit (each of the bytes given: ISO 8601's
+# "2024-05-01T10:00:01" and "2022-05-22:16:54:15" as some monitoring scripts write it), and
+# the digits' places.
+_SEPS = {4: b"/-", 7: b"/-", 10: b" T:", 13: b":", 16: b":"}
 _FIELDS = {"year": (0, 4), "month": (5, 7), "day": (8, 10), "hour": (11, 13),
            "minute": (14, 16), "second": (17, 19)}
 _DAYS = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
@@ -23,7 +26,8 @@ MAX_WIDTH = 29
 
 def fixed_stamps(s) -> Optional[np.ndarray]:
     """Epoch seconds of an Arrow text array (no nulls) of stamps all ``YYYY/MM/DD HH:MM:SS``
-    followed by the same number of fraction digits (``.123``) or none; None otherwise."""
+    (or with the other separators of _SEPS) followed by the same number of fraction digits
+    (``.123``) or none; None otherwise."""
     chars = text_matrix(s, MAX_WIDTH)
     if chars is None or chars.shape[1] < 19 or chars.shape[1] == 20:
         return None
@@ -36,7 +40,7 @@ def fixed_stamps(s) -> Optional[np.ndarray]:
     digits[list(seps)] = False
     if not (v[digits].view(np.uint16) <= 9).all():
         return None
-    if not all((v[pos] == sep[0] - ord("0")).all() for pos, sep in seps.items()):
+    if not all(_any_of(v[pos], sep).all() for pos, sep in seps.items()):
         return None
     f = {k: _number(v, a, b) for k, (a, b) in _FIELDS.items()}
     if not _in_range(f):
@@ -47,6 +51,14 @@ def fixed_stamps(s) -> Optional[np.ndarray]:
         # k digits as an integer over 10**k: the double nearest the decimal, as parsing it is.
         t = t + _number(v, 20, width) / float(10 ** (width - 20))
     return t
+
+
+def _any_of(row: np.ndarray, chars: bytes) -> np.ndarray:
+    """Where a digit row holds one of ``chars``."""
+    m = row == chars[0] - ord("0")
+    for c in chars[1:]:
+        m |= row == c - ord("0")
+    return m
 
 
 def _number(v: np.ndarray, a: int, b: int) -> np.ndarray:
