@@ -27,6 +27,7 @@ from gpumon.detect.bins import SampleCols
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.diagnosis import Diagnosis
 from gpumon.errors import UserError
+from gpumon.logs.columns import check_roles, fractions
 from gpumon.logs.log import Log, finish, gpu_index
 from gpumon.sampler import Monitor
 
@@ -80,12 +81,24 @@ class Report:
 
 
 def analyze_log(path: str, interval: Optional[float] = None,
-                thresholds: Thresholds = DEFAULT) -> Report:
+                thresholds: Thresholds = DEFAULT, columns: Optional[Mapping[str, str]] = None
+                ) -> Report:
     """Diagnose a log file (gpumon CSV, nvidia-smi --query-gpu CSV, nvidia-smi dmon, a plain
-    time/gpu/utilization CSV; gzip too). ``interval``: seconds between rows of a log without
-    times."""
-    log, tl = analyze_file(path, interval, thresholds)
+    CSV or whitespace table with a utilization column; gzip too). ``interval``: seconds
+    between rows of a log without times. ``columns``: which column is which, role -> name
+    (``{"time": "elapsed_sec", "util": "gpu_util_pct"}``; roles: time, gpu, util, power,
+    power_limit, mem), for a log whose columns gpumon does not tell by itself."""
+    log, tl = analyze_file(path, interval, thresholds, _roles(columns))
     return _report(log, tl)
+
+
+def _roles(columns: Optional[Mapping[str, str]]) -> Optional[dict]:
+    if columns is None:
+        return None
+    try:
+        return check_roles(dict(columns))
+    except ValueError as exc:
+        raise ValueError(f"analyze_log(columns=...): {exc}") from None
 
 
 def diagnose(data: Any = None, *, thresholds: Thresholds = DEFAULT, **columns) -> Report:
@@ -112,8 +125,8 @@ def diagnose(data: Any = None, *, thresholds: Thresholds = DEFAULT, **columns) -
 
 def _check_percent(util: np.ndarray) -> None:
     """ValueError when ``util`` reads as 0-1 fractions, not percent (see diagnose)."""
-    u = util[np.isfinite(util)]
-    if len(u) and u.max() <= 1.0 and ((u > 0) & (u < 1)).any():
+    if fractions(util):
+        u = util[np.isfinite(util)]
         raise ValueError("diagnose(): util holds fractions (every value 0 to 1, e.g. "
                          f"{float(u[(u > 0) & (u < 1)][0]):g}); it takes percent, 0-100: "
                          "pass util * 100")

@@ -76,12 +76,15 @@ def test_plain_csv_without_gpu_column_is_gpu_0(tmp_path):
     assert len(log.samples.time) == 60 and any("GPU 0" in n for n in log.notes)
 
 
-def test_quoted_cell_with_a_line_break_is_one_malformed_row(tmp_path):
+def test_quoted_cell_with_a_line_break_is_read_up_to_the_break_with_a_note(tmp_path):
     body = "".join(f"{k},0,{50 + k % 2}\n" for k in range(40))
-    text = "time,gpu,util\n" + body + '40,0,"45\n46"\n' + "41,0,50\n"
+    text = "time,gpu,util\n" + body + '40,0,"45\n46"\n' + "41,0,50\n" + '42,0,"x\n'
     log = read_log(write(tmp_path, "q.csv", text))
-    assert len(log.samples.time) == 41
-    assert log.malformed.count == 1 and log.malformed.first_line == 42
+    assert log.samples.time.tolist() == list(range(42))
+    assert log.samples.util[40] == 45 and log.samples.util[41] == 50
+    assert any("line break" in n for n in log.notes)
+    # a quote never closed is still a malformed line, at its own line number
+    assert log.malformed.count == 1 and log.malformed.first_line == 45
 
 
 def test_stdin_pipe_and_gzip(tmp_path):

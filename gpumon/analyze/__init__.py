@@ -20,8 +20,11 @@ from gpumon.detect.thresholds import DEFAULT, Thresholds
 
 
 def analyze_file(path: str, interval: Optional[float] = None,
-                 th: Thresholds = DEFAULT) -> tuple[Log, Timeline]:
-    log = read_log(path, interval)
+                 th: Thresholds = DEFAULT, columns: Optional[dict] = None
+                 ) -> tuple[Log, Timeline]:
+    """``columns``: role -> column name (``{"time": "elapsed_sec", "util": "gpu_util_pct"}``)
+    for a CSV or table log whose columns gpumon does not tell by itself."""
+    log = read_log(path, interval, columns)
     if log.empty:
         bad = (f" ({log.malformed.count} malformed line(s), the first at line "
                f"{log.malformed.first_line})" if log.malformed.count else "")

@@ -5,6 +5,7 @@ import datetime as dt
 from typing import Optional
 
 from gpumon.diagnosis import evidence_text
+from gpumon.logs.columns import EPOCH_MIN
 from gpumon.logs.log import Log
 from gpumon.analyze.timeline import Timeline, summary
 
@@ -24,8 +25,6 @@ def to_json(tl: Timeline, log: Optional[Log] = None) -> dict:
     return out
 
 
-# Times before this are seconds since the log's start, not Unix epoch seconds.
-EPOCH_MIN = 1e8
 
 
 def _clock(t: Optional[float], t0: float) -> str:

@@ -12,8 +12,10 @@ def register(sub) -> None:
     p = sub.add_parser(
         "analyze",
         description="Offline diagnosis of a log: a gpumon CSV, an `nvidia-smi --query-gpu=... "
-        "--format=csv` log, an `nvidia-smi dmon` log, or a CSV with time, GPU index and "
-        "utilization columns. The format is detected from the file.",
+        "--format=csv` log, an `nvidia-smi dmon` log, or a CSV or whitespace table with a "
+        "utilization column (and time, GPU, power, memory columns; a header in a comment "
+        "line, a banner above a table, a column per GPU). The format is detected from the "
+        "file; --columns names the columns it does not tell.",
         **help_kwargs("analyze"))
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="log file(s); - reads standard input; .gz files and pipes work")
@@ -24,6 +26,10 @@ def register(sub) -> None:
     p.add_argument("--interval", type=_log_interval, default=None, metavar="S",
                    help="seconds between samples of a log without a time column (dmon; "
                    "default 1)")
+    p.add_argument("--columns", type=_columns, default=None,
+                   metavar="ROLE=COLUMN,...",
+                   help="which column is which, for a CSV or table log whose columns gpumon "
+                   "does not tell by itself (roles: time, gpu, util, power, power_limit, mem)")
     p.add_argument("--plot", type=_plot_path, default=None, metavar="OUT.png|OUT.svg",
                    help="also draw each GPU's utilization and power over time with the "
                    "verdicts beneath (one FILE; needs matplotlib: pip install 'gpumon-dl[plot]')")
@@ -38,6 +44,15 @@ def _log_interval(text: str) -> float:
     if not lo <= value <= hi:
         raise argparse.ArgumentTypeError(f"must be from {lo:g} to {hi:g} seconds: {text!r}")
     return value
+
+
+def _columns(text: str) -> dict:
+    import argparse
+    from gpumon.logs.columns import parse_option
+    try:
+        return parse_option(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
 
 
 def _plot_path(path: str) -> str:
@@ -62,7 +77,7 @@ def run(args) -> int:
         return 2
     for path in args.files:
         try:
-            log, tl = analyze_file(path, args.interval)
+            log, tl = analyze_file(path, args.interval, columns=args.columns)
         except UserError as exc:
             failed += 1
             print(f"gpumon: {exc}", file=sys.stderr)

@@ -12,11 +12,12 @@ the rest is read.
 """
 from __future__ import annotations
 
+import csv
 from typing import Optional
 
 from gpumon.errors import UserError
 from gpumon.logs.arrow import reading_pool
-from gpumon.logs.lines import Lines, clean_chunks, size_text
+from gpumon.logs.lines import Lines, clean_chunks, cut_cells, size_text
 from gpumon.logs.log import Log, Malformed
 from gpumon.logs.memory import small_pages, text_budget
 from gpumon.logs.sniff import KINDS, sniff
@@ -30,9 +31,11 @@ SNIFF_LINES = 40
 INTERVAL_RANGE = (1e-3, 86400.0)
 
 
-def read_log(path: str, interval: Optional[float] = None) -> Log:
+def read_log(path: str, interval: Optional[float] = None,
+             columns: Optional[dict] = None) -> Log:
     """Any supported log, its kind detected from its first lines. Running out of memory is
-    a UserError that says how much of the log had been read."""
+    a UserError that says how much of the log had been read. ``columns``: role -> column
+    name (columns.parse_option), for a plain log whose columns are named by the user."""
     name = display_name(path)
     if interval is not None and not INTERVAL_RANGE[0] <= interval <= INTERVAL_RANGE[1]:
         raise UserError(f"interval must be from {INTERVAL_RANGE[0]:g} to "
@@ -42,7 +45,7 @@ def read_log(path: str, interval: Optional[float] = None) -> Log:
         with small_pages():                 # (clean's scratch arrays are large too)
             lines = clean_chunks(got, text_budget(), name)
             with reading_pool():
-                return read_lines(lines, name, interval)
+                return read_lines(lines, name, interval, columns)
     except MemoryError:
         raise UserError(f"{name}: out of memory after reading {size_text(got.bytes)} of it "
                         "(split the log, or analyse a part of it)") from None
@@ -64,18 +67,23 @@ class Counted:
         return c
 
 
-def read_lines(lines: Lines, name: str, interval: Optional[float] = None) -> Log:
+def read_lines(lines: Lines, name: str, interval: Optional[float] = None,
+               columns: Optional[dict] = None) -> Log:
     head = lines.head(SNIFF_LINES)
     if not head:
         bad = (f" ({lines.malformed.count} malformed line(s))" if lines.malformed.count
                else "")
         raise UserError(f"{name}: empty, nothing to analyse{bad}")
     kind = sniff(head)
-    if kind is None:
+    if kind is None and not columns:
         raise UserError(f"{name}: not a log gpumon can read (want a gpumon CSV or JSON-lines "
                         "log, an nvidia-smi --query-gpu CSV, an nvidia-smi dmon log, "
                         "nvidia-smi's screen logged again and again, a dcgmi dmon log or a CSV "
-                        "of DCGM fields, or a CSV with time or GPU and utilization columns)")
+                        "of DCGM fields, or a CSV or table with a utilization column)"
+                        + refused_columns(head))
+    if columns and kind not in (None, "plain", "gpumon", "nvidia-smi"):
+        raise UserError(f"{name}: --columns names the columns of a CSV or table log, not of "
+                        f"a {kind} log")
     # Only the reader of this kind is imported.
     if kind == "nvidia-smi-screen":
         from gpumon.logs import screen
@@ -89,15 +97,39 @@ def read_lines(lines: Lines, name: str, interval: Optional[float] = None) -> Log
     if kind in ("dcgm-dmon", "dcgm-csv"):
         from gpumon.logs import dcgm
         return dcgm.read(lines, name, kind, interval)
-    names = header(lines)
-    if kind == "gpumon":
+    lines, cut = cut_cells(lines)
+    log = _csv(lines, kind, name, interval, columns)
+    if cut:
+        log.notes.append(f"{cut} row(s) with a quoted cell holding a line break: each cell "
+                         "read up to its first line break")
+    return log
+
+
+def _csv(lines: Lines, kind: Optional[str], name: str, interval: Optional[float],
+         columns: Optional[dict]) -> Log:
+    if kind == "gpumon" and not columns:
         from gpumon.logs import gpumon_csv
-        return gpumon_csv.read(lines, names, name)
-    if kind == "nvidia-smi":
+        return gpumon_csv.read(lines, header(lines), name)
+    if kind == "nvidia-smi" and not columns:
         from gpumon.logs import nvsmi
-        return nvsmi.read(lines, names, name, interval)
+        return nvsmi.read(lines, header(lines), name, interval)
     from gpumon.logs import plain
-    return plain.read(lines, names, name)
+    return plain.read(lines, name, columns)
+
+
+def refused_columns(head: list[str]) -> str:
+    """For a refused log with a header: the columns it has, and how to name them."""
+    from gpumon.logs.columns import seen
+    from gpumon.logs.headers import locate
+    form = locate(head)
+    try:
+        names = form.names if form is not None else next(csv.reader([head[0]]), [])
+    except csv.Error:
+        return ""
+    if len(names) < 2:
+        return ""
+    return (f"; its columns: {seen(names)}; name them with --columns "
+            "time=COLUMN,util=COLUMN[,gpu=..,power=..,mem=..]")
 
 
 __all__ = ["read_log", "read_lines", "sniff", "Log", "Malformed", "KINDS", "INTERVAL_RANGE"]

@@ -233,3 +233,57 @@ def _scan(buf: np.ndarray) -> tuple[np.ndarray, int, int]:
 def _lines_at(pos: np.ndarray, nl: np.ndarray) -> np.ndarray:
     """Index of the line that holds each byte position."""
     return np.searchsorted(nl, pos)
+
+
+def cut_cells(lines: Lines) -> tuple[Lines, int]:
+    """(lines, rows cut): each row with a quoted cell that holds a line break (``"76.14``
+    newline ``0"``: a script's cell holding a second GPU's value) made one line, the cell
+    cut at its first line break. A quote never closed within table.MAX_QUOTED_LINES lines
+    is left as it is (the reader counts that line malformed)."""
+    if b'"' not in lines.data:
+        return lines, 0
+    buf = np.frombuffer(lines.data, np.uint8)
+    nl = np.flatnonzero(buf == 10)
+    odd = np.flatnonzero(np.bincount(_lines_at(np.flatnonzero(buf == 34), nl),
+                                     minlength=len(nl)) % 2)
+    if not len(odd):
+        return lines, 0
+    text = lines.data.decode("utf-8").split("\n")[:-1]
+    joined = _join_cut(text, odd.tolist())
+    if not joined:
+        return lines, 0
+    keep = np.ones(len(text), bool)
+    for k, span, line in joined:
+        text[k] = line
+        keep[k + 1:k + span] = False
+    kept = np.flatnonzero(keep)
+    data = ("\n".join(text[k] for k in kept.tolist()) + "\n").encode()
+    return Lines(data, lines.line_of(kept), lines.malformed, len(kept)), len(joined)
+
+
+def _join_cut(text: list[str], odd: list[int]) -> list[tuple[int, int, str]]:
+    """(line, lines spanned, the row as one line) of each row starting at one of the lines
+    ``odd`` (an odd count of quotes) whose quote closes on a later line."""
+    import csv
+    import io
+    from gpumon.logs.table import MAX_QUOTED_LINES
+    out, skip_to = [], 0
+    for k in odd:
+        if k < skip_to:
+            continue
+        line, span = text[k], 1
+        while line.count('"') % 2 and span < MAX_QUOTED_LINES and k + span < len(text):
+            line += "\n" + text[k + span]
+            span += 1
+        try:
+            rows = list(csv.reader(io.StringIO(line, newline="")))
+        except csv.Error:
+            continue
+        if line.count('"') % 2 or len(rows) != 1:
+            continue
+        cells = [c.split("\n", 1)[0].strip() if "\n" in c else c for c in rows[0]]
+        w = io.StringIO()
+        csv.writer(w, lineterminator="").writerow(cells)
+        out.append((k, span, w.getvalue()))
+        skip_to = k + span
+    return out

@@ -1,48 +1,109 @@
-"""A plain CSV: a utilization column and a time or GPU column, as people's own loops write
-them (column names matched loosely, see sniff). Without a GPU column it is one GPU, GPU 0;
-without a time column its rows are one second apart."""
+"""A plain log: a utilization column and maybe time, GPU, power and memory columns, as
+people's own loops and scripts write them (headers.py: where the header is; columns.py:
+which columns are which, or as --columns names them). Without a GPU column it is one GPU,
+GPU 0; without a time column its rows are one second apart; a wide log (a column per GPU
+per field) gives each GPU's samples at the time of its row."""
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 
 from gpumon.detect.bins import SampleCols
+from gpumon.logs.columns import EPOCH_MIN, Choice, choose, fractions, named
+from gpumon.logs.headers import as_csv, locate, note, sample_rows
 from gpumon.logs.lines import Lines
 from gpumon.logs.log import Log, empty_samples, finish, gpu_index, row_times
-from gpumon.logs.sniff import (PLAIN_GPU, PLAIN_LIMIT, PLAIN_MEM, PLAIN_POWER, pick,
-                               plain_key, plain_time, plain_util)
-from gpumon.logs.table import read_table
+from gpumon.logs.table import header, read_table
 from gpumon.logs.values import num, times
 
+# The fields a wide log has a column of for each GPU.
+_ROLE_COLUMNS = ("util", "power", "power_limit", "mem")
 
-def read(lines: Lines, names: list[str], path: str) -> Log:
-    keys = [plain_key(h) for h in names]
-    at = {"util": plain_util(keys), "time": plain_time(keys), "gpu": pick(keys, PLAIN_GPU),
-          "power": pick(keys, PLAIN_POWER), "power_limit": pick(keys, PLAIN_LIMIT),
-          "mem": pick(keys, PLAIN_MEM)}
-    at = {k: i for k, i in at.items() if i is not None}
-    table, body = read_table(lines, names, list(dict.fromkeys(names[i] for i in at.values())))
+
+def read(lines: Lines, path: str, columns: Optional[dict] = None) -> Log:
+    """The plain log in ``lines``; ``columns``: role -> column name, as the user named them
+    (else chosen by columns.choose)."""
+    head = lines.head(40)
+    form = locate(head)
+    notes = [n for n in (note(form),) if n]
+    lines = as_csv(lines, form)
+    names = header(lines)
+    ch = named(names, columns, path) if columns else choose(names, sample_rows(head, form))
+    notes += ch.notes
+    table, body = read_table(lines, names, list(dict.fromkeys(names[i] for i in ch.indices())))
     if table is None:
-        return Log(path, "plain", empty_samples(), malformed=body.malformed)
+        return Log(path, "plain", empty_samples(), malformed=body.malformed, notes=notes)
     n = table.num_rows
     bad = np.zeros(n, bool)
 
-    def col(k, fn=num):
-        if k not in at:
+    def col(i, fn=num):
+        if i is None:
             return None
-        v, b = fn(table.column(names[at[k]]))
+        v, b = fn(table.column(names[i]))
         bad[:] |= b
         return v
 
-    util = col("util")
-    t = col("time", times)
-    g = col("gpu")
+    t = col(ch.at.get("time"), times)
+    if ch.per_gpu:
+        samples, line_of = _wide(ch, col, t, n, bad, body.line_of, notes)
+    else:
+        samples, line_of = _long(ch, col, t, n, bad, body.line_of, notes)
+    _time_notes(samples, names[ch.at["time"]] if "time" in ch.at else None, notes)
+    samples.util = _percent(samples.util, notes)
+    log = Log(path, "plain", samples, None, None, {}, body.malformed, n, notes)
+    return finish(log, np.repeat(bad, len(samples.time) // max(n, 1)), line_of)
+
+
+def _long(ch: Choice, col, t, n: int, bad: np.ndarray, line_of, notes: list):
+    """One sample per row: the GPU from its column (else GPU 0)."""
+    at = ch.at
+    util = col(at.get("util"))
+    g = col(at.get("gpu"))
     gpu, bad_gpu = gpu_index(np.zeros(n) if g is None else g)
     bad |= bad_gpu
-    notes = [] if "gpu" in at else ["no GPU column: read as one GPU, GPU 0"]
+    if "gpu" not in at:
+        notes.append("no GPU column: read as one GPU, GPU 0")
     if t is None:
         t = row_times(gpu, 1.0)
+    return (SampleCols(t, gpu, util, col(at.get("power")), col(at.get("power_limit")), None,
+                       None, None, col(at.get("mem")), None), line_of)
+
+
+def _wide(ch: Choice, col, t, n: int, bad: np.ndarray, line_of, notes: list):
+    """A column per GPU per field: each row is one sample of every GPU (sample k of row
+    k // GPUs), each GPU's missing fields NaN."""
+    gpus = sorted(ch.per_gpu)
+    k = len(gpus)
+    notes.append(f"a column per GPU per field: GPUs {', '.join(map(str, gpus))} read from "
+                 "each row")
+    if t is None:
+        t = np.arange(n, dtype=float)
+    cols = {}
+    for role in _ROLE_COLUMNS:
+        got = [col(ch.per_gpu[g].get(role)) for g in gpus]
+        if all(v is None for v in got):
+            cols[role] = None
+        else:
+            cols[role] = np.column_stack([np.full(n, np.nan) if v is None else v
+                                          for v in got]).ravel()
+    gpu = np.tile(np.array(gpus, dtype=np.int64), n)
+    samples = SampleCols(np.repeat(t, k), gpu, cols["util"], cols["power"],
+                         cols["power_limit"], None, None, None, cols["mem"], None)
+    return samples, (lambda rows: line_of(np.asarray(rows) // k))
+
+
+def _time_notes(samples: SampleCols, name: Optional[str], notes: list) -> None:
+    t = samples.time
+    if name is None:
         notes.append("no time column: rows read as 1 s apart")
-    samples = SampleCols(t, gpu, util, col("power"), col("power_limit"), None, None, None,
-                         col("mem"), None)
-    log = Log(path, "plain", samples, None, None, {}, body.malformed, n, notes)
-    return finish(log, bad, body.line_of)
+    elif len(t) and np.isfinite(t).any() and np.nanmax(t) < EPOCH_MIN:
+        notes.append(f"time column {name!r} read as seconds since the start")
+
+
+def _percent(util: Optional[np.ndarray], notes: list) -> Optional[np.ndarray]:
+    """Utilization written as fractions of 1 -> percent."""
+    if util is None or not fractions(util):
+        return util
+    notes.append("utilization written as fractions of 1 (0.35 for 35%): scaled to percent")
+    return util * 100.0

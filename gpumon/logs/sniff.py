@@ -4,7 +4,9 @@
 - ``nvidia-smi``: a ``--query-gpu`` CSV (a header with ``utilization.gpu``);
 - ``dmon``: ``nvidia-smi dmon`` lines under ``# gpu ...`` headers, or without headers
   (an excerpt, ``| grep -v '#'``) when the column count is one of dmon's default sets;
-- ``plain``: a CSV with a utilization column and a time or GPU column (a person's own loop);
+- ``plain``: a CSV with a utilization column (a person's own loop; columns.py tells which),
+  its header maybe a comment line or the header row of a whitespace table with a banner
+  (headers.py);
 - ``nvidia-smi-screen``: nvidia-smi's own screen appended again and again (``nvidia-smi -l 1``);
 - ``gpumon-jsonl``: gpumon's JSON-lines log (a line per poll, each a JSON object);
 - ``dcgm-dmon``: ``dcgmi dmon`` output (``#Entity`` header lines, rows ``GPU 0 ...``);
@@ -17,6 +19,8 @@ import csv
 import re
 from typing import Optional
 
+from gpumon.logs.columns import choose
+from gpumon.logs.headers import locate, sample_rows
 from gpumon.logs.values import key
 
 KINDS = ("gpumon", "nvidia-smi", "dmon", "plain", "nvidia-smi-screen", "gpumon-jsonl",
@@ -35,53 +39,6 @@ _DMON_CELL = re.compile(r"^(-|\d+(\.\d+)?)$")
 _DATE = re.compile(r"^\d{8}$")
 _TIME = re.compile(r"^\d\d:\d\d:\d\d$")
 
-# Plain CSV column names (units stripped, lower case), in order of preference.
-PLAIN_TIME = ("time", "timestamp", "ts", "t", "epoch", "unix_time", "datetime", "date_time",
-              "time_s", "seconds", "elapsed", "elapsed_s", "wall_time")
-PLAIN_GPU = ("gpu", "gpu_index", "index", "gpu_id", "device", "device_index", "idx", "gpu_idx",
-             "gpu_num", "device_id")
-PLAIN_UTIL = ("util", "utilization", "gpu_util", "util_gpu", "util_gpu_pct", "utilization_gpu",
-              "gpu_utilization", "utilization.gpu", "sm", "sm_util", "util_pct", "gpu_util_pct",
-              "gpu_usage", "gpu_load", "gpu_util_percent", "utilization_gpu_pct",
-              "gpu_utilization_pct", "gpu_utilization_percent", "gpu_usage_pct")
-PLAIN_POWER = ("power", "power_w", "power_draw", "power.draw", "power_draw_w", "power_usage",
-               "gpu_power", "gpu_power_w")
-PLAIN_MEM = ("mem_used", "memory_used", "mem_used_mib", "memory.used", "memory_used_mib",
-             "gpu_memory_used", "gpu_mem_used")
-PLAIN_LIMIT = ("power_limit", "power_limit_w", "power.limit")
-
-
-def plain_key(name: str) -> str:
-    """A plain log's column name as matched: units gone, lower case, spaces as ``_``."""
-    return re.sub(r"[\s\-]+", "_", key(name).strip())
-
-
-def pick(keys: list[str], names: tuple) -> Optional[int]:
-    """Index of the first of ``names`` (in preference order) among ``keys``."""
-    for n in names:
-        if n in keys:
-            return keys.index(n)
-    return None
-
-
-def plain_util(keys: list[str]) -> Optional[int]:
-    """The utilization column: a known name, else the one name with ``util`` in it that is
-    not about memory."""
-    i = pick(keys, PLAIN_UTIL)
-    if i is not None:
-        return i
-    cands = [k for k, name in enumerate(keys) if "util" in name and "mem" not in name]
-    return cands[0] if len(cands) == 1 else None
-
-
-def plain_time(keys: list[str]) -> Optional[int]:
-    i = pick(keys, PLAIN_TIME)
-    if i is not None:
-        return i
-    cands = [k for k, name in enumerate(keys) if "time" in name or name == "date"]
-    return cands[0] if len(cands) == 1 else None
-
-
 def sniff(lines: list[str]) -> Optional[str]:
     """The kind of log these first (non-blank) lines belong to, or None."""
     if not lines:
@@ -90,11 +47,22 @@ def sniff(lines: list[str]) -> Optional[str]:
     if kind is not None:
         return kind
     first = lines[0].lstrip()
-    if first.startswith("#"):
-        words = first.lstrip("#").lower().split()
-        return "dmon" if "gpu" in words or "idx" in words else None
-    if dmon_columns(first) is not None or _dmon_like(first):
+    if _dmon_header(first) or dmon_columns(first) is not None or _dmon_like(first):
         return "dmon"      # (dmon.read refuses a column count it cannot name, with the count)
+    form = locate(lines)
+    if form is not None:
+        return "plain" if choose(form.names, sample_rows(lines, form)).readable else None
+    return _csv(lines)
+
+
+def _dmon_header(first: str) -> bool:
+    """dmon's header line: ``# gpu pwr ...`` (or ``# Idx W ...``), no commas."""
+    words = first.lstrip("#").lower().split()
+    return first.startswith("#") and "," not in first and ("gpu" in words or "idx" in words)
+
+
+def _csv(lines: list[str]) -> Optional[str]:
+    """The kind of a CSV log, from its header (the first line) and first rows."""
     try:
         raw = next(csv.reader([lines[0]]), [])
     except csv.Error:
@@ -104,9 +72,7 @@ def sniff(lines: list[str]) -> Optional[str]:
         return "gpumon"
     if "utilization.gpu" in header:
         return "nvidia-smi"
-    keys = [plain_key(h) for h in raw]
-    if plain_util(keys) is not None and (plain_time(keys) is not None
-                                         or pick(keys, PLAIN_GPU) is not None):
+    if len(raw) >= 2 and choose(raw, sample_rows(lines, None)).readable:
         return "plain"
     return None
 
