@@ -11,10 +11,13 @@ combination of mutations (MUTATIONS: byte flips, mid-line truncation, duplicated
 wrong cell counts, NaN/inf/negative/huge numbers, non-UTF-8 bytes, CRLF, time going backwards
 or jumping 1e9 s, 2 MiB lines, 200,000-character fields, quoted line breaks, negative and huge
 GPU indices), or replaces it by an empty or header-only file; some are then gzip-compressed
-(name ending .gz). A case depends only on (seed, case number), so `--only N` rebuilds it.
+(name ending .gz). The logs include a commented header with a column per GPU, names outside
+gpumon's list, a whitespace table with a banner, quoted cells cut at a line break, and a log
+read only with --columns (BASE_COLUMNS); 5 % of the other cases read with a --columns drawn
+from their own header. A case depends only on (seed, case number), so `--only N` rebuilds it.
 
 Two worker processes (python -m bench.fuzz_logs --worker) import gpumon once and run
-gpumon.analyze.analyze_file(path) plus to_text/to_json on each file, under an address-space
+gpumon.analyze.analyze_file(path, columns=...) plus to_text/to_json on each file, under an address-space
 limit (their size after warm-up + --mem-headroom-mib) and a per-file alarm; the parent kills
 and restarts a worker that does not answer. Outcomes: ok, user_error (fine), traceback,
 hang, memory (MemoryError, or a peak RSS above --max-rss-mib), crash (the worker died).
@@ -56,7 +59,12 @@ from typing import Callable, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "analyze")
 BASES = ("gpumon.csv", "nvsmi_nounits.csv", "nvsmi_starved.csv", "dmon.log", "dmon_dt.log",
-         "plain.csv", "malformed.csv", "dcgm_dmon.log", "dcgm.csv", "gpumon.jsonl")
+         "plain.csv", "malformed.csv", "dcgm_dmon.log", "dcgm.csv", "gpumon.jsonl",
+         "commented.csv", "elapsed.csv", "banner.txt", "cut.csv", "named.csv")
+# Bases read only with --columns (what a user would give), and how often any other CSV or
+# table base is read with a --columns of names drawn from its own header instead.
+BASE_COLUMNS = {"named.csv": "time=wall,gpu=card,util=sm_activity,power=board"}
+P_COLUMNS = 0.05
 
 OUTCOMES = ("ok", "user_error", "traceback", "hang", "memory", "crash")
 FAILURES = ("traceback", "hang", "memory", "crash")
@@ -95,7 +103,34 @@ def _names(line: bytes, ws: bool) -> list:
     text = line.decode("utf-8", "replace").strip()
     if ws:
         return [w.lower() for w in text.lstrip("#").split()]
-    return [re.sub(r"\s*\[.*?\]\s*$", "", c.strip()).strip().lower() for c in text.split(",")]
+    return [re.sub(r"\s*\[.*?\]\s*$", "", c.strip()).strip().lower()
+            for c in text.lstrip("#").split(",")]
+
+
+_ROW = re.compile(rb'^\s*"?[-+]?\d')
+
+
+def names_line(lines: list, header: list) -> int:
+    """The header line that names most of the columns looked for."""
+    known = [len(re.findall(rb"(?i)\b(gpu|idx|index|time|timestamp|date|util)\b", lines[i]))
+             for i in header]
+    return header[known.index(max(known))]
+
+
+def _header_lines(lines: list, first: int) -> list:
+    """A CSV's first line; dmon's "#" lines, or a comment header and the comments above it;
+    a table's banner, header and rules: every line before the first row."""
+    comment = lines[first].lstrip().startswith(b"#")
+    if not comment and b"," in lines[first]:
+        return [first]
+    header = [first]
+    for i in range(first + 1, len(lines)):
+        if not lines[i].strip():
+            continue
+        if (comment and not lines[i].lstrip().startswith(b"#")) or _ROW.match(lines[i]):
+            break
+        header.append(i)
+    return header
 
 
 def layout(data: bytes) -> Layout:
@@ -103,19 +138,12 @@ def layout(data: bytes) -> Layout:
     first = next((i for i, ln in enumerate(lines) if ln.strip()), None)
     if first is None:
         return Layout(lines, [], False, (), None)
-    ws = lines[first].lstrip().startswith(b"#")
-    if ws:
-        header = []
-        for i in range(first, len(lines)):
-            if lines[i].lstrip().startswith(b"#"):
-                header.append(i)
-            elif lines[i].strip():
-                break
-        names = _names(lines[header[0]], True)
-    else:
-        header = [first]
-        names = _names(lines[first], False)
-    tcols = tuple(i for i, n in enumerate(names) if n in ("date", "time", "timestamp"))
+    header = _header_lines(lines, first)
+    row = header[-1] + 1
+    ws = row < len(lines) and b"," not in lines[row]
+    names = _names(lines[names_line(lines, header)], ws)
+    tcols = tuple(i for i, n in enumerate(names)
+                  if n in ("date", "time", "timestamp", "elapsed_sec", "wall"))
     gcol = next((i for i, n in enumerate(names) if n in ("gpu", "index", "gpu_index", "idx")),
                 None)
     return Layout(lines, header, ws, tcols, gcol)
@@ -400,6 +428,7 @@ class Case:
     mutations: list
     gz: bool
     cli: Optional[str]      # None, "file", "-" or "/dev/stdin"
+    columns: Optional[str] = None       # --columns, when the case reads with it
 
     @property
     def name(self) -> str:
@@ -408,7 +437,8 @@ class Case:
     @property
     def label(self) -> str:
         return "+".join(self.mutations + (["gzip"] if self.gz else []) +
-                        ([f"pipe({self.cli})"] if self.cli in ("-", "/dev/stdin") else []))
+                        ([f"pipe({self.cli})"] if self.cli in ("-", "/dev/stdin") else []) +
+                        ([f"columns({self.columns})"] if self.columns else []))
 
     @property
     def repro(self) -> str:
@@ -441,7 +471,23 @@ def make_case(seed: int, n: int) -> Case:
     r = rng.random()
     cli = (rng.choice(("-", "/dev/stdin")) if r < P_PIPE else
            "file" if r < P_PIPE + P_CLI else None)
-    return Case(seed, n, base, muts, gz, cli)
+    columns = BASE_COLUMNS.get(base)
+    if columns is None and rng.random() < P_COLUMNS:
+        columns = drawn_columns(base, rng)
+    return Case(seed, n, base, muts, gz, cli, columns)
+
+
+def drawn_columns(base: str, rng: random.Random) -> Optional[str]:
+    """A --columns of names from the base's own header, drawn at random (util always)."""
+    lay = layout(base_bytes(base))
+    if not lay.header:
+        return None
+    names = [n for n in _names(lay.lines[names_line(lay.lines, lay.header)], lay.ws)
+             if n and "," not in n]
+    if not names:
+        return None
+    roles = ["util"] + rng.sample(("time", "gpu", "power", "mem"), rng.randint(0, 3))
+    return ",".join(f"{r}={rng.choice(names)}" for r in roles)
 
 
 def build(case: Case) -> bytes:
@@ -503,22 +549,16 @@ def _where(tb) -> str:
     return f"{fn}:{f.lineno} {f.name}"
 
 
-def run_one(path: str, max_rss: int) -> dict:
-    from gpumon.analyze import analyze_file, to_json, to_text
+def run_one(path: str, max_rss: int, columns: Optional[str] = None) -> dict:
     from gpumon.errors import UserError
-    import warnings
     reset = _reset_peak()
     base_peak = _peak()
     t0 = time.monotonic()
     res: dict = {"outcome": "ok"}
     try:
-        with warnings.catch_warnings(record=True) as ws:
-            warnings.simplefilter("always")
-            log, tl = analyze_file(path)
-            to_text(log, tl)
-            json.dumps(to_json(tl))
+        ws = _analyse(path, columns)
         if ws:
-            res["warnings"] = sorted({f"{w.category.__name__}: {w.message}"[:120] for w in ws})
+            res["warnings"] = ws
     except UserError as exc:
         res = {"outcome": "user_error", "msg": str(exc)[:300]}
         if "\n" in str(exc).strip():
@@ -534,6 +574,26 @@ def run_one(path: str, max_rss: int) -> dict:
                "msg": str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "",
                "where": _where(exc.__traceback__), "tb": traceback.format_exc()[-6000:]}
     res["secs"] = round(time.monotonic() - t0, 3)
+    _peak_check(res, reset, base_peak, max_rss)
+    return res
+
+
+def _analyse(path: str, columns: Optional[str]) -> list:
+    """The case analysed and reported as text and JSON (--columns when given); the warnings
+    raised on the way."""
+    from gpumon.analyze import analyze_file, to_json, to_text
+    from gpumon.logs.columns import parse_option
+    import warnings
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter("always")
+        log, tl = analyze_file(path, columns=parse_option(columns) if columns else None)
+        to_text(log, tl)
+        json.dumps(to_json(tl))
+    return sorted({f"{w.category.__name__}: {w.message}"[:120] for w in ws})
+
+
+def _peak_check(res: dict, reset: bool, base_peak: int, max_rss: int) -> None:
+    """The case's peak RSS in ``res``; an ok or user_error case over ``max_rss`` is memory."""
     peak = _peak()
     res["peak_mib"] = round(peak / 2**20, 1)
     if not reset:
@@ -542,7 +602,6 @@ def run_one(path: str, max_rss: int) -> dict:
         res.update(outcome="memory", type="peak RSS",
                    msg=f"peak RSS {peak / 2**20:.0f} MiB > {max_rss / 2**20:.0f} MiB "
                        f"(the case ended as {res['outcome']})", where="")
-    return res
 
 
 def worker_main(timeout: float, headroom_mib: float, max_rss_mib: float) -> int:
@@ -568,7 +627,7 @@ def worker_main(timeout: float, headroom_mib: float, max_rss_mib: float) -> int:
         job = json.loads(line)
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
-            res = run_one(job["path"], int(max_rss_mib * 2**20))
+            res = run_one(job["path"], int(max_rss_mib * 2**20), job.get("columns"))
         except _Alarm:     # fired between the analysis and the result
             res = {"outcome": "hang", "type": "timeout", "where": "(after the analysis)"}
         finally:
@@ -621,11 +680,11 @@ class Worker:
         self.proc = None
         self.err.close()
 
-    def run(self, n: int, path: str) -> dict:
+    def run(self, n: int, path: str, columns: Optional[str] = None) -> dict:
         if self.proc is None:
             self.start()
         try:
-            self.proc.stdin.write(json.dumps({"n": n, "path": path}) + "\n")
+            self.proc.stdin.write(json.dumps({"n": n, "path": path, "columns": columns}) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass
@@ -661,10 +720,25 @@ def run_cli(case: Case, path: str, args, as_limit: int, endless: bool = False) -
     # The address-space limit set by a small exec wrapper (preexec_fn is unsafe with threads);
     # the pid stays the same, so wait4's ru_maxrss is gpumon's.
     cmd = [sys.executable, "-c", _LIMITED, str(as_limit), sys.executable, "-m", "gpumon",
-           "analyze", case.cli if case.cli in ("-", "/dev/stdin") else path]
+           "analyze"] + (["--columns", case.columns] if case.columns else []) + [
+           case.cli if case.cli in ("-", "/dev/stdin") else path]
+    rc, secs, ru, stderr, killed = _run_cli(cmd, case, path, args, endless)
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    res = {"rc": rc, "secs": round(secs, 2), "peak_mib": round(ru.ru_maxrss / 1024, 1),
+           "stderr": stderr[-2000:],
+           "outcome": _cli_outcome(rc, stderr, lines, ru.ru_maxrss * 1024, killed, args)}
+    if res["outcome"] != "ok" and lines:
+        res["msg"] = lines[-1][:300]
+        if res["outcome"] in FAILURES and "Traceback" in stderr:
+            res.update(_tb_text(stderr))
+    return res
+
+
+def _run_cli(cmd: list, case: Case, path: str, args, endless: bool) -> tuple:
+    """(exit code, seconds, rusage, stderr, killed) of the command, fed by a pipe where the
+    case says so."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         filter(None, [ROOT, os.environ.get("PYTHONPATH")])), NO_COLOR="1")
-
     cat = None
     stdin = subprocess.DEVNULL
     if case.cli in ("-", "/dev/stdin"):
@@ -681,35 +755,28 @@ def run_cli(case: Case, path: str, args, as_limit: int, endless: bool = False) -
         timer.start()
         _, status, ru = os.wait4(p.pid, 0)
         timer.cancel()
-        p.returncode = os.waitstatus_to_exitcode(status)
         if cat:
             cat.kill()                # (`yes` never ends; a finished `cat` takes no harm)
             cat.wait()
         secs = time.monotonic() - t0
         err.seek(0)
         stderr = err.read().decode("utf-8", "replace")
-    rc = p.returncode
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
-    res = {"rc": rc, "secs": round(secs, 2), "peak_mib": round(ru.ru_maxrss / 1024, 1),
-           "stderr": stderr[-2000:]}
+    return os.waitstatus_to_exitcode(status), secs, ru, stderr, bool(killed)
+
+
+def _cli_outcome(rc: int, stderr: str, lines: list, peak: int, killed: bool, args) -> str:
     if killed:
-        res["outcome"] = "hang"
-    elif "MemoryError" in stderr or ru.ru_maxrss * 1024 > args.max_rss_mib * 2**20:
-        res["outcome"] = "memory"
-    elif "Traceback" in stderr:
-        res["outcome"] = "traceback"
-    elif rc < 0 or rc not in (0, 1):
-        res["outcome"] = "crash"
-    elif rc == 1:
-        res["outcome"] = ("user_error" if len(lines) == 1 and lines[0].startswith("gpumon: ")
-                          else "noisy_stderr")
-    else:
-        res["outcome"] = "ok" if not lines else "noisy_stderr"
-    if res["outcome"] != "ok" and lines:
-        res["msg"] = lines[-1][:300]
-        if res["outcome"] in FAILURES and "Traceback" in stderr:
-            res.update(_tb_text(stderr))
-    return res
+        return "hang"
+    if "MemoryError" in stderr or peak > args.max_rss_mib * 2**20:
+        return "memory"
+    if "Traceback" in stderr:
+        return "traceback"
+    if rc < 0 or rc not in (0, 1):
+        return "crash"
+    if rc == 1:
+        return ("user_error" if len(lines) == 1 and lines[0].startswith("gpumon: ")
+                else "noisy_stderr")
+    return "ok" if not lines else "noisy_stderr"
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
@@ -921,7 +988,7 @@ def run_cases(cases: list, args, log: Callable = print) -> Summary:
                     return
                 case = todo.pop()
             path = write_case(case, tmp)
-            res = w.run(case.n, path)
+            res = w.run(case.n, path, case.columns)
             if w.info.get("as_limit_mib"):
                 as_limit[0] = w.info["as_limit_mib"] * 2**20
             cli = run_cli(case, path, args, as_limit[0]) if case.cli else None

@@ -158,6 +158,31 @@ def test_every_mutation_is_drawn_and_some_go_through_a_pipe():
     assert {c.cli for c in cases} >= {"file", "-", "/dev/stdin"}
 
 
+def test_the_new_formats_and_columns_are_drawn():
+    cases = [fz.make_case(0, n) for n in range(1000)]
+    bases = {c.base for c in cases}
+    assert {"commented.csv", "elapsed.csv", "banner.txt", "cut.csv", "named.csv"} <= bases
+    assert all(c.columns == fz.BASE_COLUMNS["named.csv"] for c in cases
+               if c.base == "named.csv")
+    drawn = [c for c in cases if c.columns and c.base != "named.csv"]
+    assert len(drawn) > 20 and all(c.columns.startswith("util=") for c in drawn)
+    assert any(c.columns and c.cli for c in cases)
+
+
+def test_the_layout_of_a_banner_table_and_a_commented_header():
+    lay = fz.layout(fz.base_bytes("banner.txt"))
+    assert lay.ws and lay.header == [0, 1, 2, 3] and lay.time_cols == (0,)
+    lay = fz.layout(fz.base_bytes("commented.csv"))
+    assert not lay.ws and lay.header == [0, 1, 2] and lay.time_cols == (0,)
+    assert fz.layout(DMON_DT).header == [0, 1] and fz.layout(DMON_DT).time_cols == (0, 1)
+
+
+def test_a_case_with_columns_reads_through_the_worker_path():
+    path = fz.os.path.join(fz.DATA, "named.csv")
+    assert fz.run_one(path, 1 << 40)["outcome"] == "user_error"
+    assert fz.run_one(path, 1 << 40, fz.BASE_COLUMNS["named.csv"])["outcome"] == "ok"
+
+
 def test_the_classifier_on_good_and_empty_input(tmp_path):
     p = tmp_path / "empty.csv"
     p.write_bytes(b"")
