@@ -80,6 +80,14 @@ def test_comment_lines_among_the_rows_are_skipped_not_malformed(tmp_path):
     assert len(log.samples.time) == 90 and log.malformed.count == 0
 
 
+def test_comment_lines_before_a_header_line_of_its_own(tmp_path):
+    rows = "".join(f"{T0 + k:.0f},0,{u:.0f}\n" for k, u in enumerate(starving()))
+    text = "# gpu log, node17, started by cron\n# one row a second\ntime,gpu,util\n" + rows
+    log = read_log(write(tmp_path, "p.csv", text))
+    assert log.kind == "plain" and len(log.samples.time) == 90 and log.malformed.count == 0
+    assert log.samples.time[0] == T0 and any("comment lines" in n for n in log.notes)
+
+
 # -- column names outside the list ----------------------------------------------------------
 
 def test_elapsed_seconds_and_names_outside_the_list_are_read_with_notes():
@@ -202,6 +210,13 @@ def test_banner_table_with_a_units_row_and_repeated_headers(tmp_path):
     log, tl = analyze_file(write(tmp_path, "t.txt", "\n".join(lines) + "\n"))
     assert sorted(set(log.samples.gpu.tolist())) == [0, 1]
     assert len(log.samples.time) == 180 and log.malformed.count == 0
+    assert "data_starvation" in verdicts(tl)
+
+
+def test_whitespace_header_over_rows_without_a_banner(tmp_path):
+    rows = "".join(f"{k:6d} {u:8.1f} {50 + u:8.1f}\n" for k, u in enumerate(starving()))
+    log, tl = analyze_file(write(tmp_path, "w.txt", "  secs  gpu_util  power_w\n" + rows))
+    assert len(log.samples.time) == 90 and log.samples.power[0] == 150.0
     assert "data_starvation" in verdicts(tl)
 
 

@@ -3,10 +3,11 @@
 - ``csv``: the first line is the header (a person's own loop);
 - ``comment``: the header is the last line starting with ``#`` before the first row (as
   dstat's ``--output`` and monitoring scripts write it, comment lines of their own before
-  it); its names may be comma- or whitespace-separated;
+  it); its names may be comma- or whitespace-separated; ``preamble``: comment lines, then
+  a header line of its own;
 - ``table``: a whitespace table with a banner, as a script prints it to its terminal: a
   title, a rule of ``=`` or ``-``, a header row of names with units, then aligned numbers
-  (or the header row first, then its rule).
+  (or the header row first, then its rule); or a bare whitespace header row over rows.
 
 Comment lines, rules and header rows met again among the rows are dropped; a whitespace
 table's cells are joined by commas.
@@ -32,7 +33,7 @@ _UNIT_WORD = re.compile(r"^([\[(].*[\])]|%|w|mib|mb|mhz|s|ms|c)$", re.I)
 
 @dataclass
 class Form:
-    kind: str               # "csv", "comment" or "table"
+    kind: str               # "comment", "preamble" or "table"
     header: int             # index of the header line among the first lines
     first: int              # index of the first row
     names: list             # the column names
@@ -55,22 +56,48 @@ def locate(head: list[str]) -> Optional[Form]:
     if head and head[0].lstrip().startswith("#"):
         return _comment(head)
     rule = next((k for k, x in enumerate(head) if is_rule(x)), None)
-    if rule is None or "," in head[0] and rule > 0 and "," in head[rule - 1]:
+    if rule is None:
+        return _bare_table(head)
+    if "," in head[0] and rule > 0 and "," in head[rule - 1]:
         return None
     return _table(head, rule)
 
 
 def _comment(head: list[str]) -> Optional[Form]:
+    """The last comment line before the first row; or, where comment lines come before a
+    header line of its own, that line."""
     first = next((k for k, x in enumerate(head) if not x.lstrip().startswith("#")), None)
     if first is None or first == 0:
         return None
-    text = head[first - 1].lstrip().lstrip("#").strip()
     row = head[first]
+    if not _data(row) and first + 1 < len(head):
+        return _header_at(row, head[first + 1], first, "preamble")
+    return _header_at(head[first - 1].lstrip().lstrip("#"), row, first - 1, "comment")
+
+
+def _header_at(text: str, row: str, at: int, kind: str) -> Optional[Form]:
+    """The Form of header line ``text`` (line ``at``) over first row ``row``."""
+    text = text.strip()
     if "," in text:
         names = [c.strip() for c in next(csv.reader([text]), [])]
-        return Form("comment", first - 1, first, names) if len(names) >= 2 else None
+        return Form(kind, at, at + 1, names) if len(names) >= 2 else None
     names = split_names(text, len(row.split()))
-    return None if names is None else Form("comment", first - 1, first, names, False)
+    return None if names is None else Form(kind, at, at + 1, names, False)
+
+
+def _data(line: str) -> bool:
+    """Whether a line is a row (its cells numbers, date-times or missing marks), not a
+    header."""
+    cells = [c.strip() for c in line.split(",")] if "," in line else line.split()
+    return any(_CELL.match(c) for c in cells if c)
+
+
+def _bare_table(head: list[str]) -> Optional[Form]:
+    """A whitespace header row over whitespace rows, without a banner or rule."""
+    if len(head) < 2 or "," in head[0] or not is_row(head[1]) or _data(head[0]):
+        return None
+    names = split_names(head[0], len(head[1].split()))
+    return None if names is None else Form("table", 0, 1, names, False)
 
 
 def _table(head: list[str], rule: int) -> Optional[Form]:
@@ -160,4 +187,8 @@ def note(form: Optional[Form]) -> Optional[str]:
         return None
     if form.kind == "comment":
         return "header read from the comment line before the rows"
+    if form.kind == "preamble":
+        return "comment lines before the header skipped"
+    if form.header == 0:
+        return "read as a whitespace table"
     return "read as a whitespace table (banner and rules skipped)"
