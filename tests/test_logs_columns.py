@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from gpumon.analyze import analyze_file
+from gpumon.analyze import analyze_file, summary
 from gpumon.errors import UserError
 from gpumon.logs import read_log
 from gpumon.logs.columns import choose, parse_option
@@ -59,6 +59,18 @@ def test_commented_header_with_a_column_per_gpu_is_read_as_per_gpu_samples():
     assert "data_starvation" in verdicts(tl)
     assert any("comment" in n for n in log.notes)
     assert any("column per GPU" in n for n in log.notes)
+
+
+def test_a_column_per_gpu_reads_as_the_same_log_written_a_row_per_gpu(tmp_path):
+    wide, wtl = analyze_file(path("commented.csv"))
+    s = wide.samples
+    rows = "".join(f"{t!r},{g},{u!r},{p!r},{m!r}\n" for t, g, u, p, m in
+                   zip(*(c.tolist() for c in (s.time, s.gpu, s.util, s.power, s.mem))))
+    long, ltl = analyze_file(write(tmp_path, "long.csv", "time,gpu,util,power,mem_used\n"
+                                   + rows))
+    assert [(d.verdict, d.gpus, d.start, d.end) for d in wtl.segments] == \
+        [(d.verdict, d.gpus, d.start, d.end) for d in ltl.segments]
+    assert summary(wtl) == summary(ltl)
 
 
 def test_commented_whitespace_header_after_comment_lines(tmp_path):
