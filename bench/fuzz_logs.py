@@ -17,9 +17,9 @@ read only with --columns (BASE_COLUMNS); 5 % of the other cases read with a --co
 from their own header. A case depends only on (seed, case number), so `--only N` rebuilds it.
 
 Two worker processes (python -m bench.fuzz_logs --worker) import gpumon once and run
-gpumon.analyze.analyze_file(path, columns=...) plus to_text/to_json on each file, under an address-space
-limit (their size after warm-up + --mem-headroom-mib) and a per-file alarm; the parent kills
-and restarts a worker that does not answer. Outcomes: ok, user_error (fine), traceback,
+gpumon.analyze.analyze_file(path, columns=...) plus to_text/to_json on each file, under an
+address-space limit (their size after warm-up + --mem-headroom-mib) and a per-file alarm; the
+parent kills and restarts a worker that does not answer. Outcomes: ok, user_error (fine), traceback,
 hang, memory (MemoryError, or a peak RSS above --max-rss-mib), crash (the worker died).
 About 2.5 % of the cases also go through the real command line, `python -m gpumon analyze
 FILE`, a few of them through a pipe (`cat FILE | ... analyze -` or `/dev/stdin`): the exit
