@@ -142,6 +142,15 @@ def test_time_told_by_content_increasing_numbers_or_date_times(tmp_path):
     assert log.samples.time[0] == T0 and log.samples.time[59] == T0 + 59
 
 
+@pytest.mark.parametrize("name,scale", [("elapsed_ms", 1e-3), ("time (ms)", 1e-3),
+                                        ("t_us", 1e-6), ("time (s)", 1.0)])
+def test_time_in_milliseconds_or_microseconds_is_read_as_seconds(tmp_path, name, scale):
+    rows = "".join(f"{round(k / scale)},{u:.0f}\n" for k, u in enumerate(starving()))
+    log = read_log(write(tmp_path, "ms.csv", f"{name},gpu_util\n" + rows))
+    assert log.samples.time[:3].tolist() == [0.0, 1.0, 2.0]
+    assert any("converted to seconds" in n for n in log.notes) == (scale != 1.0)
+
+
 def test_utilization_fractions_are_scaled_to_percent_with_a_note(tmp_path):
     rows = "".join(f"{T0 + k:.0f},{u / 100 * 0.93:.3f}\n" for k, u in enumerate(starving()))
     log = read_log(write(tmp_path, "f.csv", "time,gpu_util\n" + rows))

@@ -66,7 +66,7 @@ _NOT_POWER = {"limit", "cap", "max", "min", "enforced", "default", "pct", "perce
 _NOT_MEM = {"util", "utilization", "pct", "percent", "total", "free", "clock", "temp", "bw"}
 
 _BRACKET = re.compile(r"\s*[\[(]([^\])]*)[\])]\s*$")
-_TRAIL_UNIT = re.compile(r"\s+(%|w|mib|mb|mhz|s|ms|c)$")
+_TRAIL_UNIT = re.compile(r"\s+(%|w|mib|mb|mhz|s|ms|us|c)$")
 _PREFIX = re.compile(r"^(?:gpu[\s_:.\-]?)?(\d{1,4})[\s_:.\-]+(?=[a-z])")
 _SUFFIX = re.compile(r"^(.*?[a-z%])[\s_:.\-]+gpu[\s_]?(\d{1,4})$")
 _STAMP = re.compile(r"^\d{4}[-/]\d\d[-/]\d\d([ T:]\d\d:\d\d(:\d\d)?)|^\d\d:\d\d:\d\d")
@@ -225,6 +225,19 @@ def _times(cells: list[str]) -> bool:
         return False
     v = [float(c) for c in cells]
     return v[-1] > v[0] and all(b >= a for a, b in zip(v, v[1:]))
+
+
+# Seconds per unit of a time column whose name gives a unit smaller than the second.
+TIME_UNITS = {"ms": 1e-3, "msec": 1e-3, "millis": 1e-3, "us": 1e-6, "usec": 1e-6,
+              "micros": 1e-6, "ns": 1e-9}
+
+
+def time_unit(name: str) -> Optional[str]:
+    """The unit a time column's name gives (``time (ms)``, ``elapsed_ms``), when it is not
+    the second; else None."""
+    n = parse_name(name)
+    last = re.split(r"[_.]", n.key)[-1] if n.key else ""
+    return next((u for u in (n.unit, last) if u in TIME_UNITS), None)
 
 
 def parse_option(text: str) -> dict:

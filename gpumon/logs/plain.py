@@ -10,7 +10,8 @@ from typing import Optional
 import numpy as np
 
 from gpumon.detect.bins import SampleCols
-from gpumon.logs.columns import EPOCH_MIN, Choice, choose, fractions, named
+from gpumon.logs.columns import (EPOCH_MIN, TIME_UNITS, Choice, choose, fractions, named,
+                                 time_unit)
 from gpumon.logs.headers import as_csv, locate, note, sample_rows
 from gpumon.logs.lines import Lines
 from gpumon.logs.log import Log, empty_samples, finish, gpu_index, row_times
@@ -24,7 +25,8 @@ _ROLE_COLUMNS = ("util", "power", "power_limit", "mem")
 def read(lines: Lines, path: str, columns: Optional[dict] = None) -> Log:
     """The plain log in ``lines``; ``columns``: role -> column name, as the user named them
     (else chosen by columns.choose)."""
-    head = lines.head(40)
+    from gpumon.logs import SNIFF_LINES         # (the package's: imported once it is loaded)
+    head = lines.head(SNIFF_LINES)
     form = locate(head)
     notes = [n for n in (note(form),) if n]
     lines = as_csv(lines, form)
@@ -44,7 +46,7 @@ def read(lines: Lines, path: str, columns: Optional[dict] = None) -> Log:
         bad[:] |= b
         return v
 
-    t = col(ch.at.get("time"), times)
+    t = _seconds(col(ch.at.get("time"), times), names[ch.at.get("time", 0)], notes)
     if ch.per_gpu:
         samples, line_of = _wide(ch, col, t, n, bad, body.line_of, notes)
     else:
@@ -91,6 +93,15 @@ def _wide(ch: Choice, col, t, n: int, bad: np.ndarray, line_of, notes: list):
     samples = SampleCols(np.repeat(t, k), gpu, cols["util"], cols["power"],
                          cols["power_limit"], None, None, None, cols["mem"], None)
     return samples, (lambda rows: line_of(np.asarray(rows) // k))
+
+
+def _seconds(t: Optional[np.ndarray], name: str, notes: list) -> Optional[np.ndarray]:
+    """A time column whose name gives a unit under the second, in seconds."""
+    unit = None if t is None else time_unit(name)
+    if unit is None:
+        return t
+    notes.append(f"time column {name!r} in {unit}: converted to seconds")
+    return t * TIME_UNITS[unit]
 
 
 def _time_notes(samples: SampleCols, name: Optional[str], notes: list) -> None:
