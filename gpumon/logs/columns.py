@@ -152,6 +152,12 @@ def _role(cols: list, role: str, taken: set) -> Optional[int]:
     return None if test is None else next((i for i, n in free if test(n)), None)
 
 
+def find_role(names: list[str], role: str) -> Optional[int]:
+    """The column of ``role`` among ``names`` by its name alone (a known name, else the
+    role's pattern); None if none fits."""
+    return _role([(i, parse_name(h)) for i, h in enumerate(names)], role, set())
+
+
 @dataclass
 class Choice:
     """The columns a plain log is read from: ``at`` role -> column index (a long log: every

@@ -34,7 +34,7 @@ from gpumon.detect.bins import SampleCols
 from gpumon.errors import UserError
 from gpumon.logs.lines import Lines
 from gpumon.logs.log import Log, empty_samples, finish, gpu_index, row_times
-from gpumon.logs.sniff import PLAIN_GPU, pick, plain_key, plain_time
+from gpumon.logs.columns import find_role, plain_key
 
 # DCGM field short name -> detector column.
 FIELDS = {"GPUTL": "util", "POWER": "power", "EPLMT": "power_limit", "SMCLK": "clock",
@@ -83,7 +83,9 @@ def csv_columns(header: str) -> Optional[dict]:
     except csv.Error:
         return None
     keys = [plain_key(n) for n in names]
-    out: dict = {"gpu": pick(keys, ENTITY + PLAIN_GPU), "time": plain_time(keys)}
+    entity = next((keys.index(k) for k in ENTITY if k in keys), None)
+    out: dict = {"gpu": entity if entity is not None else find_role(names, "gpu"),
+                 "time": find_role(names, "time")}
     for i, n in enumerate(names):
         s = short_name(n)
         if s is not None and s not in out:
