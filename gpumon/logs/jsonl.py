@@ -56,16 +56,18 @@ def as_csv(lines: Lines, name: str) -> tuple[Lines, list[str]]:
     the result's ``malformed`` (which is ``lines.malformed``); when every line is, the file
     is no log of gpumon's (a UserError naming ``name``)."""
     numbers = lines.line_of(np.arange(lines.count())).tolist()
-    out, where = bytearray(_HEADER.encode()), [numbers[0] if numbers else 1]
+    out = bytearray(_HEADER.encode())
+    lnos, counts = [numbers[0] if numbers else 1], [1]     # (each JSON line's CSV rows)
     for lno, rows in _rows(_texts(lines.data), numbers, lines.malformed):
         out += rows.encode("utf-8")
-        where.extend([lno] * rows.count("\n"))
+        lnos.append(lno)
+        counts.append(rows.count("\n"))
     lines.data = b""                           # (the JSON text can go)
-    if numbers and len(where) == 1 and lines.malformed.count >= len(numbers):
+    if numbers and len(lnos) == 1 and lines.malformed.count >= len(numbers):
         raise UserError(f"{name}: JSON lines, but none is a poll of gpumon log --format "
                         "jsonl (an object with its time and GPUs)")
-    return (Lines(bytes(out), np.array(where, np.int64), lines.malformed, len(where)),
-            list(COLUMNS))
+    where = np.repeat(np.array(lnos, np.int64), counts)
+    return Lines(bytes(out), where, lines.malformed, len(where)), list(COLUMNS)
 
 
 def _texts(data: bytes) -> Iterator[str]:
