@@ -264,3 +264,12 @@ def test_dmon_lines_stamped_in_a_pipe_keep_their_times(tmp_path, stamp):
     assert log.malformed.count == 0 and len(log.samples.time) == 40
     assert np.array_equal(log.samples.time[log.samples.gpu == 1], t0 + 2.0 * np.arange(1, 21))
     assert not any("apart" in n for n in log.notes)
+
+
+def test_a_csv_without_an_entity_column_is_one_gpu_and_says_so(tmp_path):
+    path = tmp_path / "dcgm.csv"
+    path.write_text("TimeStamp,GPUTL\n" + "".join(f"{1700000000 + k},{50 + k}\n"
+                                                 for k in range(5)))
+    log = read_log(str(path))
+    assert (log.samples.gpu == 0).all() and log.samples.util.tolist() == [50, 51, 52, 53, 54]
+    assert "no entity (GPU) column: read as one GPU, GPU 0" in log.notes

@@ -107,6 +107,7 @@ class _Rows:
         self.vals: dict[str, list] = {s: [] for s in READ}
         self.where: list[int] = []
         self.seen = set()         # the fields any header named
+        self.notes: list[str] = []    # what reading them assumed
 
     def add(self, k: int, entity: str, gpu: float, t: float, vals: dict) -> None:
         self.entity.append(entity)
@@ -183,6 +184,8 @@ def _csv_rows(lines: Lines, rows: _Rows, path: str) -> bool:
         raise UserError(f"{path}: no DCGM fields with a GPU or time column in its header")
     width = len(next(csv.reader([header])))
     rows.seen.update(s for s in at if s in rows.vals)
+    if at["gpu"] is None:
+        rows.notes.append("no entity (GPU) column: read as one GPU, GPU 0")
     for k in range(1, len(texts)):
         if texts[k] == header:
             continue                                # (exports joined: the header again)
@@ -242,7 +245,7 @@ def _epoch(t: np.ndarray, notes: list) -> np.ndarray:
 def _log(rows: _Rows, lines: Lines, path: str, kind: str, step: Optional[float]) -> Log:
     """The read rows as detector columns (``step``: seconds between a GPU's rows, for a log
     without times; None when it has them)."""
-    notes: list[str] = []
+    notes: list[str] = list(rows.notes)
     rows = _entities(rows, notes)
     gpu, bad = gpu_index(np.array(rows.gpu, float))
     cols = {s: np.array(v, float) for s, v in rows.vals.items()}
@@ -276,7 +279,7 @@ def _entities(rows: _Rows, notes: list) -> _Rows:
     notes.append(f"{len(rows.entity) - len(take)} row(s) of other DCGM entities (MIG "
                  "instances, NVSwitches) left out")
     out = _Rows()
-    out.seen = rows.seen
+    out.seen, out.notes = rows.seen, rows.notes
     for name in ("entity", "gpu", "time", "where"):
         setattr(out, name, [getattr(rows, name)[i] for i in take])
     out.vals = {s: [v[i] for i in take] for s, v in rows.vals.items()}
