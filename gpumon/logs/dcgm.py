@@ -53,7 +53,7 @@ LONG_NAMES = {"DCGM_FI_DEV_GPU_UTIL": "GPUTL", "DCGM_FI_DEV_POWER_USAGE": "POWER
               "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "TENSO", "DCGM_FI_PROF_DRAM_ACTIVE": "DRAMA"}
 READ = (*FIELDS, *FRACTIONS)
 # The entity column of a CSV export (plain_key form), besides the plain logs' GPU names.
-ENTITY = ("entityid", "entity_id", "entity", "gpuid", "gpu_uuid_index")
+ENTITY = ("entityid", "entity_id", "entity", "gpuid")
 # What dmon prints when Ctrl-C stops it (sic).
 STOPPED = "dmon was stopped"
 # Epoch times in milliseconds and microseconds are above these (seconds reach them in the
@@ -256,9 +256,8 @@ def _log(rows: _Rows, lines: Lines, path: str, kind: str, step: Optional[float])
     else:
         t = _epoch(np.array(rows.time, float), notes)
     util = _util(cols, rows.seen, notes)
-    samples = SampleCols(t, gpu, util, *(_col(cols, rows.seen, f) for f in
-                                         ("POWER", "EPLMT", "SMCLK", "SMMAX", "DVCCTR",
-                                          "FBUSD")), None)
+    samples = SampleCols(t, gpu, util, **{c: _col(cols, rows.seen, s)
+                                          for s, c in FIELDS.items() if c != "util"})
     gpm = {name: cols[s] for s, name in FRACTIONS.items() if s in rows.seen} or None
     log = Log(path, kind, samples, None, None, {}, lines.malformed, len(rows.where), notes,
               gpm=gpm)
