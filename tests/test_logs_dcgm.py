@@ -273,3 +273,17 @@ def test_a_csv_without_an_entity_column_is_one_gpu_and_says_so(tmp_path):
     log = read_log(str(path))
     assert (log.samples.gpu == 0).all() and log.samples.util.tolist() == [50, 51, 52, 53, 54]
     assert "no entity (GPU) column: read as one GPU, GPU 0" in log.notes
+
+
+def test_gpus_named_by_uuid_are_numbered_by_first_appearance(tmp_path):
+    uuids = ["GPU-34bf77d1-c686-6821-79a8-32d326c5039c", "GPU-f5046fa5-3db4-45e8-870a-dc1376becaa5"]
+    rows = ["timestamp,gpu,DCGM_FI_DEV_GPU_UTIL"]
+    rows += [f"{1700000000 + k},{u},{40 + 10 * i}" for k in range(4) for i, u in
+             enumerate(reversed(uuids))]
+    path = tmp_path / "dcgm.csv"
+    path.write_text("\n".join(rows) + "\n")
+    log = read_log(str(path))
+    assert log.malformed.count == 0
+    assert (log.samples.util[log.samples.gpu == 0] == 40).all()     # (f5046fa5 came first)
+    assert (log.samples.util[log.samples.gpu == 1] == 50).all()
+    assert any("UUID" in n for n in log.notes)

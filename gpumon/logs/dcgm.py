@@ -64,6 +64,8 @@ _ENTITY = re.compile(r"^([A-Za-z][A-Za-z-]*?)[\s:_-]*(\d+)$")
 # Entities read as GPUs, in order of preference: the GPUs, else (a log of MIG instances
 # only) the GPU instances.
 READ_ENTITIES = ("GPU", "GPU-I")
+# A GPU named by its UUID (dcgm-exporter's `UUID` label, some exports' entity column).
+_UUID = re.compile(r"^GPU-[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")
 
 
 def short_name(name: str) -> Optional[str]:
@@ -108,6 +110,7 @@ class _Rows:
         self.where: list[int] = []
         self.seen = set()         # the fields any header named
         self.notes: list[str] = []    # what reading them assumed
+        self.uuids: dict[str, int] = {}   # GPUs named by UUID -> their index here
 
     def add(self, k: int, entity: str, gpu: float, t: float, vals: dict) -> None:
         self.entity.append(entity)
@@ -201,15 +204,19 @@ def _csv_rows(lines: Lines, rows: _Rows, path: str) -> bool:
 
 
 def _csv_row(k: int, cells: list[str], at: dict, rows: _Rows) -> None:
-    entity, gpu = _entity(cells[at["gpu"]]) if at["gpu"] is not None else ("GPU", 0.0)
+    entity, gpu = _entity(cells[at["gpu"]], rows.uuids) if at["gpu"] is not None else (
+        "GPU", 0.0)
     t = _stamp(cells[at["time"]]) if at["time"] is not None else math.nan
     rows.add(k, entity, gpu, t, {s: _cell(cells[i]) for s, i in at.items() if s in rows.vals})
 
 
-def _entity(text: str) -> tuple[str, float]:
+def _entity(text: str, uuids: dict) -> tuple[str, float]:
     """An entity cell's kind and index: ``0`` and ``GPU 0`` or ``gpu:0`` are GPU 0,
-    ``GPU-I 1`` GPU instance 1; ValueError for no entity at all."""
+    ``GPU-I 1`` GPU instance 1, a GPU's UUID the GPU numbered by first appearance in
+    ``uuids``; ValueError for no entity at all."""
     text = text.strip()
+    if _UUID.match(text):
+        return "GPU", float(uuids.setdefault(text, len(uuids)))
     m = _ENTITY.match(text)
     if m:
         return m.group(1).upper(), float(m.group(2))
@@ -246,6 +253,9 @@ def _log(rows: _Rows, lines: Lines, path: str, kind: str, step: Optional[float])
     """The read rows as detector columns (``step``: seconds between a GPU's rows, for a log
     without times; None when it has them)."""
     notes: list[str] = list(rows.notes)
+    if rows.uuids:
+        notes.append(f"GPUs named by UUID: numbered 0 to {len(rows.uuids) - 1} in the order "
+                     "they first appear")
     rows = _entities(rows, notes)
     gpu, bad = gpu_index(np.array(rows.gpu, float))
     cols = {s: np.array(v, float) for s, v in rows.vals.items()}
