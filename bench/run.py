@@ -31,7 +31,8 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from bench import (analysis, callcost, detector_cost, exporter_load, fuzz_logs, memory,
+from bench import (analysis, callcost, detector_cost, exporter_load, fuzz_logs, install_size,
+                   memory,
                    overhead, profile, report)
 from bench.overhead import Measurement, Subject
 from bench.proctree import ProcTree
@@ -164,8 +165,7 @@ def machine() -> dict[str, str]:
         "python": platform.python_version(),
         "gpumon": f"{gpumon.__version__} (commit {commit})",
         "packages": ", ".join(f"{d} {_version(d)}" for d in (
-            "nvidia-ml-py", "psutil", "numpy", "rich", "nvitop", "gpustat", "pandas",
-            "pyarrow")),
+            "nvidia-ml-py", "psutil", "numpy", "rich", "nvitop", "gpustat", "pandas")),
         "NVML": "fake library build/fakenvml/libnvidia-ml.so.1 (tests/fakenvml), through "
                 "nvidia-ml-py",
     }
@@ -342,6 +342,8 @@ def main(argv=None) -> int:
                     help="time only `gpumon analyze` of the day-long log against pandas (as "
                     "the whole command, the read_csv call, and both in-process with their "
                     "imports); prints, writes no report")
+    ap.add_argument("--no-install-size", action="store_true",
+                    help="skip the install sizes (the core and each extra, in fresh venvs)")
     ap.add_argument("--no-profile", action="store_true", help="no py-spy profile of misses")
     ap.add_argument("--frames", type=int, default=200)
     ap.add_argument("--memory-hours", type=float, default=1.0,
@@ -363,6 +365,7 @@ def main(argv=None) -> int:
     detector_cost_too = not args.overhead_only
     if args.overhead_only:
         args.no_analysis = args.no_profile = args.no_exporter_load = True
+        args.no_install_size = True
         args.memory_hours, args.fuzz_count, args.frames = 0, 0, 0
 
     started = time.monotonic()
@@ -442,6 +445,12 @@ def main(argv=None) -> int:
                     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
                         profiles.append(f"### `{name}` {setting}: no profile ({exc})")
 
+    sizes = []
+    if not args.no_install_size:
+        print("  install sizes: the core and each extra, in fresh venvs", flush=True)
+        sizes = install_size.install_sizes(py)
+        print("\n".join("    " + ln for ln in install_size.lines(sizes)), flush=True)
+        tgs.append(install_size.target(sizes))
     mem: list[dict] = []
     if args.memory_hours > 0:
         mem = memory.run(hours=args.memory_hours, python=py,
@@ -538,6 +547,9 @@ def main(argv=None) -> int:
                              f"{day_rows / t.best:,.0f}", f"{max(t.rss_mib):.0f}"])
         lines += report.table(["", "seconds per run (timed part)", "whole command, s",
                                "rows/s (best)", "peak RSS MiB"], rows)
+    lines += ["", "## Install size (`python -m bench.install_size`)", ""]
+    lines += (install_size.lines(sizes, ours_an.best if ours_an and not ours_an.error else None)
+              if sizes else ["Not run (--no-install-size)."])
     lines += ["", "## Memory over a simulated hour (`python -m bench.memory`)", ""]
     lines += memory.format_result(mem) if mem else ["Not run (--memory-hours 0)."]
     lines += ["", "## Exporter under load (`python -m bench.exporter_load`)", ""]

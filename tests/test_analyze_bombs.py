@@ -148,7 +148,7 @@ def test_more_lines_than_memory_allows_stop_with_how_much_was_read():
 
 _LIMITED = """
 import resource, sys
-import gpumon.logs, gpumon.analyze, pyarrow, pyarrow.csv
+import gpumon.logs, gpumon.analyze, gpumon.logs.table, gpumon.logs.values
 with open("/proc/self/status") as f:
     vm = [int(x.split()[1]) * 1024 for x in f if x.startswith("VmSize:")][0]
 resource.setrlimit(resource.RLIMIT_AS, (vm + 600 * 2**20, resource.RLIM_INFINITY))
@@ -194,7 +194,7 @@ import sys
 from gpumon.commands.analyze import _reuse_freed_memory
 _reuse_freed_memory()
 from gpumon.logs import read_log
-import gpumon.logs.gpumon_csv, gpumon.logs.table, pyarrow, pyarrow.csv
+import gpumon.logs.gpumon_csv, gpumon.logs.table
 read_log(sys.argv[2])                      # pools and threads started
 def kib(key):
     with open("/proc/self/status") as f:
@@ -208,9 +208,9 @@ print(kib("VmHWM") - base, len(log.samples.time))
 
 
 def test_a_gpumon_csv_is_not_held_as_a_table_and_as_arrays_at_once(tmp_path):
-    """Reading gpumon's own CSV took ~5 times its size on top (the whole Arrow table of
-    every column, then numpy copies of it); read a batch at a time, ~3 times at 100 MB
-    (the text, the detector's columns, and a few batches in flight)."""
+    """Reading gpumon's own CSV took ~5 times its size on top (a whole table of every
+    column, then numpy copies of it); read a block at a time, ~3 times at 100 MB (the text,
+    the detector's columns, and a few blocks in flight)."""
     head = ("time,gpu,source,util_gpu_pct,util_mem_pct,mem_used_mib,mem_total_mib,power_w,"
             "power_limit_w,sm_clock_mhz,sm_clock_max_mhz,temp_c,pcie_rx_mbps,pcie_tx_mbps,"
             "clock_events,energy_j,pids,main_pid,main_cpu_pct,main_thread_max_pct,"

@@ -1,7 +1,6 @@
 """`gpumon analyze`'s shortcuts give exactly what the plain computations give: window features
-without the fields that hold no data, windows read as slices, texts converted once per
-distinct value, pyarrow's kernels called by name, the 16-bit sort; and the command imports
-only what it needs."""
+without the fields that hold no data, windows read as slices, the 16-bit sort; and the
+command imports only what it needs."""
 from __future__ import annotations
 
 import os
@@ -11,12 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-pa = pytest.importorskip("pyarrow")
-
-from gpumon.logs import nvsmi, values as readers  # noqa: E402
-from gpumon.detect import features as F  # noqa: E402
-from gpumon.detect.bins import GI, GPU_FIELDS, HOST_FIELDS  # noqa: E402
-from gpumon.detect.thresholds import DEFAULT  # noqa: E402
+from gpumon.logs import values as readers
+from gpumon.logs.table import Cells
+from gpumon.detect import features as F
+from gpumon.detect.bins import GI, GPU_FIELDS, HOST_FIELDS
+from gpumon.detect.thresholds import DEFAULT
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -93,59 +91,11 @@ def test_wsum_c_slices_and_rows_match_gathering():
     assert F._span(np.array([3, 5, 4])) is None and F._span(np.array([0, 2, 1, 3])) is None
 
 
-def test_per_value_matches_each_row():
-    col = pa.chunked_array([pa.array([" 97 %", " 3 %", " 97 %"]), pa.array([" 3 %", " 50 %"])])
-    v, b = readers.per_value(col, lambda d: nvsmi._text(d, readers.num))
-    w, c = nvsmi._text(col, readers.num)
-    assert np.array_equal(v, w) and np.array_equal(b, c) and v.tolist() == [97, 3, 97, 3, 50]
-    ev = pa.chunked_array([pa.array([" 0x0000000000000004", " 0x20", ""]), pa.array([" zz"])])
-    v, b = readers.per_value(ev, lambda d: nvsmi._text(d, readers.hex_or_num))
-    w, c = nvsmi._text(ev, readers.hex_or_num)
-    assert np.array_equal(v, w, equal_nan=True) and np.array_equal(b, c)
-    assert b.tolist() == [False, False, True, True]
-    assert readers.per_value(pa.chunked_array([pa.array(["1", None])]), lambda d: None) is None
-
-
-def test_compute_kernels_by_name_match_pyarrow_compute():
-    import pyarrow.compute as pc
-    from gpumon.logs.compute import Compute
-    k = Compute()
-    s = pa.array([" 1.5 W", "x", None, "[N/A]", "2024-01-15T10:00:01.25"])
-    t = pa.array(["2024/01/15 10:00:01", "bad", None])
-    cases = [
-        (k.utf8_trim_whitespace(s), pc.utf8_trim_whitespace(s)),
-        (k.ascii_rtrim(s, characters=" W"), pc.ascii_rtrim(s, characters=" W")),
-        (k.utf8_rtrim(s, characters=" W"), pc.utf8_rtrim(s, characters=" W")),
-        (k.cast(pa.array(["1.5", None]), pa.float64()), pc.cast(pa.array(["1.5", None]),
-                                                               pa.float64())),
-        (k.is_in(s, value_set=pa.array(["x"])), pc.is_in(s, value_set=pa.array(["x"]))),
-        (k.index_in(s, value_set=pa.array(["x", None])),
-         pc.index_in(s, value_set=pa.array(["x", None]))),
-        (k.starts_with(s, "["), pc.starts_with(s, "[")),
-        (k.match_substring_regex(s, r"^\d"), pc.match_substring_regex(s, r"^\d")),
-        (k.replace_substring(s, "-", "/"), pc.replace_substring(s, "-", "/")),
-        (k.replace_substring_regex(s, r"(\d)", "<\\1>"),
-         pc.replace_substring_regex(s, r"(\d)", "<\\1>")),
-        (k.utf8_slice_codeunits(s, 1, 4), pc.utf8_slice_codeunits(s, 1, 4)),
-        (k.utf8_replace_slice(s, 0, 0, "0"), pc.utf8_replace_slice(s, 0, 0, "0")),
-        (k.strptime(t, format="%Y/%m/%d %H:%M:%S", unit="s", error_is_null=True),
-         pc.strptime(t, format="%Y/%m/%d %H:%M:%S", unit="s", error_is_null=True)),
-        (k.or_(k.is_null(s), k.is_valid(s)), pc.or_(pc.is_null(s), pc.is_valid(s))),
-        (k.dictionary_encode(s), pc.dictionary_encode(s)),
-        (k.unique(s), pc.unique(s)),
-        (k.any(k.is_null(s)), pc.any(pc.is_null(s))),
-    ]
-    for mine, theirs in cases:
-        assert mine.equals(theirs)
-    with pytest.raises(AttributeError):
-        k.no_such_kernel
-
-
 def test_fractions_of_seconds_either_way():
     stamps = ["2024/01/15 10:00:01.250", "2024/01/15 10:00:02.5", "2024/01/15 10:00:03"]
     odd = stamps + ["2024/01/15 10:00:04.75 UTC"]          # not all ".<digits>": regexes
-    t, bad = readers._parse_times(pa.array(stamps))
-    t2, _ = readers._parse_times(pa.array(odd))
+    t, bad, _ = readers.times(Cells.of(stamps))
+    t2, _, _ = readers.times(Cells.of(odd))
     assert not bad.any() and np.array_equal(t, t2[:3])
     assert np.diff(t).tolist() == [1.25, 0.5] and t2[3] - t2[2] == 1.75
 
@@ -177,14 +127,14 @@ def test_small_pages_put_numpy_setting_back():
 
 def test_analyze_command_imports_only_what_it_needs():
     """`gpumon analyze` loads neither the other commands' modules (UI, exporter, monitor) nor
-    pyarrow.compute nor pandas."""
+    pyarrow nor pandas."""
     path = os.path.join(ROOT, "tests", "data", "analyze", "nvsmi_starved.csv")
     code = ("import sys, io, contextlib\n"
             "from gpumon.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    rc = main(['analyze', '--format', 'json', sys.argv[1]])\n"
             "bad = [m for m in ('gpumon.ui', 'gpumon.export', 'gpumon.monitor', "
-            "'pyarrow.compute', 'pandas') if m in sys.modules]\n"
+            "'pyarrow', 'pandas') if m in sys.modules]\n"
             "print(rc, bad)\n")
     out = subprocess.run([sys.executable, "-c", code, path], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)

@@ -1,4 +1,4 @@
-"""Issue 22: nvidia-smi logs are read in record batches (logs.table.stream_table) into arrays
+"""Issue 22: nvidia-smi logs are read in blocks of rows (logs.table.read_cells) into arrays
 allocated once (logs.batches.Columns), so memory follows the batch, not the file. Reading
 in many small batches must give exactly what one batch gives, whatever the log holds."""
 from __future__ import annotations
@@ -42,7 +42,7 @@ def messy_log() -> str:
 
 
 def read_with_block(monkeypatch, path: str, block: int):
-    monkeypatch.setattr(table, "STREAM_BLOCK", block)
+    monkeypatch.setattr(table, "BLOCK_BYTES", block)
     return read_log(path)
 
 
@@ -98,28 +98,25 @@ def test_batches_that_disagree_on_time_read_as_one_column(tmp_path, monkeypatch)
     same_log(whole, small)
 
 
-def test_stream_table_hands_over_batch_by_batch(tmp_path, monkeypatch):
-    """The sink sees several batches, none the whole log; with a wrong-width row, a fresh
-    sink gets the rows after they were checked one by one."""
-    monkeypatch.setattr(table, "STREAM_BLOCK", 4096)
+def test_read_cells_hands_over_block_by_block(tmp_path, monkeypatch):
+    """convert sees several blocks, none the whole log, and every row but the header and the
+    short one (counted malformed, at its line)."""
+    monkeypatch.setattr(table, "BLOCK_BYTES", 4096)
     text = messy_log()
     lines = clean(text.encode())
     names = table.header(lines)
-    sinks = []
+    seen = []
 
-    class Count(list):
-        def __init__(self):
-            super().__init__()
-            sinks.append(self)
+    def convert(cells):
+        seen.append(len(cells[names[3]]))
+        return {"util": np.zeros(len(cells[names[3]]))}
 
-        def add(self, batch):
-            self.append(batch.num_rows)
-
-    got, rows = table.stream_table(lines, names, [names[3]], Count)
-    assert len(sinks) == 2              # the short row: a second pass over checked rows
-    assert got is sinks[-1] and len(got) > 10
-    assert max(got) < sum(got) // 5
-    assert sum(got) == text.count("\n") - 2     # every row but the header and the short one
+    got, rows = table.read_cells(lines, names, [names[3]], convert)
+    assert len(seen) > 10 and max(seen) < sum(seen) // 5
+    assert got.rows == sum(seen) == text.count("\n") - 2
+    short = text.split("\n").index("2024/01/15 10:02:30.000, 0, short row") + 1
+    assert (lines.malformed.count, lines.malformed.first_line) == (1, short)
+    assert rows.line_of(np.array([0, got.rows - 1])).tolist() == [2, text.count("\n")]
 
 
 def test_columns_fill_like_concatenate():

@@ -5,7 +5,7 @@ plain time/gpu/utilization CSV logs, through the live detector's bins, features 
     log, tl = analyze_file("run.csv")          # Log, Timeline
     to_json(tl) / to_text(log, tl)
 
-pyarrow is imported lazily, by the readers only; pandas is not used.
+The readers are numpy and the standard library only; neither pyarrow nor pandas is used.
 """
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ import csv
 from typing import Optional
 
 from gpumon.errors import UserError
-from gpumon.logs.arrow import reading_pool
 from gpumon.logs.lines import Lines, clean_chunks, cut_cells, size_text
 from gpumon.logs.log import Log, Malformed
 from gpumon.logs.memory import small_pages, text_budget
@@ -44,8 +43,7 @@ def read_log(path: str, interval: Optional[float] = None,
     try:
         with small_pages():                 # (clean's scratch arrays are large too)
             lines = clean_chunks(got, text_budget(), name)
-            with reading_pool():
-                return read_lines(lines, name, interval, columns)
+            return read_lines(lines, name, interval, columns)
     except MemoryError:
         raise UserError(f"{name}: out of memory after reading {size_text(got.bytes)} of it "
                         "(split the log, or analyse a part of it)") from None

@@ -14,16 +14,21 @@ import numpy as np
 
 class Columns:
     """numpy columns, batch after batch: ``put`` one batch's arrays (all the same length),
-    ``get`` a whole column. ``capacity``: the most rows expected (more still fit, by growing)."""
+    ``get`` a whole column. ``capacity``: the most rows expected (more still fit, by growing).
+    A value that is no array (a batch's summary) is kept in ``extra[name]``, batch by batch."""
 
     def __init__(self, capacity: int):
         self.capacity = max(0, int(capacity))
         self.rows = 0
         self._arrays: dict[str, np.ndarray] = {}
+        self.extra: dict[str, list] = {}
 
     def put(self, cols: dict, n: int) -> None:
         a, b = self.rows, self.rows + n
         for name, v in cols.items():
+            if not isinstance(v, np.ndarray):
+                self.extra.setdefault(name, []).append(v)
+                continue
             arr = self._arrays.get(name)
             if arr is None:
                 arr = np.empty(max(self.capacity, b), v.dtype)
@@ -35,6 +40,10 @@ class Columns:
             arr[a:b] = v
             self._arrays[name] = arr
         self.rows = b
+
+    def put_column(self, name: str, v: np.ndarray) -> None:
+        """A whole column (``rows`` long) in place of the one put batch by batch."""
+        self._arrays[name] = v
 
     def get(self, name: str) -> Optional[np.ndarray]:
         arr = self._arrays.get(name)

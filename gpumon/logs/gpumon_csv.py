@@ -8,11 +8,9 @@ from typing import Iterator, Optional
 import numpy as np
 
 from gpumon.detect.bins import HostCols, JobCols, SampleCols
-from gpumon.logs.arrow import pa_modules, pc, to_np
 from gpumon.logs.lines import Lines
 from gpumon.logs.log import Log, bad_values, finish, gpu_index
-from gpumon.logs.batches import Columns as BatchColumns
-from gpumon.logs.table import read_table, stream_table
+from gpumon.logs.table import read_cells
 from gpumon.logs.values import hex_or_num, num
 from gpumon.samples import GpuSample, HostSample, JobProcs, Tick, csv_fields
 
@@ -36,39 +34,51 @@ def is_header(names: list[str]) -> bool:
 
 class Columns:
     """Every column of a gpumon CSV by name: numbers as float arrays (NaN missing), text as
-    an Arrow column; ``bad`` marks rows with an unreadable cell."""
+    a list of str; ``bad`` marks rows with an unreadable cell."""
 
     def __init__(self, lines: Lines, names: list[str]):
-        pa = pa_modules()[0]
-        typed = {n: "float64" for n in names if n not in TEXT_COLUMNS}
-        try:
-            self.table, self.body = read_table(lines, names, typed=typed)
-        except pa.ArrowInvalid:               # a cell that is not a number: read as text
-            self.table, self.body = read_table(lines, names)
-        self.n = 0 if self.table is None else self.table.num_rows
-        self.bad = np.zeros(self.n, bool)
-        self._num: dict[str, np.ndarray] = {}
+        self.cols, self.body = read_cells(lines, names, names, _convert)
+        self.n = self.cols.rows
+        self.bad = self.cols.get("bad") if self.n else np.zeros(0, bool)
 
     def has(self, name: str) -> bool:
-        return name in self._num or (self.table is not None
-                                     and name in self.table.column_names)
+        return name in self.cols
 
     def num(self, name: str, hexa: bool = False) -> np.ndarray:
-        if name not in self._num:
-            if not self.has(name):
-                self._num[name] = np.full(self.n, np.nan)
-            else:
-                v, b = (hex_or_num if hexa else num)(self.table.column(name))
-                self.bad |= b
-                self._num[name] = v
-                # The Arrow column goes once it is numbers: the log is not held twice.
-                self.table = self.table.drop_columns([name])
-        return self._num[name]
+        v = self.cols.get(name) if name not in TEXT_COLUMNS else None
+        return np.full(self.n, np.nan) if v is None else v
 
     def text(self, name: str) -> Optional[list]:
-        if not self.has(name):
+        if name not in TEXT_COLUMNS or not self.has(name):
             return None
-        return self.table.column(name).to_pylist()
+        return self.cols.get(name).tolist()
+
+
+def _convert(cells: dict, texts: bool = True) -> dict:
+    """One block's cells: numbers (NaN missing); ``bad`` marks rows with an unreadable number;
+    ``has_pid`` 1.0 where a row lists a PID, NaN where it lists none (an empty cell is "not
+    known": the log writes None and no process alike as ""). TEXT_COLUMNS as the rows' texts
+    (``texts``), or only what analyze keeps of them: the PIDs seen on each GPU (``pids``) and
+    the sources (``source``), as the block's summaries (batches.Columns.extra)."""
+    out = {}
+    bad = np.zeros(len(next(iter(cells.values()))), bool)
+    for name, c in cells.items():
+        if name not in TEXT_COLUMNS:
+            out[name], b = (hex_or_num if name == "clock_events" else num)(c)
+            bad |= b
+        elif texts:
+            out[name] = np.array(c.texts(), object)
+    if "pids" in cells:
+        out["has_pid"] = np.where(cells["pids"].length > 0, 1.0, np.nan)
+    if not texts:
+        if "pids" in cells:
+            out["pids"] = {}
+            _add_pids(out["pids"], out.get("gpu", np.full(len(bad), np.nan)),
+                      cells["pids"].texts())
+        if "source" in cells:
+            out["source"] = set(cells["source"].distinct()[0])
+    out["bad"] = bad
+    return out
 
 
 # The columns `gpumon analyze` reads (the others, such as temperature or the verdicts logged
@@ -78,65 +88,29 @@ DETECTOR_CSV = ("time", "gpu", "source", "pids", *SAMPLE_CSV.values(), *JOB_CSV.
 
 
 def read(lines: Lines, names: list[str], path: str) -> Log:
-    """A gpumon CSV as detector columns (for ``gpumon analyze``), read and converted a
-    record batch at a time: the log's values are never held as an Arrow table and as numpy
-    arrays at once."""
-    pa = pa_modules()[0]
+    """A gpumon CSV as detector columns (for ``gpumon analyze``), read and converted a block
+    of rows at a time."""
     want = [n for n in names if n in DETECTOR_CSV]
-    typed = {n: "float64" for n in want if n not in TEXT_COLUMNS}
-    rows = lines.count()
-    try:
-        sink, body = stream_table(lines, names, want, lambda: _Sink(rows), typed)
-    except pa.ArrowInvalid:               # a cell that is not a number: read as text
-        sink, body = stream_table(lines, names, want, lambda: _Sink(rows))
-    lines.data = body.lines.data = b""    # (the text can go: every value is read)
-    sink = sink or _Sink(0)
-    c = sink.columns()
+    cols, body = read_cells(lines, names, want, lambda cells: _convert(cells, texts=False))
+    lines.data = b""                  # (the text can go: every value is read)
+    c = _Read(cols)
     log = finish(_detector_log(c, path, body.malformed), c.bad, body.line_of)
-    log.pids = {g: tuple(sorted(v)) for g, v in sink.pids.items()}
-    log.sources = tuple(sorted(sink.sources))
+    pids: dict[int, set] = {}
+    for block in cols.extra.get("pids", []):
+        for g, v in block.items():
+            pids.setdefault(g, set()).update(v)
+    log.pids = {g: tuple(sorted(v)) for g, v in pids.items()}
+    log.sources = tuple(sorted(set().union(*cols.extra.get("source", [])) - {""}))
     if log.simulated:
         log.notes.append("simulated data: recorded with --sim, on simulated GPUs, not a "
                          "real machine's")
     return log
 
 
-class _Sink:
-    """stream_table's batches as numpy columns (batches.Columns), rows with an unreadable
-    cell (``bad``), whether each row lists a PID, the PIDs seen on each GPU and the values
-    of the source column."""
-
-    def __init__(self, rows: int):
-        self.cols = BatchColumns(rows)
-        self.pids: dict[int, set] = {}
-        self.sources: set = set()
-
-    def add(self, batch) -> None:
-        out, bad = {}, np.zeros(batch.num_rows, bool)
-        for name in batch.schema.names:
-            if name in TEXT_COLUMNS:
-                continue
-            v, b = (hex_or_num if name == "clock_events" else num)(batch.column(name))
-            out[name], bad = v, bad | b
-        if "pids" in batch.schema.names:
-            p = pc().utf8_trim_whitespace(batch.column("pids"))
-            out["has_pid"] = np.where(to_np(pc().utf8_length(p)) > 0, 1.0, np.nan)
-            gpu = out.get("gpu", np.full(batch.num_rows, np.nan))
-            _add_pids(self.pids, gpu, batch.column("pids").to_pylist())
-        if "source" in batch.schema.names:
-            col = pc().utf8_trim_whitespace(batch.column("source"))
-            self.sources.update(x for x in pc().unique(col).to_pylist() if x)
-        out["bad"] = bad
-        self.cols.put(out, batch.num_rows)
-
-    def columns(self) -> "_Read":
-        return _Read(self.cols)
-
-
 class _Read:
     """The converted columns with Columns' reading interface (num, has, bad, n)."""
 
-    def __init__(self, cols: BatchColumns):
+    def __init__(self, cols):
         self._cols = cols
         self.n = cols.rows
         self.bad = cols.get("bad") if "bad" in cols else np.zeros(0, bool)
@@ -145,7 +119,7 @@ class _Read:
         return name in self._cols
 
     def num(self, name: str, hexa: bool = False) -> np.ndarray:
-        v = self._cols.get(name)
+        v = self._cols.get(name) if name not in TEXT_COLUMNS else None
         return np.full(self.n, np.nan) if v is None else v
 
 
@@ -170,14 +144,8 @@ def _detector_log(c, path: str, malformed) -> Log:
 
 
 def _has_pid(c) -> np.ndarray:
-    """1.0 where a row lists a PID, NaN where it lists none: an empty cell is "not known"
-    (the log writes None and no process alike as "")."""
-    if isinstance(c, _Read):
-        return c.num("has_pid")
-    if not c.has("pids"):
-        return np.full(c.n, np.nan)
-    p = pc().utf8_trim_whitespace(c.table.column("pids").combine_chunks())
-    return np.where(to_np(pc().utf8_length(p)) > 0, 1.0, np.nan)
+    """1.0 where a row lists a PID, NaN where it lists none (see _convert)."""
+    return c.num("has_pid")
 
 
 # -- replay -----------------------------------------------------------------------------------

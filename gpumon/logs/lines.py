@@ -3,7 +3,7 @@
 A line is malformed (skipped, counted, its line number kept) when it is longer than
 MAX_LINE_BYTES, holds a NUL byte (the hole logrotate's copytruncate leaves) or is not
 UTF-8. Blank lines are dropped silently. Line ends become ``\\n``. What remains is safe for
-pyarrow's CSV reader and for plain ``str`` work; ``line_of`` maps a kept line back to its
+the CSV reader (table.py) and for plain ``str`` work; ``line_of`` maps a kept line back to its
 number in the file.
 
 The bytes come a chunk at a time (clean_chunks): each chunk's lines are checked at once

@@ -15,8 +15,8 @@ from gpumon.logs.columns import (EPOCH_MIN, TIME_UNITS, Choice, choose, fraction
 from gpumon.logs.headers import as_csv, locate, note, sample_rows
 from gpumon.logs.lines import Lines
 from gpumon.logs.log import Log, empty_samples, finish, gpu_index, row_times
-from gpumon.logs.table import header, read_table
-from gpumon.logs.values import num, times
+from gpumon.logs.table import header, read_cells
+from gpumon.logs.values import num, time_columns, whole_times
 
 # The fields a wide log has a column of for each GPU.
 _ROLE_COLUMNS = ("util", "power", "power_limit", "mem")
@@ -33,20 +33,21 @@ def read(lines: Lines, path: str, columns: Optional[dict] = None) -> Log:
     names = header(lines)
     ch = named(names, columns, path) if columns else choose(names, sample_rows(head, form))
     notes += ch.notes
-    table, body = read_table(lines, names, list(dict.fromkeys(names[i] for i in ch.indices())))
-    if table is None:
+    got, body = _cells(lines, names, ch)
+    if got.rows == 0:
         return Log(path, "plain", empty_samples(), malformed=body.malformed, notes=notes)
-    n = table.num_rows
+    n = got.rows
     bad = np.zeros(n, bool)
+    t_at = ch.at.get("time")
 
-    def col(i, fn=num):
+    def col(i):
         if i is None:
             return None
-        v, b = fn(table.column(names[i]))
-        bad[:] |= b
-        return v
+        k = "time" if i == t_at else str(i)
+        bad[:] |= got.get(k + "_bad")
+        return got.get(k)
 
-    t = _seconds(col(ch.at.get("time"), times), names[ch.at.get("time", 0)], notes)
+    t = _seconds(col(t_at), names[ch.at.get("time", 0)], notes)
     if ch.per_gpu:
         samples, line_of = _wide(ch, col, t, n, bad, body.line_of, notes)
     else:
@@ -55,6 +56,27 @@ def read(lines: Lines, path: str, columns: Optional[dict] = None) -> Log:
     samples.util = _percent(samples.util, notes)
     log = Log(path, "plain", samples, None, None, {}, body.malformed, n, notes)
     return finish(log, np.repeat(bad, len(samples.time) // max(n, 1)), line_of)
+
+
+def _cells(lines: Lines, names: list[str], ch: Choice):
+    """The chosen columns read: each as numbers (``"<index>"``, ``"<index>_bad"``), the
+    time column as times (``"time"``, ``"time_bad"``)."""
+    t_at = ch.at.get("time")
+    want = {i: names[i] for i in ch.indices()}
+
+    def convert(cells: dict) -> dict:
+        out = {}
+        for i, name in want.items():
+            if i == t_at:
+                out.update(time_columns(cells[name]))
+            else:
+                out[str(i)], out[f"{i}_bad"] = num(cells[name])
+        return out
+
+    got, body = read_cells(lines, names, list(dict.fromkeys(want.values())), convert)
+    if t_at is not None and got.rows:
+        whole_times(lines, names, names[t_at], got)
+    return got, body
 
 
 def _long(ch: Choice, col, t, n: int, bad: np.ndarray, line_of, notes: list):

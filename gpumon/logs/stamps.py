@@ -1,20 +1,15 @@
-"""Date-times (nvidia-smi's ``2024/05/01 10:00:01.123``, ISO 8601's ``2024-05-01T10:00:01``,
-``2022-05-22:16:54:15.760601``; every one as wide as the others) read
-straight from their digits: a day-long log has 86,400 distinct stamps, and Arrow's strptime
-and regular expressions take ~0.5 us on each. The same epoch seconds as values._parse_times
-gives them; anything else (another layout, a date or time out of range) is left to it.
+"""Date-times such as nvidia-smi writes them (``2024/05/01 10:00:01.123``; ISO 8601's
+``2024-05-01T10:00:01``; ``2022-05-22:16:54:15.760601`` as some monitoring scripts write it)
+read straight from their digits, every stamp of one width at once: a
+day-long log has 86,400 distinct stamps, and parsing each on its own takes microseconds. The
+same epoch seconds (UTC) as values._stamp_text gives them; anything else (another layout, a
+date or time out of range) is left to it.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
-from gpumon.logs.arrow import text_matrix
-
-# Where the separators of "YYYY/MM/DD HH:MM:SS" sit (each of the bytes given: ISO 8601's
-# "2024-05-01T10:00:01" and "2022-05-22:16:54:15" as some monitoring scripts write it), and
-# the digits' places.
+# Where the separators of "YYYY/MM/DD HH:MM:SS" sit, what each may be, and the digits' places.
 _SEPS = {4: b"/-", 7: b"/-", 10: b" T:", 13: b":", 16: b":"}
 _FIELDS = {"year": (0, 4), "month": (5, 7), "day": (8, 10), "hour": (11, 13),
            "minute": (14, 16), "second": (17, 19)}
@@ -24,41 +19,40 @@ _DAYS = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
 MAX_WIDTH = 29
 
 
-def fixed_stamps(s) -> Optional[np.ndarray]:
-    """Epoch seconds of an Arrow text array (no nulls) of stamps all ``YYYY/MM/DD HH:MM:SS``
-    (or with the other separators of _SEPS) followed by the same number of fraction digits
-    (``.123``) or none; None otherwise."""
-    chars = text_matrix(s, MAX_WIDTH)
-    if chars is None or chars.shape[1] < 19 or chars.shape[1] == 20:
-        return None
-    width = chars.shape[1]
-    # One row per character place (each a contiguous array), as digits: separators and
-    # other characters come out below 0 or above 9 (above 9 as unsigned).
-    v = chars.T.astype(np.int16) - ord("0")
+def fixed_stamps(cells) -> tuple[np.ndarray, np.ndarray]:
+    """(epoch seconds, read) of cells (table.Cells) written ``YYYY/MM/DD HH:MM:SS`` and
+    fraction digits (``.123``) or none; cells not read are NaN."""
+    t = np.full(len(cells), np.nan)
+    ok = np.zeros(len(cells), bool)
+    for width in np.unique(cells.length).tolist():
+        if width < 19 or width == 20 or width > MAX_WIDTH:
+            continue
+        rows = np.flatnonzero(cells.length == width)
+        t[rows], ok[rows] = _one_width(cells.take(rows).chars(width))
+    t[~ok] = np.nan
+    return t, ok
+
+
+def _one_width(chars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """fixed_stamps of stamps all ``width`` wide: ``chars`` is (width, rows)."""
+    width = chars.shape[0]
+    # As digits, one row per character place: other characters come out above 9 (unsigned).
+    v = chars.astype(np.int16) - ord("0")
     seps = {**_SEPS, 19: b"."} if width > 19 else _SEPS
     digits = np.ones(width, bool)
     digits[list(seps)] = False
-    if not (v[digits].view(np.uint16) <= 9).all():
-        return None
-    if not all(_any_of(v[pos], sep).all() for pos, sep in seps.items()):
-        return None
+    ok = (v[digits].view(np.uint16) <= 9).all(0)
+    for pos, allowed in seps.items():
+        ok &= np.isin(chars[pos], np.frombuffer(allowed, np.uint8))
     f = {k: _number(v, a, b) for k, (a, b) in _FIELDS.items()}
-    if not _in_range(f):
-        return None
-    t = (_days(f["year"], f["month"], f["day"]) * 86400 + f["hour"] * 3600
+    ok &= _in_range(f)
+    month = np.clip(f["month"], 1, 12)
+    t = (_days(f["year"], month, f["day"]) * 86400 + f["hour"] * 3600
          + f["minute"] * 60 + f["second"]).astype(float)
     if width > 20:
         # k digits as an integer over 10**k: the double nearest the decimal, as parsing it is.
         t = t + _number(v, 20, width) / float(10 ** (width - 20))
-    return t
-
-
-def _any_of(row: np.ndarray, chars: bytes) -> np.ndarray:
-    """Where a digit row holds one of ``chars``."""
-    m = row == chars[0] - ord("0")
-    for c in chars[1:]:
-        m |= row == c - ord("0")
-    return m
+    return t, ok
 
 
 def _number(v: np.ndarray, a: int, b: int) -> np.ndarray:
@@ -73,14 +67,13 @@ def _leap(y: np.ndarray) -> np.ndarray:
     return (y % 4 == 0) & ((y % 100 != 0) | (y % 400 == 0))
 
 
-def _in_range(f: dict) -> bool:
-    """Every field a real date and time (else strptime decides what it is)."""
+def _in_range(f: dict) -> np.ndarray:
+    """Which fields are a real date and time (the others are left to values._stamp_text)."""
     y, m, d = f["year"], f["month"], f["day"]
-    if not (((y >= 1970) & (y <= 9999) & (m >= 1) & (m <= 12)).all()):
-        return False
-    last = _DAYS[m - 1] + ((m == 2) & _leap(y))
-    return bool(((d >= 1) & (d <= last) & (f["hour"] <= 23) & (f["minute"] <= 59)
-                 & (f["second"] <= 59)).all())
+    ok = (y >= 1970) & (y <= 9999) & (m >= 1) & (m <= 12)
+    last = _DAYS[np.clip(m, 1, 12) - 1] + ((m == 2) & _leap(y))
+    return ok & (d >= 1) & (d <= last) & (f["hour"] <= 23) & (f["minute"] <= 59) & (
+        f["second"] <= 59)
 
 
 def _days(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:

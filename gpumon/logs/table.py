@@ -1,28 +1,39 @@
-"""A CSV log's rows as an Arrow table, every row as wide as the header.
+"""A CSV log's text to columns: the one interface between a log's clean lines and its
+reader. Everything after it is numpy (values.py).
 
-pyarrow reads the clean lines (multi-threaded, only the columns asked for). When it meets a
-row of the wrong width, or the file holds quotes, the rows are first checked one by one
-(``exact``): rows of the wrong width and quoted cells that hold line breaks are malformed,
-repeated header lines (two logs in one file) and blank rows are dropped; then pyarrow reads
-what is left. Row ``i`` of the table is kept line ``i`` of the returned body.
-
-``stream_table`` reads the same rows in record batches and hands each to a sink as it comes,
-so only one batch's text is in memory at a time (a 72-hour log's text table alone is
-~400 MiB).
+``read_cells`` cuts the rows after the header into cells a block of lines at a time and
+hands each block's wanted columns (``Cells``: byte ranges of the text, trimmed of
+whitespace) to the reader's ``convert``, the blocks side by side on the cores (numpy lets
+go of the GIL). A row as wide as the header is read; a row of another width is malformed
+(counted); a repeated header line and a blank row are dropped. The commas and line breaks of
+a block are found at once; only a line that holds a quote is cut by the csv module (a quoted
+cell may run over up to MAX_QUOTED_LINES lines, see ``exact``).
 """
 from __future__ import annotations
 
 import csv
 import io
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
-from gpumon.logs.arrow import pa_modules
+from gpumon.logs.batches import Columns
 from gpumon.logs.lines import Lines
+from gpumon.logs.threads import MAX_THREADS, map_threads
 
 # A quoted cell may run over at most this many lines before its line is malformed.
 MAX_QUOTED_LINES = 8
+# Bytes of text cut into cells at once: per-block costs (a numpy call per column) vanish,
+# and a block's scratch arrays stay a few tens of MB.
+BLOCK_BYTES = 4 << 20
+# Whitespace trimmed from both ends of a cell (what str.strip() takes, in ASCII).
+_SPACE = np.zeros(256, bool)
+_SPACE[[9, 11, 12, 13, 32]] = True
+# Widest text Cells.distinct compares as bytes, at once, before reading texts one by one.
+ONE_TEXT_WIDTH = 32
+# Cells one_text compares first: a column of many texts differs within them.
+ONE_TEXT_PROBE = 64
 
 
 def header(lines: Lines) -> list[str]:
@@ -37,134 +48,249 @@ def header(lines: Lines) -> list[str]:
     return out
 
 
-class Rows:
-    """Where a table's rows came from: row ``i`` is kept line ``i + 1`` of ``lines`` (line 0
-    is the header)."""
+class Cells:
+    """One column of text cells: cell ``i`` is ``buf[start[i]:start[i] + length[i]]``, UTF-8,
+    trimmed of whitespace."""
 
-    def __init__(self, lines: Lines):
-        self.lines = lines
+    def __init__(self, buf: np.ndarray, start: np.ndarray, length: np.ndarray):
+        self.buf, self.start, self.length = buf, start, length
+
+    @staticmethod
+    def of(texts: Sequence[str]) -> "Cells":
+        """Cells of Python strings (trimmed as the cutter trims them)."""
+        data = [t.strip(" \t\v\f\r").encode("utf-8") for t in texts]
+        length = np.array([len(d) for d in data], np.int64)
+        return Cells(np.frombuffer(b"".join(data) or b"\0", np.uint8),
+                     np.cumsum(length) - length, length)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def take(self, rows: np.ndarray) -> "Cells":
+        return Cells(self.buf, self.start[rows], self.length[rows])
+
+    def chars(self, width: int) -> np.ndarray:
+        """(width, rows) bytes: row ``k`` the ``k``-th byte of every cell, 0 past its end."""
+        m = self.rows(width)
+        np.copyto(m, 0, where=np.arange(width) >= self.length[:, None])
+        return m.T
+
+    def rows(self, width: int) -> np.ndarray:
+        """(rows, width) bytes: the first ``width`` bytes of every cell and what follows it."""
+        n, buf = len(self), self.buf
+        if n == 0 or width == 0:
+            return np.zeros((n, width), np.uint8)
+        if int(self.start.max()) > len(buf) - width:        # (a cell near the end: padded)
+            buf = np.concatenate([buf, np.zeros(width, np.uint8)])
+        return as_strided(buf, (len(buf) - width + 1, width), (1, 1))[self.start]
+
+    def texts(self) -> list[str]:
+        data = self.buf.tobytes() if not isinstance(self.buf, bytes) else self.buf
+        return [data[a:a + n].decode("utf-8")
+                for a, n in zip(self.start.tolist(), self.length.tolist())]
+
+    def distinct(self) -> tuple[list[str], np.ndarray]:
+        """(the distinct texts, each cell's index among them), in order of first appearance."""
+        one = self.one_text()
+        if one is not None:
+            return one.texts(), np.zeros(len(self), np.int64)
+        index: dict[str, int] = {}
+        codes = np.array([index.setdefault(t, len(index)) for t in self.texts()], np.int64)
+        return list(index), codes
+
+    def one_text(self) -> Optional["Cells"]:
+        """The first cell alone, when every cell holds the same text (compared as bytes, at
+        most ONE_TEXT_WIDTH wide, the first rows first); else None."""
+        n = len(self)
+        if n < 2 or not int(self.length[0]) <= ONE_TEXT_WIDTH:
+            return None
+        for part in (self.take(np.arange(min(n, ONE_TEXT_PROBE))), self):
+            if not (part.length == part.length[0]).all():
+                return None
+            m = part.rows(int(part.length[0]))
+            if not (m == m[0]).all():
+                return None
+        return self.take(np.zeros(1, np.int64))
+
+
+class Rows:
+    """Where the rows came from: row ``i`` is kept line ``kept[i]`` of ``lines`` (line 0 is
+    the header)."""
+
+    def __init__(self, lines: Lines, kept: np.ndarray):
+        self.lines, self.kept = lines, kept
         self.malformed = lines.malformed
 
     def line_of(self, rows: np.ndarray) -> np.ndarray:
-        return self.lines.line_of(np.asarray(rows, dtype=np.int64) + 1)
+        return self.lines.line_of(self.kept[np.asarray(rows, dtype=np.int64)])
 
 
-def read_table(lines: Lines, names: list[str], want: Optional[list[str]] = None,
-               typed: Optional[dict] = None):
-    """(table, Rows) of the lines after the header; table None when no row is left.
-    ``typed``: column -> Arrow type alias read directly ("float64"); a cell that is not one
-    raises pyarrow's ArrowInvalid (read those columns as text instead)."""
-    first = lines.head(1)[0]
-    if b'"' in lines.data or _header_again(lines, first):
+def read_cells(lines: Lines, names: list[str], want: list[str],
+               convert: Callable) -> tuple[Columns, Rows]:
+    """(columns, rows): ``convert({name: Cells})`` -> {name: array} for each block of rows
+    (the ``want`` columns), its arrays written end to end into ``columns``."""
+    first = lines.head(1)[0] if lines.count() else ""
+    if b'"' in lines.data:
         lines = exact(lines, names, first)
-    if _header_only(lines):
-        return None, Rows(lines)
-    table, skipped = _arrow(lines, names, want, typed)
-    if skipped:
-        lines = exact(lines, names, first)
-        if _header_only(lines):
-            return None, Rows(lines)
-        table, skipped = _arrow(lines, names, want, typed)
-        lines.malformed.add(None, skipped)      # none left after exact(); counted if so
-    return table, Rows(lines)
+    cut = _Cutter(lines, names, first, [names.index(w) for w in want])
+    cols = Columns(lines.count())
+    kept, base = [], 1
+    blocks = cut.blocks()
+
+    def one(block):
+        got = cut.cells(*block)
+        return got, (convert(dict(zip(want, got.cells))) if len(got.rows) else {})
+
+    for at in range(0, len(blocks), MAX_THREADS):
+        for got, out in map_threads(one, blocks[at:at + MAX_THREADS]):
+            if got.bad_rows:
+                lines.malformed.add(int(lines.line_of([base + got.bad_first])[0]),
+                                    got.bad_rows)
+            cols.put(out, len(got.rows))
+            kept.append(got.rows + base)
+            base += got.lines
+    return cols, Rows(lines, np.concatenate(kept) if kept else np.zeros(0, np.int64))
 
 
-# Bytes of text per record batch when streaming: large enough that per-batch costs (a Python
-# call per column) vanish, small enough that a batch's text is a few tens of MB at most.
-STREAM_BLOCK = 8 << 20
+class _Block:
+    """One block cut: the wanted cells of its kept rows, their line indices within the
+    block (``rows``), how many lines it holds, its malformed rows (how many, the first)."""
+
+    def __init__(self, cells: list, rows: np.ndarray, lines: int, bad: np.ndarray):
+        self.cells, self.rows, self.lines = cells, rows, lines
+        self.bad_rows = int(bad.sum())
+        self.bad_first = int(np.argmax(bad)) if self.bad_rows else 0
 
 
-def stream_table(lines: Lines, names: list[str], want: list[str], make_sink: Callable,
-                 typed: Optional[dict] = None) -> tuple[object, Rows]:
-    """(sink, Rows): the rows read_table would give, in record batches, each passed in turn to
-    ``sink.add(batch)``; ``make_sink()`` makes a fresh sink for each pass over the rows (a
-    second pass follows a row of the wrong width). The sink None when no row is left.
-    Raises pyarrow's ArrowInvalid as read_table does."""
-    first = lines.head(1)[0]
-    if b'"' in lines.data or _header_again(lines, first):
-        lines = exact(lines, names, first)
-    if _header_only(lines):
-        return None, Rows(lines)
-    sink, skipped = _stream(lines, names, want, typed, make_sink())
-    if skipped:             # a row of the wrong width: check them one by one, read again
-        lines = exact(lines, names, first)
-        if _header_only(lines):
-            return None, Rows(lines)
-        sink, skipped = _stream(lines, names, want, typed, make_sink())
-        lines.malformed.add(None, skipped)
-    return sink, Rows(lines)
+class _Cutter:
+    """The text of ``lines`` after the header cut into rows, and the cells of columns
+    ``cols`` of each row as wide as the header."""
+
+    def __init__(self, lines: Lines, names: list[str], first: str, cols: list[int]):
+        self.data = lines.data
+        self.buf = np.frombuffer(self.data, np.uint8)
+        self.width, self.cols = len(names), cols
+        self.first = first.encode()
+        self.start = len(self.first) + 1 if lines.count() else 0
+        self.again = self.data.find(b"\n" + self.first + b"\n") >= 0
+
+    def blocks(self) -> list[tuple[int, int]]:
+        out, a, n = [], self.start, len(self.data)
+        while a < n:
+            b = self.data.find(b"\n", min(a + BLOCK_BYTES, n) - 1) + 1 or n
+            out.append((a, b))
+            a = b
+        return out
+
+    def cells(self, a: int, b: int) -> _Block:
+        part = self.buf[a:b]
+        nl = np.flatnonzero(part == 10)
+        commas = np.flatnonzero(part == 44)
+        starts = np.concatenate(([0], nl[:-1] + 1))
+        before = np.searchsorted(commas, nl)
+        per = np.diff(np.concatenate(([0], before)))
+        fast = per == self.width - 1
+        quoted = np.zeros(len(nl), bool)
+        if self.data.find(b'"', a, b) >= 0:
+            q = np.flatnonzero(part == 34)
+            quoted = np.searchsorted(q, starts) < np.searchsorted(q, nl)
+            fast &= ~quoted
+        if self.again:
+            fast &= ~self._headers(part, starts, nl)
+        bad = ~fast & ~quoted
+        for r in np.flatnonzero(bad).tolist():       # other widths: blank, or malformed
+            bad[r] = not _blank(part[starts[r]:nl[r]].tobytes(), self.first)
+        cells, rows = self._cut(part, starts, nl, commas, before - per, fast, quoted)
+        return _Block(cells, rows, len(nl), bad)
+
+    def _headers(self, part, starts, nl) -> np.ndarray:
+        """Rows that repeat the header line."""
+        same = np.flatnonzero((nl - starts) == len(self.first))
+        out = np.zeros(len(nl), bool)
+        for r in same.tolist():
+            out[r] = part[starts[r]:nl[r]].tobytes() == self.first
+        return out
+
+    def _cut(self, part, starts, nl, commas, k0, fast, quoted):
+        """(cells of each wanted column, kept rows): the rows in ``fast`` cut at their
+        commas, the ``quoted`` ones by the csv module; blank rows dropped."""
+        rows = np.flatnonzero(fast | quoted)
+        fr = np.flatnonzero(fast[rows])
+        qr = np.flatnonzero(quoted[rows])
+        buf, extra = part, None
+        if len(qr):
+            extra = _quoted_cells(part, starts[rows[qr]], nl[rows[qr]], self.cols)
+            buf = np.concatenate([part, extra[0]])
+        out = []
+        f = rows[fr]
+        every = len(f) == len(nl)           # (every row cut at its commas: they line up)
+        at = commas.reshape(len(nl), self.width - 1) if every else None
+        for c in self.cols:
+            s = np.empty(len(rows), np.int64)
+            e = np.empty(len(rows), np.int64)
+            if every:
+                s[:] = starts if c == 0 else at[:, c - 1] + 1
+                e[:] = nl if c == self.width - 1 else at[:, c]
+            else:
+                s[fr] = starts[f] if c == 0 else commas[k0[f] + c - 1] + 1
+                e[fr] = nl[f] if c == self.width - 1 else commas[k0[f] + c]
+            if extra is not None:
+                s[qr], e[qr] = extra[1][c] + len(part), extra[2][c] + len(part)
+            s, e = _trim(buf, s, e)
+            out.append(Cells(buf, s, e - s))
+        return _not_blank(out, rows, part, starts, nl)
 
 
-def _stream(lines: Lines, names: list[str], want, typed, sink) -> tuple[object, int]:
-    """(sink, rows skipped); stops at the first batch with a skipped row."""
-    pa, _, pcsv = pa_modules()
-    skipped = [0]
-
-    def on_invalid(row):
-        skipped[0] += 1
-        return "skip"
-
-    reader = pcsv.open_csv(
-        pa.BufferReader(lines.data),
-        # (One parsing thread: pyarrow's own pool reads ahead block by block at nearly twice
-        # the CPU time, and the sink's thread already fills the other core.)
-        read_options=pcsv.ReadOptions(column_names=names, skip_rows=1, block_size=STREAM_BLOCK,
-                                      use_threads=False),
-        parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
-        convert_options=pcsv.ConvertOptions(column_types=_types(names, typed),
-                                            strings_can_be_null=False, include_columns=want))
-    # The sink converts a batch on a thread of its own while the reader parses the next one
-    # (both release the GIL); one batch at a time, in order, so at most two are in memory.
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(1) as pool:
-        pending = None
-        for batch in reader:
-            if pending is not None:
-                pending.result()
-            if skipped[0]:
-                break
-            pending = pool.submit(sink.add, batch) if batch.num_rows else None
-        if pending is not None:
-            pending.result()
-    return sink, skipped[0]
+def _not_blank(out: list, rows: np.ndarray, part, starts, nl):
+    """(cells, rows) without the rows whose every cell is blank (checked whole where the
+    wanted cells are all empty)."""
+    if not out or not len(rows):
+        return out, rows
+    empty = np.logical_and.reduce([c.length == 0 for c in out])
+    if not empty.any():
+        return out, rows
+    for r in np.flatnonzero(empty).tolist():
+        k = rows[r]
+        empty[r] = _blank(part[starts[k]:nl[k]].tobytes(), None)
+    keep = np.flatnonzero(~empty)
+    return [c.take(keep) for c in out], rows[keep]
 
 
-def _types(names: list[str], typed: Optional[dict]) -> dict:
-    pa = pa_modules()[0]
-    return {n: (pa.type_for_alias(typed[n]) if typed and n in typed else pa.string())
-            for n in names}
+def _blank(line: bytes, header: Optional[bytes]) -> bool:
+    """Whether a line is a row of nothing but blank cells, or the header again."""
+    return (not line.replace(b",", b"").strip()
+            or (header is not None and line.strip() == header.strip()))
 
 
-def _header_again(lines: Lines, first: str) -> bool:
-    """Whether the header line comes again later (a shell loop of `nvidia-smi --query-gpu=...
-    --format=csv; sleep 1` writes it before every row): such lines are dropped (exact), not
-    read as rows of bad values. Where every row is as wide as the header (a one-column log)
-    nothing else would send the rows to exact."""
-    return lines.data.find(b"\n" + first.encode() + b"\n") >= 0
+def _trim(buf: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cell bounds moved past whitespace at both ends."""
+    last = len(buf) - 1
+    while True:
+        m = _SPACE[buf[np.minimum(s, last)]] & (s < e)
+        if not m.any():
+            break
+        s += m
+    while True:
+        m = _SPACE[buf[np.maximum(e - 1, 0)]] & (e > s)
+        if not m.any():
+            break
+        e -= m
+    return s, e
 
 
-def _header_only(lines: Lines) -> bool:
-    return lines.data.find(b"\n") == len(lines.data) - 1
-
-
-def _arrow(lines: Lines, names: list[str], want, typed):
-    pa, _, pcsv = pa_modules()
-    skipped = [0]
-
-    def on_invalid(row):
-        skipped[0] += 1
-        return "skip"
-
-    types = _types(names, typed)
-    table = pcsv.read_csv(
-        pa.BufferReader(lines.data),
-        # 1 MiB blocks: every core parses (fewer, larger blocks leave cores idle); a line is
-        # at most lines.MAX_LINE_BYTES long, well inside one block.
-        read_options=pcsv.ReadOptions(column_names=names, skip_rows=1, block_size=1 << 20),
-        parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
-        convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=False,
-                                            include_columns=want if want is not None else names))
-    return table, skipped[0]
+def _quoted_cells(part, starts, ends, cols):
+    """(bytes, starts by column, ends by column) of the wanted cells of quoted rows, cut by
+    the csv module; positions relative to the returned bytes."""
+    data = bytearray()
+    s = {c: np.empty(len(starts), np.int64) for c in cols}
+    e = {c: np.empty(len(starts), np.int64) for c in cols}
+    for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+        row = next(csv.reader([part[a:b].tobytes().decode("utf-8")]))
+        for c in cols:
+            s[c][i] = len(data)
+            data += row[c].encode("utf-8")
+            e[c][i] = len(data)
+    return np.frombuffer(bytes(data), np.uint8), s, e
 
 
 def exact(body: Lines, names: list[str], header_line: str) -> Lines:

@@ -1,5 +1,5 @@
-"""Independent pieces of `gpumon analyze`'s work on every core: numpy and pyarrow release the
-GIL inside their loops, so columns of a log, or chunks of its windows, convert side by side.
+"""Independent pieces of `gpumon analyze`'s work on every core: numpy releases the GIL
+inside its loops, so columns of a log, or chunks of its windows, convert side by side.
 Results come back in order, exactly what a plain loop gives."""
 from __future__ import annotations
 

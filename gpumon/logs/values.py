@@ -1,21 +1,26 @@
 """Text cells to numbers, as logs write them: values with units (``92 %``, ``150.23 W``),
 missing markers (``[N/A]``, ``-``), clock-event masks in hex, date-times and epoch seconds.
-Each function takes an Arrow column and returns (values with NaN for missing, bad-cell mask).
+Each function takes a column of cells (table.Cells) and returns (values with NaN for
+missing, bad-cell mask). The usual cells are read by numpy, every row at once (``decimals``,
+``_hex``, stamps.fixed_stamps); a cell they do not read is read by Python, once per distinct
+text.
 """
 from __future__ import annotations
 
 import math
 import re
+from datetime import datetime, timezone
 from typing import Callable, Optional
 
 import numpy as np
 
-from gpumon.logs.arrow import (fill, np1, nulls_where, pa_modules, pc, str_array, to_np,
-                               arrow_mask, text_matrix)
 from gpumon.logs.stamps import fixed_stamps
+from gpumon.logs.lines import Lines
+from gpumon.logs.log import Malformed
+from gpumon.logs.table import Cells, read_cells
 
 # A decimal number, as nvidia-smi and people's own loops write them (units already stripped).
-_NUMBER_RE = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
+NUMBER_RE = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*")
 
 
 def key(name: str) -> str:
@@ -26,211 +31,217 @@ def key(name: str) -> str:
 MISSING = ("", "-", "n/a", "[n/a]", "na", "nan", "none", "[not supported]", "[unknown error]",
             "[insufficient permissions]", "[gpu is lost]", "[requested functionality has "
             "been deprecated]", "not supported")
-_UNIT_RE = r"\s*(%|[a-zA-Z][a-zA-Z/]*)\s*$"
+# The characters units are made of ("92 %", "150.23 W", "1024 MiB", "1410 MHz"), taken off
+# the end of a value.
 _UNIT_CHARS = " %WMiBHzKkGCsJm/"
+_AFTER_NUMBER = np.zeros(256, bool)         # what may follow a number: its unit, whitespace
+_AFTER_NUMBER[list(_UNIT_CHARS.encode()) + [0, 9, 11, 12, 13]] = True
+_NOTHING = np.zeros(256, bool)              # (0: past the cell's end)
+_NOTHING[0] = True
+# Widest cell read by numpy; most digits a number read by numpy may have (exact as an integer
+# in a double, so that dividing by a power of ten rounds as parsing the decimal does).
+WIDE = 32
+MAX_DIGITS = 15
+_POW10 = 10.0 ** np.arange(WIDE + 1)
+_HEX = np.full(256, 16, np.uint64)
+for _c in b"0123456789abcdefABCDEF":
+    _HEX[_c] = int(chr(_c), 16)
 
 
-def num_fast(col) -> Optional[np.ndarray]:
-    """num() of a text column in the usual case, cheaply: every value a number followed by
-    its unit, none missing (so none empty and none bad). None when that is not so (then
-    num() decides). ASCII trimming is exact here: a value with other whitespace at an end
-    does not cast, and goes to num()."""
-    pc = pa_modules()[1]
-    v = _cast_float(pc.ascii_rtrim(pc.ascii_trim_whitespace(col), characters=_UNIT_CHARS))
-    return None if v is None or np.isnan(v).any() else v
-
-
-def _cast_float(s) -> Optional[np.ndarray]:
-    """Text (chunks) cast to float64 (null -> NaN), or None when a value is not a number. A
-    column of text that is no number at all fails on its first values, not after all."""
-    pa, pc, _ = pa_modules()
-    try:
-        if len(s) > 256:
-            pc.cast(s.slice(0, 256), pa.float64())
-        return to_np(pc.cast(s, pa.float64()))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-
-
-def numeric_text(s) -> bool:
-    """Whether every value of a text column (trimmed) is a number: how times() reads it."""
-    return _cast_float(s) is not None
-
-
-def num(col, trimmed: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """A column of text (or numbers) -> (float values with NaN missing, bad-value mask).
-    ``trimmed``: text already trimmed of whitespace."""
-    pa, pc, _ = pa_modules()
-    if trimmed:
-        return _text_num(col)
-    if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
-        return to_np(pc.cast(col, pa.float64())), np.zeros(len(col), bool)
-    if pa.types.is_null(col.type):
-        return np.full(len(col), np.nan), np.zeros(len(col), bool)
-    return _text_num(pc.utf8_trim_whitespace(pc.cast(col, pa.string())))
-
-
-def _text_num(s) -> tuple[np.ndarray, np.ndarray]:
-    """num() of text already trimmed of whitespace."""
-    pa, pc, _ = pa_modules()
-    # Units trail the number ("92 %", "150.23 W", "1024 MiB", "1410 MHz"): trimming the
-    # characters they are made of is ~10x faster than a regular expression.
-    stripped = pc.utf8_rtrim(s, characters=_UNIT_CHARS)
-    # Fast path (the usual log): every value a number once its unit is gone. Only NaN
-    # values, if any, need telling missing ("nan") from unreadable.
-    v = _cast_float(stripped)
-    if v is not None:
-        nan = np.isnan(v)
-        if not nan.any():
-            return v, nan
-    if hasattr(s, "combine_chunks"):
-        s = s.combine_chunks()
-    low = pc.utf8_lower(s)
-    missing = fill(pc.or_(pc.is_null(s), pc.is_in(low, value_set=str_array(MISSING))),
-                    True)
-    missing = pc.or_(missing, pc.starts_with(s, "["))
-    stripped = nulls_where(missing, pc.utf8_rtrim(s, characters=_UNIT_CHARS))
-    try:
-        v = to_np(pc.cast(stripped, pa.float64()))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        # The slow path, only for columns with unreadable values: cells that are not a number
-        # become null (counted as malformed by the caller), the rest are cast.
-        ok = fill(pc.match_substring_regex(stripped, _NUMBER_RE), False)
-        stripped = nulls_where(pc.invert(ok), stripped)
-        v = to_np(pc.cast(pc.utf8_trim_whitespace(stripped), pa.float64()))
-    miss = to_np(missing)
-    return v, (~miss) & np.isnan(v)
-
-
-def is_text(t) -> bool:
-    pa = pa_modules()[0]
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
-
-
-def trimmed_text(col):
-    """A text column (chunks kept) trimmed of whitespace; None when the column is not text."""
-    return pc().utf8_trim_whitespace(col) if is_text(col.type) else None
-
-
-def hex_or_num(col, trimmed: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Clock event reasons: '0x0000000000000004' or a number."""
-    pa, pc, _ = pa_modules()
-    s = col if trimmed else trimmed_text(col)
-    if s is None:
-        return num(col)
-    uarr = pc.unique(s)
-    uniq = uarr.to_pylist()
-    table = {}
-    for u in uniq:
-        if u is None or u.lower() in MISSING or u.startswith("["):
-            table[u] = (math.nan, False)
+def decimals(cells: Cells, units: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(values, read): cells written ``[-+]digits[.digits]`` (``units``: then a unit), as the
+    double nearest the decimal; the others not read (NaN)."""
+    n = len(cells)
+    w = min(int(cells.length.max()), WIDE) if n else 0
+    ch = cells.chars(w)
+    after = _AFTER_NUMBER if units else _NOTHING
+    acc, ndig, frac = np.zeros(n), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    lead, point, other = np.ones(n, bool), np.zeros(n, bool), np.zeros(n, bool)
+    neg = ch[0] == 45 if w else np.zeros(n, bool)
+    for k in range(w):
+        c = ch[k]
+        if not lead.any():              # past every number: only what follows is checked
+            other |= ~after[c]
             continue
-        try:
-            table[u] = (float(int(u, 16)) if u.lower().startswith("0x") else float(u), False)
-        except ValueError:
-            table[u] = (math.nan, True)
-    idx = to_np(pc.index_in(s, value_set=uarr))
-    vals = np.array([table[u][0] for u in uniq] + [math.nan])
-    bad = np.array([table[u][1] for u in uniq] + [False])
-    idx = np.where(np.isnan(idx.astype(float)), len(uniq), idx).astype(np.int64)
-    return vals[idx], bad[idx]
+        d = c - np.uint8(48)
+        digit = d < 10
+        dot = c == 46
+        lead &= digit | dot | ((neg | (c == 43)) if k == 0 else False)
+        dg = lead & digit
+        acc = np.where(dg, acc * 10 + d, acc)
+        ndig += dg
+        ld = lead & dot
+        other |= ld & point             # (a second decimal point)
+        point |= ld
+        frac += dg & point
+        other |= ~lead & ~after[c]
+    ok = (cells.length <= WIDE) & (ndig >= 1) & (ndig <= MAX_DIGITS) & ~other
+    v = acc / _POW10[frac]
+    v = np.where(neg, -v, v)
+    v[~ok] = np.nan
+    return v, ok
 
 
-def times(col, base_interval: float = 1.0, trimmed: bool = False
-          ) -> tuple[np.ndarray, np.ndarray]:
-    """Epoch seconds from numbers or date-times ('2024/01/15 10:00:01.123', ISO 8601)."""
-    pa, pc, _ = pa_modules()
-    s = col if trimmed else trimmed_text(col)
-    if s is None:
-        return num(col)
-    v = _cast_float(s)
-    if v is not None:
-        return v, np.isnan(v) & ~to_np(pc.is_null(s))
-    # Every GPU's row of one poll carries the same stamp, on rows in a row: parse the first
-    # stamp of each run of equal ones only.
-    n = len(s)
-    if n > 1:
-        new = np.ones(n, dtype=bool)
-        new[1:] = to_np(fill(pc.not_equal(s.slice(1), s.slice(0, n - 1)), True))
-        first = np.flatnonzero(new)
-        if len(first) < n:
-            tu, bu = _parse_times(pc.filter(s, arrow_mask(new)))
-            lengths = np.diff(np.append(first, n))
-            return np.repeat(tu, lengths), np.repeat(bu, lengths)
-    return _parse_times(s)
+def _by_text(cells: Cells, rows: np.ndarray, fn: Callable, v: np.ndarray,
+             flag: np.ndarray) -> None:
+    """``v[rows], flag[rows] = fn(text)`` for the cells ``rows``, ``fn`` called once per
+    distinct text."""
+    if not len(rows):
+        return
+    texts, codes = cells.take(rows).distinct()
+    got = [fn(t) for t in texts]
+    v[rows] = np.array([g[0] for g in got], float)[codes]
+    flag[rows] = np.array([g[1] for g in got], bool)[codes]
 
 
-def _parse_times(s) -> tuple[np.ndarray, np.ndarray]:
-    """Date-times ('2024/01/15 10:00:01.123', ISO 8601) as epoch seconds, and bad values."""
-    pa, pc, _ = pa_modules()
-    if hasattr(s, "combine_chunks"):
-        s = s.combine_chunks()
-    t = fixed_stamps(s)
-    if t is not None:
-        return t, np.zeros(len(t), bool)
-    s2 = pc.replace_substring(pc.replace_substring(s, "-", "/"), "T", " ")
-    whole = pc.utf8_slice_codeunits(s2, 0, 19)
-    frac = pc.utf8_slice_codeunits(s2, 19, 40)
+def _missing(text: str) -> bool:
+    return text.lower() in MISSING or text.startswith("[")
+
+
+def _num_text(text: str) -> tuple[float, bool]:
+    """(value, bad) of one trimmed cell (see num)."""
+    if _missing(text):
+        return math.nan, False
+    s = text.rstrip(_UNIT_CHARS)
+    if NUMBER_RE.fullmatch(s):
+        return float(s), False
+    return math.nan, True
+
+
+def num(cells: Cells) -> tuple[np.ndarray, np.ndarray]:
+    """Numbers, with or without their unit -> (float values, NaN missing; bad-value mask).
+    Missing: empty, a marker of MISSING, or ``[...]``."""
+    one = cells.one_text()
+    if one is not None:             # (a clock, a limit: one text on every row)
+        v, bad = num(one)
+        return np.repeat(v, len(cells)), np.repeat(bad, len(cells))
+    v, ok = decimals(cells, units=True)
+    bad = np.zeros(len(cells), bool)
+    _by_text(cells, np.flatnonzero(~ok), _num_text, v, bad)
+    return v, bad
+
+
+def _hex(cells: Cells) -> tuple[np.ndarray, np.ndarray]:
+    """(values, read): cells written ``0x`` and 1 to 16 hex digits."""
+    n = len(cells)
+    w = min(int(cells.length.max()), 18) if n else 0
+    if w < 3:
+        return np.full(n, np.nan), np.zeros(n, bool)
+    ch = cells.chars(w)
+    h = _HEX[ch]
+    ok = ((ch[0] == 48) & ((ch[1] | 32) == 120) & (cells.length >= 3) & (cells.length <= 18)
+          & ~((h[2:] == 16) & (ch[2:] != 0)).any(0))
+    acc = np.zeros(n, np.uint64)
+    for k in range(2, w):
+        acc = np.where(ch[k] != 0, acc * np.uint64(16) + h[k], acc)
+    v = acc.astype(float)
+    v[~ok] = np.nan
+    return v, ok
+
+
+def _hex_text(text: str) -> tuple[float, bool]:
+    if _missing(text):
+        return math.nan, False
     try:
-        sec = pc.strptime(whole, format="%Y/%m/%d %H:%M:%S", unit="s", error_is_null=True)
-        t = to_np(pc.cast(sec, pa.int64())).astype(float)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        t = np.full(len(s), np.nan)
-    if pc.any(pc.is_valid(frac)).as_py():
-        if not frac.null_count and to_np(pc.match_substring_regex(frac, r"^\.\d+$")).all():
-            # Every stamp ends in ".<digits>" (what nvidia-smi writes): "0" in front is what
-            # the regular expressions below make of each, for a fifth of the work.
-            fr = pc.utf8_replace_slice(frac, 0, 0, "0")
-        else:
-            fr = pc.replace_substring_regex(frac, r"^(\.\d+).*$", "0\\1")
-            fr = nulls_where(pc.invert(fill(pc.match_substring_regex(fr, r"^0\.\d+$"),
-                                              False)), fr)
-        f = to_np(pc.cast(fr, pa.float64()))
-        t = t + np.nan_to_num(f)
-    nulls = to_np(pc.is_null(s))
-    return t, np.isnan(t) & ~nulls
+        return (float(int(text, 16)) if text.lower().startswith("0x") else float(text)), False
+    except ValueError:
+        return math.nan, True
 
 
+def hex_or_num(cells: Cells) -> tuple[np.ndarray, np.ndarray]:
+    """Clock event reasons: '0x0000000000000004' or a number."""
+    v, ok = _hex(cells)
+    rest = np.flatnonzero(~ok)
+    if len(rest):
+        dv, dok = decimals(cells.take(rest), units=False)
+        v[rest[dok]] = dv[dok]
+        ok[rest[dok]] = True
+    bad = np.zeros(len(cells), bool)
+    _by_text(cells, np.flatnonzero(~ok), _hex_text, v, bad)
+    return v, bad
 
-def per_value(col, f: Callable) -> Optional[tuple[np.ndarray, np.ndarray]]:
-    """``f(texts) -> (values, flags)`` for every row of the text column ``col``, with ``f``
-    called once on its distinct texts (an Arrow array) and the results spread back to the
-    rows: the same arrays, when ``f`` reads each text on its own. None when ``col`` has no
-    rows or a null (then call ``f(col)``)."""
-    pc_ = pc()
-    if len(col) == 0:
+
+def times(cells: Cells, numeric: Optional[bool] = None
+          ) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(epoch seconds, bad cells, whether read as numbers): numbers where every cell is one
+    (``numeric`` None), else date-times ('2024/01/15 10:00:01.123', ISO 8601);
+    ``numeric`` False: date-times."""
+    v = _numbers(cells) if numeric is None else None
+    if v is not None:
+        return v, np.zeros(len(cells), bool), True
+    return (*_stamps(cells), False)
+
+
+def time_columns(cells: Cells) -> dict:
+    """A block's times (``time``), bad times (``time_bad``) and whether they were read as
+    numbers (``time_numeric``), for table.read_cells; see whole_times."""
+    t, bad, numeric = times(cells)
+    return {"time": t, "time_bad": bad, "time_numeric": np.full(len(t), numeric)}
+
+
+def whole_times(lines: Lines, names: list[str], name: str, cols) -> None:
+    """times() of the whole column in ``cols`` (batches.Columns of time_columns' blocks): where
+    some blocks' times were all numbers and others' not, the column is not numbers, and every
+    block is read again as date-times (its rows counted once: the malformed lines are not)."""
+    if len(np.unique(cols.get("time_numeric"))) < 2:
+        return
+
+    def dates(cells):
+        t, bad, _ = times(cells[name], numeric=False)
+        return {"time": t, "time_bad": bad}
+
+    again, _ = read_cells(Lines(lines.data, lines.lineno, Malformed(), lines.lines), names,
+                          [name], dates)
+    cols.put_column("time", again.get("time"))
+    cols.put_column("time_bad", again.get("time_bad"))
+
+
+def _numbers(cells: Cells) -> Optional[np.ndarray]:
+    """Every cell read as a number, or None if one is no number (the first cell is tried
+    first: a column of date-times is told at once)."""
+    if len(cells) and not NUMBER_RE.fullmatch(cells.take(np.zeros(1, np.int64)).texts()[0]):
         return None
-    one = _one_text(col)
-    if one is not None:         # (a clock, a limit: the same text on every row)
-        v, b = f(one)
-        idx = np.zeros(len(col), np.intp)
-        return v[idx], (b[idx] if b.any() else np.zeros(len(idx), bool))
-    d = pc_.dictionary_encode(col)
-    chunks = d.chunks if hasattr(d, "chunks") else [d]
-    chunks = [ch for ch in chunks if len(ch)]
-    if any(ch.indices.null_count for ch in chunks):
+    v, ok = decimals(cells, units=False)
+    rest = np.flatnonzero(~ok)
+    if not len(rest):
+        return v
+    texts, codes = cells.take(rest).distinct()
+    if not all(NUMBER_RE.fullmatch(t) for t in texts):
         return None
-    idx = np.concatenate([np1(ch.indices, copy=False) for ch in chunks])
-    v, b = f(chunks[0].dictionary)       # one dictionary, shared by every chunk
-    return v[idx], (b[idx] if b.any() else np.zeros(len(idx), bool))
+    v[rest] = np.array([float(t) for t in texts])[codes]
+    return v
 
 
-# Widest text _one_text compares byte by byte (a clock-event mask is 18).
-ONE_TEXT_WIDTH = 32
-# Rows _one_text compares first: a column of many texts (utilization, power) differs within
-# them, and is not compared whole.
-ONE_TEXT_PROBE = 64
+def _stamps(cells: Cells) -> tuple[np.ndarray, np.ndarray]:
+    """Date-times read once per run of equal cells (every GPU's row of one poll carries the
+    same stamp, on rows in a row)."""
+    n = len(cells)
+    if n == 0:
+        return np.zeros(0), np.zeros(0, bool)
+    w = min(int(cells.length.max()), WIDE)
+    ch = cells.chars(w)
+    new = np.ones(n, bool)
+    new[1:] = ((cells.length[1:] != cells.length[:-1]) | (cells.length[1:] > WIDE)
+               | (ch[:, 1:] != ch[:, :-1]).any(0))
+    first = np.flatnonzero(new)
+    runs = cells.take(first)
+    t, ok = fixed_stamps(runs)
+    flag = np.zeros(len(first), bool)
+    _by_text(runs, np.flatnonzero(~ok), lambda s: (_stamp_text(s), False), t, flag)
+    t = np.repeat(t, np.diff(np.append(first, n)))
+    return t, np.isnan(t)
 
 
-def _one_text(col):
-    """The first row of a text column (one chunk, no nulls) whose rows all hold the same
-    text, as a one-row array; else None. Comparing fixed-width bytes costs a fraction of
-    hashing every row (dictionary_encode)."""
-    if hasattr(col, "chunks"):
-        if col.num_chunks != 1:
-            return None
-        col = col.chunk(0)
-    m = text_matrix(col, ONE_TEXT_WIDTH)
-    if m is None or not (m[:ONE_TEXT_PROBE] == m[0]).all() or not (m == m[0]).all():
-        return None
-    return col.slice(0, 1)
+_FRACTION = re.compile(r"\.\d+")
+
+
+def _stamp_text(text: str) -> float:
+    """Epoch seconds of a date-time 'YYYY/MM/DD HH:MM:SS' (or '-' and 'T' for '/' and ' ')
+    and a fraction after it, the rest ignored (UTC); NaN when it is none."""
+    s = text.replace("-", "/").replace("T", " ")
+    try:
+        sec = datetime.strptime(s[:19], "%Y/%m/%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return math.nan
+    m = _FRACTION.match(s, 19, 40)
+    return sec.timestamp() + (float("0" + m.group()) if m else 0.0)
