@@ -92,3 +92,12 @@ def test_an_nvidia_smi_log_reads_on_the_core_install(tmp_path):
     assert log.samples.gpu.tolist() == [0, 1, 0]
     assert np.array_equal(log.samples.util, [95.0, 90.0, np.nan], equal_nan=True)
     assert log.samples.power.tolist() == [300.5, 299.25, 301.0]
+
+
+def test_clock_event_masks_of_one_width_read_at_once_as_one_by_one():
+    texts = ["0x%016x" % v for v in (0, 4, 2 ** 63, 2 ** 64 - 1, 0x20)]
+    texts += ["0x000000000000000g", "1x0000000000000004", "0X00000000000000A0"]
+    v, bad = values.hex_or_num(Cells.of(texts))
+    want = [values._hex_text(t) for t in texts]
+    assert np.array_equal(v, [w[0] for w in want], equal_nan=True)
+    assert bad.tolist() == [w[1] for w in want] == [False] * 5 + [True, True, False]

@@ -220,7 +220,7 @@ class _Cutter:
         buf, extra = part, None
         if len(qr):
             extra = _quoted_cells(part, starts[rows[qr]], nl[rows[qr]], self.cols)
-            buf = np.concatenate([part, extra[0]])
+            buf = np.concatenate([part, extra[0], np.array([10], np.uint8)])
         out = []
         f = rows[fr]
         every = len(f) == len(nl)           # (every row cut at its commas: they line up)
@@ -263,18 +263,20 @@ def _blank(line: bytes, header: Optional[bytes]) -> bool:
 
 
 def _trim(buf: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cell bounds moved past whitespace at both ends."""
-    last = len(buf) - 1
-    while True:
-        m = _SPACE[buf[np.minimum(s, last)]] & (s < e)
-        if not m.any():
-            break
-        s += m
-    while True:
-        m = _SPACE[buf[np.maximum(e - 1, 0)]] & (e > s)
-        if not m.any():
-            break
-        e -= m
+    """Cell bounds moved past whitespace at both ends (``buf`` ends in a byte that is none:
+    a cell's end is a comma or a line break)."""
+    m = _SPACE[buf[s]]
+    s += m
+    at = np.flatnonzero(m)
+    while len(at):
+        at = at[_SPACE[buf[s[at]]]]
+        s[at] += 1
+    m = _SPACE[buf[e - 1]] & (e > s)
+    e -= m
+    at = np.flatnonzero(m)
+    while len(at):
+        at = at[_SPACE[buf[e[at] - 1]] & (e[at] > s[at])]
+        e[at] -= 1
     return s, e
 
 

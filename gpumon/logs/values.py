@@ -46,6 +46,7 @@ _POW10 = 10.0 ** np.arange(WIDE + 1)
 _HEX = np.full(256, 16, np.uint64)
 for _c in b"0123456789abcdefABCDEF":
     _HEX[_c] = int(chr(_c), 16)
+_HEX8 = _HEX.astype(np.uint8)
 
 
 def decimals(cells: Cells, units: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -55,7 +56,7 @@ def decimals(cells: Cells, units: bool) -> tuple[np.ndarray, np.ndarray]:
     w = min(int(cells.length.max()), WIDE) if n else 0
     ch = cells.chars(w)
     after = _AFTER_NUMBER if units else _NOTHING
-    acc, ndig, frac = np.zeros(n), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    acc, ndig, frac = np.zeros(n), np.zeros(n, np.int8), np.zeros(n, np.int8)
     lead, point, other = np.ones(n, bool), np.zeros(n, bool), np.zeros(n, bool)
     neg = ch[0] == 45 if w else np.zeros(n, bool)
     for k in range(w):
@@ -74,7 +75,7 @@ def decimals(cells: Cells, units: bool) -> tuple[np.ndarray, np.ndarray]:
         other |= ld & point             # (a second decimal point)
         point |= ld
         frac += dg & point
-        other |= ~lead & ~after[c]
+        other |= ~(lead | after[c])
     ok = (cells.length <= WIDE) & (ndig >= 1) & (ndig <= MAX_DIGITS) & ~other
     v = acc / _POW10[frac]
     v = np.where(neg, -v, v)
@@ -124,6 +125,15 @@ def num(cells: Cells) -> tuple[np.ndarray, np.ndarray]:
 def _hex(cells: Cells) -> tuple[np.ndarray, np.ndarray]:
     """(values, read): cells written ``0x`` and 1 to 16 hex digits."""
     n = len(cells)
+    if n and (cells.length == cells.length[0]).all() and 3 <= int(cells.length[0]) <= 18:
+        m = cells.rows(int(cells.length[0]))           # (one width: every digit at once)
+        h = np.zeros((n, 16), np.uint8)                 # the digits, right-aligned
+        h[:, 18 - m.shape[1]:] = _HEX8[m[:, 2:]]
+        ok = (m[:, 0] == 48) & ((m[:, 1] | 32) == 120) & (h < 16).all(1)
+        packed = (h[:, 0::2] << 4) | (h[:, 1::2] & 15)   # two digits a byte, big-endian
+        v = packed.view(">u8")[:, 0].astype(float)
+        v[~ok] = np.nan
+        return v, ok
     w = min(int(cells.length.max()), 18) if n else 0
     if w < 3:
         return np.full(n, np.nan), np.zeros(n, bool)
@@ -218,11 +228,14 @@ def _stamps(cells: Cells) -> tuple[np.ndarray, np.ndarray]:
     n = len(cells)
     if n == 0:
         return np.zeros(0), np.zeros(0, bool)
-    w = min(int(cells.length.max()), WIDE)
-    ch = cells.chars(w)
     new = np.ones(n, bool)
-    new[1:] = ((cells.length[1:] != cells.length[:-1]) | (cells.length[1:] > WIDE)
-               | (ch[:, 1:] != ch[:, :-1]).any(0))
+    if (cells.length == cells.length[0]).all() and int(cells.length[0]) <= WIDE:
+        m = cells.rows(int(cells.length[0]))        # (one width: compared as they are)
+        new[1:] = (m[1:] != m[:-1]).any(1)
+    else:
+        ch = cells.chars(min(int(cells.length.max()), WIDE))
+        new[1:] = ((cells.length[1:] != cells.length[:-1]) | (cells.length[1:] > WIDE)
+                   | (ch[:, 1:] != ch[:, :-1]).any(0))
     first = np.flatnonzero(new)
     runs = cells.take(first)
     t, ok = fixed_stamps(runs)
