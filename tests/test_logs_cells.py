@@ -101,3 +101,17 @@ def test_clock_event_masks_of_one_width_read_at_once_as_one_by_one():
     want = [values._hex_text(t) for t in texts]
     assert np.array_equal(v, [w[0] for w in want], equal_nan=True)
     assert bad.tolist() == [w[1] for w in want] == [False] * 5 + [True, True, False]
+
+
+@pytest.mark.parametrize("fmt,unit", [("{:.2f}", " W"), ("{:.0f}", " %"), ("{:.3f}", ""),
+                                      ("{:.0f}", " MiB"), ("{:.6f}", " s")])
+def test_a_column_of_one_layout_read_at_once_is_the_doubles_float_gives(fmt, unit):
+    rng = np.random.default_rng(5)
+    vals = rng.random(3000) * 10.0 ** rng.integers(0, 9, 3000)
+    texts = [fmt.format(x) + unit for x in vals if len(fmt.format(x)) <= 16]
+    want = [float(t[:len(t) - len(unit)]) for t in texts]
+    got = values._aligned(Cells.of(texts), True)
+    assert got is not None and np.array_equal(got, want)
+    assert np.array_equal(values.num(Cells.of(texts))[0], want)
+    assert values._aligned(Cells.of(texts + ["[N/A]"]), True) is None
+    assert values._aligned(Cells.of(texts + ["-1" + unit]), True) is None

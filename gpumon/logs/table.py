@@ -16,7 +16,6 @@ import io
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from gpumon.logs.batches import Columns
 from gpumon.logs.lines import Lines
@@ -71,21 +70,24 @@ class Cells:
 
     def chars(self, width: int) -> np.ndarray:
         """(width, rows) bytes: row ``k`` the ``k``-th byte of every cell, 0 past its end."""
-        m = self.rows(width)
-        np.copyto(m, 0, where=np.arange(width) >= self.length[:, None])
-        return m.T
+        m = self.places(width)
+        np.copyto(m, 0, where=np.arange(width)[:, None] >= self.length)
+        return m
 
-    def rows(self, width: int) -> np.ndarray:
-        """(rows, width) bytes: the first ``width`` bytes of every cell and what follows it."""
-        n, buf = len(self), self.buf
-        if n == 0 or width == 0:
-            return np.zeros((n, width), np.uint8)
-        if int(self.start.max()) > len(buf) - width:        # (a cell near the end: padded)
-            buf = np.concatenate([buf, np.zeros(width, np.uint8)])
-        return as_strided(buf, (len(buf) - width + 1, width), (1, 1))[self.start]
+    def places(self, width: int) -> np.ndarray:
+        """(width, rows) bytes: row ``k`` the byte ``k`` places from each cell's start, inside
+        the cell or not (bytes outside ``buf`` read as its first or last)."""
+        out = np.empty((width, len(self)), np.uint8)
+        if len(self.buf):
+            for k in range(width):
+                np.take(self.buf, self.start + k, out=out[k], mode="clip")
+        return out
 
     def texts(self) -> list[str]:
-        data = self.buf.tobytes() if not isinstance(self.buf, bytes) else self.buf
+        if len(self) * 64 < len(self.buf):          # (a few cells of a large buffer)
+            return [self.buf[a:a + n].tobytes().decode("utf-8")
+                    for a, n in zip(self.start.tolist(), self.length.tolist())]
+        data = self.buf.tobytes()
         return [data[a:a + n].decode("utf-8")
                 for a, n in zip(self.start.tolist(), self.length.tolist())]
 
@@ -107,8 +109,8 @@ class Cells:
         for part in (self.take(np.arange(min(n, ONE_TEXT_PROBE))), self):
             if not (part.length == part.length[0]).all():
                 return None
-            m = part.rows(int(part.length[0]))
-            if not (m == m[0]).all():
+            m = part.places(int(part.length[0]))
+            if not (m == m[:, :1]).all():
                 return None
         return self.take(np.zeros(1, np.int64))
 

@@ -52,6 +52,9 @@ _HEX8 = _HEX.astype(np.uint8)
 def decimals(cells: Cells, units: bool) -> tuple[np.ndarray, np.ndarray]:
     """(values, read): cells written ``[-+]digits[.digits]`` (``units``: then a unit), as the
     double nearest the decimal; the others not read (NaN)."""
+    got = _aligned(cells, units)
+    if got is not None:
+        return got, np.ones(len(cells), bool)
     n = len(cells)
     w = min(int(cells.length.max()), WIDE) if n else 0
     ch = cells.chars(w)
@@ -81,6 +84,39 @@ def decimals(cells: Cells, units: bool) -> tuple[np.ndarray, np.ndarray]:
     v = np.where(neg, -v, v)
     v[~ok] = np.nan
     return v, ok
+
+
+def _aligned(cells: Cells, units: bool) -> Optional[np.ndarray]:
+    """decimals() of a column written in one layout (what a logger's format string writes):
+    every cell digits, as many after a decimal point (or none) and the same unit; digits
+    right-aligned, every cell is read at once. None when the column is not so."""
+    n, length = len(cells), cells.length
+    if n == 0 or int(length.max()) > WIDE:
+        return None
+    first = cells.take(np.zeros(1, np.int64)).texts()[0]
+    number = first.rstrip(_UNIT_CHARS + "\t\v\f\r") if units else first
+    unit, frac = len(first) - len(number), (number[::-1].find(".") if "." in number else -1)
+    digits = length - unit
+    width = int(digits.max())
+    if width - (frac >= 0) > MAX_DIGITS or int(digits.min()) < frac + 2:
+        return None
+    if unit:
+        tail = Cells(cells.buf, cells.start + digits, length).places(unit)
+        if not (tail == tail[:, :1]).all():
+            return None
+    m = Cells(cells.buf, cells.start + digits - width, length).places(width)
+    right = np.arange(width - 1, -1, -1)            # digits to the right of each place
+    if frac >= 0:
+        dot = width - frac - 1
+        if not (m[dot] == 46).all():
+            return None
+        m[dot] = 48
+        right = right - (right > frac)
+    m -= np.uint8(48)
+    np.copyto(m, 0, where=np.arange(width)[:, None] < width - digits)    # (before a cell)
+    if not (m < 10).all():
+        return None
+    return (10.0 ** right @ m) / _POW10[max(frac, 0)]
 
 
 def _by_text(cells: Cells, rows: np.ndarray, fn: Callable, v: np.ndarray,
@@ -126,12 +162,12 @@ def _hex(cells: Cells) -> tuple[np.ndarray, np.ndarray]:
     """(values, read): cells written ``0x`` and 1 to 16 hex digits."""
     n = len(cells)
     if n and (cells.length == cells.length[0]).all() and 3 <= int(cells.length[0]) <= 18:
-        m = cells.rows(int(cells.length[0]))           # (one width: every digit at once)
-        h = np.zeros((n, 16), np.uint8)                 # the digits, right-aligned
-        h[:, 18 - m.shape[1]:] = _HEX8[m[:, 2:]]
-        ok = (m[:, 0] == 48) & ((m[:, 1] | 32) == 120) & (h < 16).all(1)
-        packed = (h[:, 0::2] << 4) | (h[:, 1::2] & 15)   # two digits a byte, big-endian
-        v = packed.view(">u8")[:, 0].astype(float)
+        m = cells.places(int(cells.length[0]))         # (one width: every digit at once)
+        h = np.zeros((16, n), np.uint8)                 # the digits, right-aligned
+        h[18 - len(m):] = _HEX8[m[2:]]
+        ok = (m[0] == 48) & ((m[1] | 32) == 120) & (h < 16).all(0)
+        packed = (h[0::2] << 4) | (h[1::2] & 15)       # two digits a byte, big-endian
+        v = np.ascontiguousarray(packed.T).view(">u8")[:, 0].astype(float)
         v[~ok] = np.nan
         return v, ok
     w = min(int(cells.length.max()), 18) if n else 0
@@ -230,8 +266,8 @@ def _stamps(cells: Cells) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0), np.zeros(0, bool)
     new = np.ones(n, bool)
     if (cells.length == cells.length[0]).all() and int(cells.length[0]) <= WIDE:
-        m = cells.rows(int(cells.length[0]))        # (one width: compared as they are)
-        new[1:] = (m[1:] != m[:-1]).any(1)
+        m = cells.places(int(cells.length[0]))      # (one width: compared as they are)
+        new[1:] = (m[:, 1:] != m[:, :-1]).any(0)
     else:
         ch = cells.chars(min(int(cells.length.max()), WIDE))
         new[1:] = ((cells.length[1:] != cells.length[:-1]) | (cells.length[1:] > WIDE)
