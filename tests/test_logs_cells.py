@@ -115,3 +115,54 @@ def test_a_column_of_one_layout_read_at_once_is_the_doubles_float_gives(fmt, uni
     assert np.array_equal(values.num(Cells.of(texts))[0], want)
     assert values._aligned(Cells.of(texts + ["[N/A]"]), True) is None
     assert values._aligned(Cells.of(texts + ["-1" + unit]), True) is None
+
+
+def test_a_floats_own_words_are_values_not_unreadable():
+    """"nan", "-nan", "inf" (what C's printf and Python write) read as NaN or infinity in
+    every reader; in a time column of epoch seconds they leave the column numbers, and only
+    their own rows without a time."""
+    v, bad = values.num(Cells.of(["nan", "-nan", "+NaN", "inf", "-inf W", "5"]))
+    assert np.array_equal(v, [np.nan, np.nan, np.nan, np.inf, -np.inf, 5.0], equal_nan=True)
+    assert not bad.any()
+    t, bad, numeric = values.times(Cells.of(["1714557601", "nan", "1714557603.5"]))
+    assert numeric and bad.tolist() == [False, True, False] and t[2] == 1714557603.5
+
+
+_CORE_ONLY = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("pyarrow", "pandas", "polars", "duckdb"):
+            raise ImportError("not on the core install: " + name)
+sys.meta_path.insert(0, Block())
+from gpumon.logs import read_log
+from gpumon.errors import UserError
+for p in sys.argv[1:]:
+    try:
+        log = read_log(p)
+        print(p.rsplit("/", 1)[-1], log.kind, len(log.samples.time), log.malformed.count)
+    except UserError as e:
+        print(p.rsplit("/", 1)[-1], "user_error")
+"""
+
+
+def test_every_fixture_reads_on_the_core_install():
+    """Every log under tests/data reads with pyarrow and pandas unimportable, as in process."""
+    import os
+    import subprocess
+    import sys
+    data = os.path.join(os.path.dirname(__file__), "data", "analyze")
+    paths = sorted(os.path.join(data, f) for f in os.listdir(data) if not f.endswith(".py"))
+    r = subprocess.run([sys.executable, "-c", _CORE_ONLY, *paths], capture_output=True,
+                       text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert r.returncode == 0, r.stderr
+    want = []
+    for p in paths:
+        try:
+            log = read_log(p)
+            want.append(f"{os.path.basename(p)} {log.kind} {len(log.samples.time)} "
+                        f"{log.malformed.count}")
+        except Exception:
+            want.append(f"{os.path.basename(p)} user_error")
+    assert r.stdout.split("\n")[:-1] == want
+    assert sum(" user_error" not in w for w in want) >= len(paths) - 1

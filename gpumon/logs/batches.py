@@ -1,4 +1,4 @@
-"""Columns of a log read in record batches (table.stream_table), written end to end into
+"""Columns of a log read a block of rows at a time (table.read_cells), written end to end into
 arrays allocated once for the whole log.
 
 Joining each batch's arrays at the end would hold the log's columns twice, and the batches'

@@ -29,7 +29,7 @@ BLOCK_BYTES = 4 << 20
 # Whitespace trimmed from both ends of a cell (what str.strip() takes, in ASCII).
 _SPACE = np.zeros(256, bool)
 _SPACE[[9, 11, 12, 13, 32]] = True
-# Widest text Cells.distinct compares as bytes, at once, before reading texts one by one.
+# Widest text Cells.one_text compares as bytes (a clock-event mask is 18).
 ONE_TEXT_WIDTH = 32
 # Cells one_text compares first: a column of many texts differs within them.
 ONE_TEXT_PROBE = 64

@@ -19,8 +19,10 @@ from gpumon.logs.lines import Lines
 from gpumon.logs.log import Malformed
 from gpumon.logs.table import Cells, read_cells
 
-# A decimal number, as nvidia-smi and people's own loops write them (units already stripped).
-NUMBER_RE = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*")
+# A decimal number, as nvidia-smi and people's own loops write them (units already stripped),
+# or a float's own words for what is none (nan, inf).
+NUMBER_RE = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*"
+                       r"|\s*[-+]?(nan|inf|infinity)\s*", re.IGNORECASE)
 
 
 def key(name: str) -> str:
@@ -141,7 +143,7 @@ def _num_text(text: str) -> tuple[float, bool]:
         return math.nan, False
     s = text.rstrip(_UNIT_CHARS)
     if NUMBER_RE.fullmatch(s):
-        return float(s), False
+        return float(s), False              # ("-nan", "inf": a float's own words)
     return math.nan, True
 
 
@@ -214,7 +216,7 @@ def times(cells: Cells, numeric: Optional[bool] = None
     ``numeric`` False: date-times."""
     v = _numbers(cells) if numeric is None else None
     if v is not None:
-        return v, np.zeros(len(cells), bool), True
+        return v, np.isnan(v), True
     return (*_stamps(cells), False)
 
 
