@@ -1,4 +1,4 @@
-"""`gpumon analyze FILE...`: offline diagnosis of gpumon, nvidia-smi and dmon logs."""
+"""`gpumon analyze FILE...`: offline diagnosis of gpumon, nvidia-smi, DCGM and plain logs."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,9 @@ from gpumon.commands.helptext import help_kwargs
 def register(sub) -> None:
     p = sub.add_parser(
         "analyze",
-        description="Offline diagnosis of a log: a gpumon CSV, an `nvidia-smi --query-gpu=... "
-        "--format=csv` log, an `nvidia-smi dmon` log, or a CSV or whitespace table with a "
+        description="Offline diagnosis of a log: a gpumon CSV or JSON-lines log, an "
+        "`nvidia-smi --query-gpu=... --format=csv` log, an `nvidia-smi dmon` log, a DCGM log "
+        "(`dcgmi dmon` output or a CSV of DCGM fields), or a CSV or whitespace table with a "
         "utilization column (and time, GPU, power, memory columns; a header in a comment "
         "line, a banner above a table, a column per GPU). The format is detected from the "
         "file; --columns names the columns it does not tell.",
@@ -24,8 +25,8 @@ def register(sub) -> None:
     p.add_argument("--explain", action="store_true",
                    help="under each segment of the timeline, the rule that decided it and why")
     p.add_argument("--interval", type=_log_interval, default=None, metavar="S",
-                   help="seconds between samples of a log without a time column (dmon; "
-                   "default 1)")
+                   help="seconds between samples of a log without a time column (nvidia-smi "
+                   "dmon, dcgmi dmon; default 1)")
     p.add_argument("--columns", type=_columns, default=None,
                    metavar="ROLE=COLUMN,...",
                    help="which column is which, for a CSV or table log whose columns gpumon "

@@ -11,7 +11,7 @@ COMMAND_HELP = {
     "watch": "live dashboard of every GPU (the default command)",
     "log": "log every GPU sample to CSV or JSON lines (verdicts included)",
     "run": "run a command, watch its GPUs, diagnose it when it ends",
-    "analyze": "diagnose a gpumon CSV, nvidia-smi --query-gpu CSV or dmon log",
+    "analyze": "diagnose a gpumon, nvidia-smi, DCGM or plain CSV log",
     "list": "GPUs, driver versions and the metrics each supports",
     "status": "one-shot snapshot: every GPU, its processes, the verdict (--json)",
     "export": "serve Prometheus metrics (dcgm-exporter names + gpumon verdicts)",
@@ -41,7 +41,8 @@ EXAMPLES = {
   gpumon analyze run.csv
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,power.draw,power.limit \\
       --format=csv -lms 200 > smi.csv;  gpumon analyze smi.csv --format json
-  gpumon analyze a.csv b.csv.gz --format json   a JSON list, one object per file""",
+  gpumon analyze a.csv b.csv.gz --format json   a JSON list, one object per file
+  gpumon analyze --columns time=elapsed_sec,util=gpu_util_pct my_loop.csv""",
     "list": """\
   gpumon list
   gpumon list --json --gpus GPU-5f3a""",
