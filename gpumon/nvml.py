@@ -21,6 +21,11 @@
   driver period while the tick has nothing else to say; the process list every few seconds
   unless the GPU's used memory moves (a process came or went); per-process utilization and the
   metrics in ``skip`` only for the commands that show them (the constructor's flags).
+- GPM (SM activity and occupancy, tensor and DRAM activity), where nvmlGpmQueryDeviceSupport
+  says the GPU has it and it is not in MIG mode: one GPM sample and one metrics call a GPU a
+  poll (gpumon.nvml_buffers.Gpm), the means since the poll before. Elsewhere the values are
+  None. A GPM call that fails is counted once in ``errors`` and GPM is off for that GPU from
+  then on (its values None); the other readings go on.
 """
 from __future__ import annotations
 
@@ -72,7 +77,17 @@ PCIE_THROUGHPUT_EVERY_S = 10.0
 
 # Metric names used by the support matrix (`gpumon list`) and FAKE_NVML_UNSUPPORTED.
 METRICS = ("samples", "util", "memory", "power", "power_limit", "clock", "clock_max", "temp",
-           "clocks_event", "energy", "pcie", "processes", "process_util")
+           "clocks_event", "energy", "pcie", "processes", "process_util", "gpm")
+
+# GPM metrics (Hopper and newer), asked in one nvmlGpmMetricsGet a poll: the GpuSample field
+# and NVML's metric id (per cent over the time between two GPM samples; logged as 0-1).
+GPM_METRICS = (("sm_active_ratio", "NVML_GPM_METRIC_SM_UTIL"),
+               ("sm_occupancy_ratio", "NVML_GPM_METRIC_SM_OCCUPANCY"),
+               ("tensor_active_ratio", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"),
+               ("dram_active_ratio", "NVML_GPM_METRIC_DRAM_BW_UTIL"),
+               ("fp64_active_ratio", "NVML_GPM_METRIC_FP64_UTIL"),
+               ("fp32_active_ratio", "NVML_GPM_METRIC_FP32_UTIL"),
+               ("fp16_active_ratio", "NVML_GPM_METRIC_FP16_UTIL"))
 
 # nvmlInit's failures: the ones that mean "no driver here" (NoDriverError, with the --sim hint),
 # then those of a driver NVML cannot use as things stand (NvmlStartError), with the usual fix.
@@ -176,6 +191,7 @@ class _Gpu:
         self.name = ""
         self.uuid = ""
         self.mig = False
+        self.gpm: Optional[nvml_buffers.Gpm] = None
 
     @property
     def lists(self) -> tuple:
@@ -215,6 +231,46 @@ class _Gpu:
             took = time.perf_counter() - t0
             if took > SLOW_CALL_S and not self.slow:
                 self.slow.append((_call_name(fn), took, self.index))
+
+
+def _scaled(value, per: float = 1.0) -> Optional[float]:
+    """An NVML reading in GpuSample's unit (``per`` of NVML's to one); None stays None."""
+    return None if value is None else float(value) / per
+
+
+def _readings(g: _Gpu, skip) -> dict:
+    """GPU ``g``'s memory, power, clock, temperature, clock events and energy, in GpuSample's
+    fields and units (a metric in ``skip`` is not read: None)."""
+    q = g.query
+    mem = q("memory", N.nvmlDeviceGetMemoryInfo)
+    power = q("power", N.nvmlDeviceGetPowerUsage)
+    clock = q("clock", N.nvmlDeviceGetClockInfo, N.NVML_CLOCK_SM)
+    temp = None if "temp" in skip else q("temp", N.nvmlDeviceGetTemperature,
+                                         N.NVML_TEMPERATURE_GPU)
+    events = q("clocks_event", N.nvmlDeviceGetCurrentClocksEventReasons)
+    energy = None if "energy" in skip else q("energy", N.nvmlDeviceGetTotalEnergyConsumption)
+    return dict(mem_used_mib=_scaled(getattr(mem, "used", None), 1048576.0),
+                mem_total_mib=_mib(mem.total) if mem is not None else g.mem_total_mib,
+                power_w=_scaled(power, 1000.0), sm_clock_mhz=_scaled(clock),
+                sm_clock_max_mhz=g.sm_clock_max, temp_c=_scaled(temp),
+                clock_events=None if events is None else int(events),
+                energy_j=_scaled(energy, 1000.0))
+
+
+def _gpm_start(g: _Gpu) -> bool:
+    """Whether GPU ``g`` has GPM (asked once); its two samples made where it has. A GPU in MIG
+    mode (GPM there is per GPU instance), an NVML or nvidia-ml-py without the functions, or a
+    GPU the driver says has none (before Hopper, vGPU) is marked unsupported."""
+    query = getattr(N, "nvmlGpmQueryDeviceSupport", None)
+    support = None if g.mig or query is None else g.query("gpm", query)
+    if support is not None and support.isSupportedDevice:
+        try:
+            g.gpm = nvml_buffers.Gpm([getattr(N, mid) for _, mid in GPM_METRICS])
+            return True
+        except (N.NVMLError, AttributeError):
+            pass
+    g.unsupported.add("gpm")
+    return False
 
 
 def _call_name(fn) -> str:
@@ -543,37 +599,35 @@ class NvmlSource:
         samples = self._driver_samples(g, mono, quiet)
         if not samples and quiet:
             return []   # polled faster than the driver samples: nothing new to say yet
-        q = g.query
         skip = () if probe else self.skip
-        rates = q("util", N.nvmlDeviceGetUtilizationRates)
-        mem = q("memory", N.nvmlDeviceGetMemoryInfo)
-        power = q("power", N.nvmlDeviceGetPowerUsage)
-        clock = q("clock", N.nvmlDeviceGetClockInfo, N.NVML_CLOCK_SM)
-        temp = q("temp", N.nvmlDeviceGetTemperature, N.NVML_TEMPERATURE_GPU) \
-            if "temp" not in skip else None
-        events = q("clocks_event", N.nvmlDeviceGetCurrentClocksEventReasons)
-        energy = q("energy", N.nvmlDeviceGetTotalEnergyConsumption) \
-            if "energy" not in skip else None
+        rates = g.query("util", N.nvmlDeviceGetUtilizationRates)
+        base = _readings(g, skip)
         rx, tx = self._pcie(g, mono) if "pcie" not in skip else (None, None)
         if probe:                      # every list once, for the support matrix
             g.pids_at = g.proc_util_at = -1e9
-        pids = self._pids(g, mono, _mib(mem.used) if mem is not None else None, probe)
-        base = dict(
-            gpu=g.index, source="nvml",
-            util_mem_pct=float(rates.memory) if rates is not None else None,
-            mem_used_mib=_mib(mem.used) if mem is not None else None,
-            mem_total_mib=_mib(mem.total) if mem is not None else g.mem_total_mib,
-            power_w=power / 1000.0 if power is not None else None,
-            power_limit_w=self._power_limit(g, mono),
-            sm_clock_mhz=float(clock) if clock is not None else None,
-            sm_clock_max_mhz=g.sm_clock_max,
-            temp_c=float(temp) if temp is not None else None,
-            pcie_rx_mbps=rx, pcie_tx_mbps=tx,
-            clock_events=int(events) if events is not None else None,
-            energy_j=energy / 1000.0 if energy is not None else None,
-            pids=pids, proc_util=g.proc_util, proc_mem=g.proc_mem)
+        pids = self._pids(g, mono, base["mem_used_mib"], probe)
+        if "gpm" not in skip:
+            base.update(self._gpm(g))
+        base.update(gpu=g.index, source="nvml",
+                    util_mem_pct=_scaled(getattr(rates, "memory", None)),
+                    power_limit_w=self._power_limit(g, mono), pcie_rx_mbps=rx, pcie_tx_mbps=tx,
+                    pids=pids, proc_util=g.proc_util, proc_mem=g.proc_mem)
         series = self._with_idle(g, samples, now, rates)
         return [GpuSample(time=t, util_gpu_pct=v, **base) for t, v in series]
+
+    @staticmethod
+    def _gpm(g: _Gpu) -> dict[str, float]:
+        """The GPM values since the poll before ({} on the first poll, where GPM is missing,
+        and once it failed: then GPM is off for this GPU, the error counted once)."""
+        if "gpm" in g.unsupported or (g.gpm is None and not _gpm_start(g)):
+            return {}
+        got = g.query("gpm", g.gpm)
+        if got is None:                    # failed (counted in errors) or unsupported now
+            g.unsupported.add("gpm")
+            g.gpm.free()
+            g.gpm = None
+            return {}
+        return {name: v / 100.0 for (name, _), v in zip(GPM_METRICS, got) if v is not None}
 
     @staticmethod
     def _with_idle(g: _Gpu, samples: list[tuple[float, float]], now: float,
@@ -612,6 +666,10 @@ class NvmlSource:
 
     def close(self) -> None:
         if self._gpus is not None:
+            for g in self._gpus:
+                if g.gpm is not None:
+                    g.gpm.free()
+                    g.gpm = None
             try:
                 N.nvmlShutdown()
             except Exception:

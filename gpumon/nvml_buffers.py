@@ -197,3 +197,44 @@ class ProcessUtilization(_Query):
     def _wrapped(self, handle, last_seen: int) -> list[tuple[int, int, float]]:
         return [(s.pid, s.timeStamp, float(s.smUtil))
                 for s in N.nvmlDeviceGetProcessUtilization(handle, last_seen)]
+
+
+class Gpm:
+    """GPM (GPU Performance Monitoring) of one GPU: two samples kept and swapped between reads
+    and one metrics struct kept, so a read is one nvmlGpmSampleGet and one nvmlGpmMetricsGet.
+    A read returns each metric's per cent over the time since the read before (None for a
+    metric the driver answers with an error of its own), or [] on the first read (one sample
+    alone measures nothing). A failed read raises; the next read starts a pair again."""
+    SYMBOL = "nvmlGpmSampleGet"
+
+    def __init__(self, metric_ids) -> None:
+        self.samples = [N.nvmlGpmSampleAlloc()]
+        self.samples.append(N.nvmlGpmSampleAlloc())
+        self.get = N.c_nvmlGpmMetricsGet_t()
+        self.get.version = N.NVML_GPM_METRICS_GET_VERSION
+        self.get.numMetrics = len(metric_ids)
+        for i, mid in enumerate(metric_ids):
+            self.get.metrics[i].metricId = mid
+        self.paired = False
+
+    def __call__(self, handle) -> list[Optional[float]]:
+        prev, cur = self.samples
+        self.paired, paired = False, self.paired
+        N.nvmlGpmSampleGet(handle, cur)
+        self.samples = [cur, prev]
+        if not paired:
+            self.paired = True
+            return []
+        self.get.sample1, self.get.sample2 = prev, cur
+        N.nvmlGpmMetricsGet(self.get)
+        self.paired = True
+        return [m.value if m.nvmlReturn == N.NVML_SUCCESS else None
+                for m in self.get.metrics[:self.get.numMetrics]]
+
+    def free(self) -> None:
+        for s in self.samples:
+            try:
+                N.nvmlGpmSampleFree(s)
+            except N.NVMLError:
+                pass
+        self.samples = []

@@ -102,6 +102,28 @@ class GpuSample:
     proc_mem: tuple[tuple[int, float], ...] = metric(
         "MiB", "Per-process GPU memory (pid, MiB) from the running-process list", csv=False,
         default=())
+    # GPM (Hopper and newer; None where the GPU or driver has none): means over the poll.
+    sm_active_ratio: Optional[float] = metric(
+        "ratio", "The ratio of cycles an SM has at least 1 warp assigned", title="smact",
+        width=5, fmt=".3f", dcgm="DCGM_FI_PROF_SM_ACTIVE")
+    sm_occupancy_ratio: Optional[float] = metric(
+        "ratio", "The ratio of number of warps resident on an SM", title="smocc", width=5,
+        fmt=".3f", dcgm="DCGM_FI_PROF_SM_OCCUPANCY")
+    tensor_active_ratio: Optional[float] = metric(
+        "ratio", "Ratio of cycles the tensor (HMMA) pipe is active", title="tensor", width=5,
+        fmt=".3f", dcgm="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
+    dram_active_ratio: Optional[float] = metric(
+        "ratio", "Ratio of cycles the device memory interface is active sending or receiving "
+        "data", title="dram", width=5, fmt=".3f", dcgm="DCGM_FI_PROF_DRAM_ACTIVE")
+    fp64_active_ratio: Optional[float] = metric(
+        "ratio", "Ratio of cycles the fp64 pipes are active", title="fp64", width=5, fmt=".3f",
+        dcgm="DCGM_FI_PROF_PIPE_FP64_ACTIVE")
+    fp32_active_ratio: Optional[float] = metric(
+        "ratio", "Ratio of cycles the fp32 pipes are active", title="fp32", width=5, fmt=".3f",
+        dcgm="DCGM_FI_PROF_PIPE_FP32_ACTIVE")
+    fp16_active_ratio: Optional[float] = metric(
+        "ratio", "Ratio of cycles the fp16 pipes are active", title="fp16", width=5, fmt=".3f",
+        dcgm="DCGM_FI_PROF_PIPE_FP16_ACTIVE")
 
     @property
     def power_frac(self) -> Optional[float]:

@@ -36,6 +36,7 @@ VARIABLES = (
     "FAKE_NVML_CALL_US",
     "FAKE_NVML_PROC_SHARES",
     "FAKE_NVML_CALL_LOG",
+    "FAKE_NVML_GPM_FAIL",
 )
 
 
@@ -77,6 +78,7 @@ def variables(
     pids_file: str | os.PathLike | None = None,
     proc_shares: str | Mapping[int, int] | None = None,
     call_log: str | os.PathLike | None = None,
+    gpm_fail: str | Mapping[int, float] | None = None,
 ) -> dict[str, str]:
     """The FAKE_NVML_* variables for these settings (only the ones given).
 
@@ -89,6 +91,7 @@ def variables(
     proc_shares: {123: 3, 456: 1} (PID: weight) or "123:3,456:1": how a GPU's used memory and
     utilization are split between its processes (default: evenly).
     call_log: a file the library writes its per-function call counts to (see README.md).
+    gpm_fail: {0: 1.5} (GPU 0's GPM calls fail 1.5 s after nvmlInit) or "0@1.5".
     """
     out: dict[str, str] = {}
     if gpus is not None:
@@ -121,6 +124,8 @@ def variables(
         out["FAKE_NVML_CALL_US"] = call_us if isinstance(call_us, str) else str(call_us)
     if call_log is not None:
         out["FAKE_NVML_CALL_LOG"] = os.fspath(call_log)
+    if gpm_fail is not None:
+        out["FAKE_NVML_GPM_FAIL"] = _per_gpu(gpm_fail, ",", lambda gpu, s: "%s@%g" % (gpu, s))
     return out
 
 

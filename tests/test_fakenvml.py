@@ -726,4 +726,7 @@ def test_every_symbol_survives_null_arguments():
     # Without a handle, device calls are invalid; with one and NULL outputs, they are too.
     assert r["codes"]["nvmlDeviceGetPowerUsage"] == [2, 2]
     assert r["codes"]["nvmlDeviceGetSamples"] == [2, 2]
-    assert all(c in (0, 2, 3, 6, 7) for pair in r["codes"].values() for c in pair), r["codes"]
+    # (nvmlGpmMetricsGet reads a device handle as its versioned struct: a version mismatch)
+    assert r["codes"]["nvmlGpmMetricsGet"] == [2, 25]
+    assert all(c in (0, 2, 3, 6, 7) for name, pair in r["codes"].items() for c in pair
+               if name != "nvmlGpmMetricsGet"), r["codes"]

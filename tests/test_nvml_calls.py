@@ -111,10 +111,12 @@ def test_at_one_second_every_query_once_per_gpu_per_tick(tmp_path):
     r = ticks(tmp_path, seconds=3.0, interval=1.0, gpus=2, pids={"*": [1]})
     calls, gpus = r["calls"], 2
     for fn in ("nvmlDeviceGetSamples", "nvmlDeviceGetUtilizationRates",
-               "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPowerUsage"):
+               "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPowerUsage",
+               "nvmlGpmSampleGet", "nvmlGpmMetricsGet"):   # GPM: one sample, one metrics call
         assert calls[fn] == r["ticks"] * gpus, (fn, calls, r["ticks"])
     assert calls.get("nvmlDeviceGetComputeRunningProcesses_v3", 0) <= gpus   # one in 4 s
     assert not any(k.endswith("(NULL)") for k in calls), calls
+    assert "nvmlGpmQueryDeviceSupport" not in calls and "nvmlGpmSampleAlloc" not in calls
 
 
 def test_process_list_and_utilization_where_asked_for(tmp_path):

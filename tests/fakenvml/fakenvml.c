@@ -163,7 +163,7 @@ static struct fake_device g_dev[FAKE_MAX_GPUS];
 static int64_t g_init_mono_us, g_boot_offset_us;
 /* Emulated driver cost (FAKE_NVML_CALL_US): every call spins g_call_ns; a call in a metric group
  * with a cost of its own spins up to that instead (g_group_ns, indexed by the group's bit). */
-static int64_t g_call_ns, g_group_ns[16];
+static int64_t g_call_ns, g_group_ns[FAKE_GROUPS];
 static unsigned g_costed_groups;
 
 static int64_t clock_us(clockid_t c) {
@@ -191,7 +191,7 @@ static void spin_group(unsigned mask) {
     if (!(mask & g_costed_groups))
         return;
     int64_t most = 0;
-    for (int b = 0; b < 16; b++)
+    for (int b = 0; b < FAKE_GROUPS; b++)
         if ((mask & (1u << b)) && g_group_ns[b] > most)
             most = g_group_ns[b];
     spin_ns(most - g_call_ns);
@@ -346,7 +346,7 @@ static const struct { const char *name; unsigned bits; } k_groups[] = {
     {"pcie", U_PCIE}, {"energy", U_ENERGY}, {"clocks_event", U_CLOCKS_EVENT},
     {"processes", U_PROCESSES}, {"clocks", U_CLOCKS}, {"memory", U_MEMORY}, {"fan", U_FAN},
     {"power_limit", U_POWER_LIMIT}, {"proc_util", U_PROC_UTIL}, {"fields", U_FIELDS},
-    {"pstate", U_PSTATE}, {"encdec", U_ENCDEC},
+    {"pstate", U_PSTATE}, {"encdec", U_ENCDEC}, {"gpm", U_GPM},
 };
 
 static int config_error(const char *fmt, const char *a, const char *b) {
@@ -389,7 +389,7 @@ static int parse_unsupported(const char *spec) {
         if (!bits)
             return config_error("FAKE_NVML_UNSUPPORTED: unknown metric group '%s' (known: power, temp, samples, "
                                 "util, pcie, energy, clocks_event, processes, clocks, memory, fan, power_limit, "
-                                "proc_util, fields, pstate, encdec)%s", name, "");
+                                "proc_util, fields, pstate, encdec, gpm)%s", name, "");
         for (unsigned i = 0; i < g_tl.ngpus; i++)
             if (all || i == gi)
                 g_tl.gpus[i].unsupported |= bits;
@@ -397,8 +397,8 @@ static int parse_unsupported(const char *spec) {
     return 0;
 }
 
-/* FAKE_NVML_LOST=1@2.5,3@0: GPU index @ seconds after nvmlInit. */
-static int parse_lost(const char *spec) {
+/* FAKE_NVML_LOST=1@2.5,3@0: GPU index @ seconds after nvmlInit (FAKE_NVML_GPM_FAIL alike). */
+static int parse_at(const char *var, const char *spec, size_t field) {
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", spec);
     for (char *save = NULL, *item = strtok_r(buf, ", ", &save); item; item = strtok_r(NULL, ", ", &save)) {
@@ -408,9 +408,8 @@ static int parse_lost(const char *spec) {
         double s = at ? strtod(at + 1, &end) : -1;
         if (!at || parse_gpu_index(item, (size_t)(at - item), &gi) || end == at + 1 || *end || !(s >= 0) ||
             s > 1e9)
-            return config_error("FAKE_NVML_LOST: expected GPU@SECONDS (e.g. 1@2.5) naming a fake GPU, not '%s'%s",
-                                item, "");
-        g_tl.gpus[gi].lost_after_us = (int64_t)(s * 1e6);
+            return config_error("%s: expected GPU@SECONDS (e.g. 1@2.5) naming a fake GPU, not '%s'", var, item);
+        *(int64_t *)((char *)&g_tl.gpus[gi] + field) = (int64_t)(s * 1e6);
     }
     return 0;
 }
@@ -626,7 +625,7 @@ static int parse_costs(const char *spec) {
                 bits = k_groups[k].bits;
         if (!bits)
             return config_error("FAKE_NVML_CALL_US: unknown metric group '%s'%s", item, "");
-        for (int b = 0; b < 16; b++)
+        for (int b = 0; b < FAKE_GROUPS; b++)
             if (bits & (1u << b))
                 g_group_ns[b] = (int64_t)(us * 1000);
         g_costed_groups |= bits;
@@ -693,12 +692,15 @@ static nvmlReturn_t configure(void) {
             return config_error("FAKE_NVML_MIG must be 0 or 1, not '%s'%s", v, "");
         if (g_tl.ngpus > 0) {
             g_tl.gpus[0].mig = 1;
-            g_tl.gpus[0].unsupported |= U_UTIL | U_SAMPLES | U_PROC_UTIL;
+            g_tl.gpus[0].unsupported |= U_UTIL | U_SAMPLES | U_PROC_UTIL | U_GPM;
         }
     }
     if ((v = env("FAKE_NVML_UNSUPPORTED")) && parse_unsupported(v))
         return NVML_ERROR_UNKNOWN;
-    if ((v = env("FAKE_NVML_LOST")) && parse_lost(v))
+    if ((v = env("FAKE_NVML_LOST")) && parse_at("FAKE_NVML_LOST", v, offsetof(fake_gpu, lost_after_us)))
+        return NVML_ERROR_UNKNOWN;
+    if ((v = env("FAKE_NVML_GPM_FAIL")) &&
+        parse_at("FAKE_NVML_GPM_FAIL", v, offsetof(fake_gpu, gpm_fail_after_us)))
         return NVML_ERROR_UNKNOWN;
     if ((v = env("FAKE_NVML_PIDS")) && parse_pids(v))
         return NVML_ERROR_UNKNOWN;
@@ -1656,5 +1658,151 @@ EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t h, nvmlPr
         p->gpuInstanceId = p->computeInstanceId = NOT_IN_MIG;
     }
     list->numProcArrayEntries = n;
+    return NVML_SUCCESS;
+}
+
+/* ---- GPM (GPU Performance Monitoring, Hopper and newer) ----
+ * A sample is a snapshot of one GPU at one moment; nvmlGpmMetricsGet gives each metric's mean
+ * over the periods between two samples, from the trace's per-mille GPM columns. Metrics the
+ * fake does not model get NVML_ERROR_NOT_SUPPORTED in their own nvmlReturn (the call succeeds). */
+
+#define NVML_GPM_METRIC_MAX 477       /* pynvml 13.615's (nvml.h's) array length */
+#define GPM_VERSION 1                 /* NVML_GPM_METRICS_GET_VERSION, NVML_GPM_SUPPORT_VERSION */
+#define GPM_SAMPLE_MAGIC 0x67706d31u
+#define GPM_MEAN_STEPS 1024           /* at most this many periods averaged (a long interval: evenly) */
+
+typedef struct { const char *shortName, *longName, *unit; } nvmlGpmMetricInfo_t;
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    nvmlGpmMetricInfo_t metricInfo;
+} nvmlGpmMetric_t;
+typedef struct fake_gpm_sample { uint32_t magic; int taken; unsigned gpu; int64_t wall_us; } *nvmlGpmSample_t;
+typedef struct {
+    unsigned int version, numMetrics;
+    nvmlGpmSample_t sample1, sample2;
+    nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+typedef struct { unsigned int version, isSupportedDevice; } nvmlGpmSupport_t;
+
+_Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t");
+_Static_assert(offsetof(nvmlGpmMetricsGet_t, metrics) == 24, "nvmlGpmMetricsGet_t");
+_Static_assert(sizeof(nvmlGpmSupport_t) == 8, "nvmlGpmSupport_t");
+
+/* The metrics served: NVML id, the row's per-mille field, names as the driver gives them. */
+static const struct {
+    unsigned id;
+    size_t field;
+    nvmlGpmMetricInfo_t info;
+} k_gpm_metrics[] = {
+    {2, offsetof(fake_row, sm_active), {"sm_util", "SM utilization", "%"}},
+    {3, offsetof(fake_row, sm_occupancy), {"sm_occupancy", "SM occupancy", "%"}},
+    {5, offsetof(fake_row, tensor_active), {"any_tensor_util", "Any tensor utilization", "%"}},
+    {10, offsetof(fake_row, dram_active), {"dram_bw_util", "DRAM bandwidth utilization", "%"}},
+};
+
+static int gpm_supported(const fake_gpu *g) { return g->gpm && !g->mig && !(g->unsupported & U_GPM); }
+
+static int gpm_failing(const fake_gpu *g) {
+    return g->gpm_fail_after_us >= 0 && clock_us(CLOCK_MONOTONIC) - g_init_mono_us >= g->gpm_fail_after_us;
+}
+
+static int gpm_valid(const struct fake_gpm_sample *s) { return s && s->magic == GPM_SAMPLE_MAGIC; }
+
+EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t h, nvmlGpmSupport_t *support) {
+    DEV(h);
+    NONNULL(support);
+    if (support->version != GPM_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    support->isSupportedDevice = (unsigned)gpm_supported(g);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
+    nvmlReturn_t r = enter();
+    if (r)
+        return r;
+    NONNULL(sample);
+    struct fake_gpm_sample *s = calloc(1, sizeof *s);
+    if (!s)
+        return NVML_ERROR_UNKNOWN;
+    s->magic = GPM_SAMPLE_MAGIC;
+    *sample = s;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    nvmlReturn_t r = enter();
+    if (r)
+        return r;
+    if (!gpm_valid(sample))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    sample->magic = 0;
+    free(sample);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t h, nvmlGpmSample_t sample) {
+    DEV(h);
+    if (!gpm_valid(sample))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!gpm_supported(g))
+        return NVML_ERROR_NOT_SUPPORTED;
+    spin_group(U_GPM);
+    if (gpm_failing(g))
+        return NVML_ERROR_UNKNOWN;
+    sample->taken = 1;
+    sample->gpu = (unsigned)(g - g_tl.gpus);
+    sample->wall_us = clock_us(CLOCK_REALTIME);
+    return NVML_SUCCESS;
+}
+
+/* The mean of a per-mille row field over the periods ending in (t1, t2], as a per cent. */
+static double gpm_mean(const fake_gpu *g, size_t field, int64_t t1, int64_t t2) {
+    int64_t span = t2 - t1;
+    int64_t n = span > 0 ? span / g_tl.period_us + 1 : 1;
+    if (n > GPM_MEAN_STEPS)
+        n = GPM_MEAN_STEPS;
+    double sum = 0;
+    for (int64_t i = 1; i <= n; i++) {
+        const fake_row *r = &g->rows[fake_locate(&g_tl, g, t1 + span * i / n).row];
+        sum += *(const uint16_t *)((const char *)r + field);
+    }
+    return sum / (double)n / 10.0;
+}
+
+static void gpm_metric(const fake_gpu *g, nvmlGpmMetric_t *m, int64_t t1, int64_t t2) {
+    m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+    m->value = 0;
+    memset(&m->metricInfo, 0, sizeof m->metricInfo);
+    for (size_t k = 0; k < sizeof k_gpm_metrics / sizeof k_gpm_metrics[0]; k++) {
+        if (k_gpm_metrics[k].id != m->metricId)
+            continue;
+        m->nvmlReturn = NVML_SUCCESS;
+        m->value = gpm_mean(g, k_gpm_metrics[k].field, t1, t2);
+        m->metricInfo = k_gpm_metrics[k].info;
+    }
+}
+
+EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *mg) {
+    nvmlReturn_t r = enter();
+    if (r)
+        return r;
+    NONNULL(mg);
+    if (mg->version != GPM_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    const struct fake_gpm_sample *a = mg->sample1, *b = mg->sample2;
+    if (!gpm_valid(a) || !gpm_valid(b) || !a->taken || !b->taken || a->gpu != b->gpu ||
+        a->gpu >= g_tl.ngpus || mg->numMetrics > NVML_GPM_METRIC_MAX)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    const fake_gpu *g = &g_tl.gpus[a->gpu];
+    if (is_lost(g))
+        return NVML_ERROR_GPU_IS_LOST;
+    spin_group(U_GPM);
+    if (gpm_failing(g))
+        return NVML_ERROR_UNKNOWN;
+    for (unsigned i = 0; i < mg->numMetrics; i++)
+        gpm_metric(g, &mg->metrics[i], a->wall_us, b->wall_us);
     return NVML_SUCCESS;
 }

@@ -48,7 +48,9 @@ enum {
     U_FIELDS = 1u << 13,      /* GetFieldValues as a whole */
     U_PSTATE = 1u << 14,      /* GetPerformanceState, GetPowerState */
     U_ENCDEC = 1u << 15,      /* GetEncoderUtilization, GetDecoderUtilization */
+    U_GPM = 1u << 16,         /* GPM: support query says no, SampleGet NOT_SUPPORTED */
 };
+#define FAKE_GROUPS 17        /* metric groups (bits) above */
 
 /* One driver sample period of one GPU (a trace `S` row). */
 typedef struct {
@@ -59,6 +61,8 @@ typedef struct {
     uint64_t energy_mj;       /* cumulative from trace start, at t_us */
     uint64_t rx_bytes, tx_bytes; /* cumulative from trace start, at t_us */
     uint32_t pid_off, pid_n;  /* into timeline.pids */
+    /* GPM over the period, per mille: SM activity, SM occupancy, tensor activity, DRAM. */
+    uint16_t sm_active, sm_occupancy, tensor_active, dram_active;
     uint8_t active;
 } fake_row;
 
@@ -83,6 +87,8 @@ typedef struct {
     uint32_t nfpids;
     uint32_t fpids[FAKE_MAX_FILE_PIDS];
     int mig;
+    int gpm;                  /* GPM supported (Hopper and newer, not in MIG) */
+    int64_t gpm_fail_after_us; /* FAKE_NVML_GPM_FAIL: <0 never; else µs after nvmlInit */
 } fake_gpu;
 
 typedef struct {

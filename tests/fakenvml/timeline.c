@@ -26,6 +26,11 @@
 #define SQ_RX_KBPS_BUSY 8000000
 #define SQ_TX_KBPS_BUSY 200000
 #define CLOCK_EVENT_GPU_IDLE 0x1
+/* GPM while a kernel runs, per mille: SM activity, SM occupancy, tensor and DRAM activity. */
+#define SQ_SM_ACTIVE_BUSY 800
+#define SQ_SM_OCCUPANCY_BUSY 500
+#define SQ_TENSOR_BUSY 400
+#define SQ_DRAM_BUSY 300
 
 /* A KB in NVML's PCIe rates (UNVERIFIED: 1024 assumed). */
 #define PCIE_KB 1024
@@ -123,6 +128,8 @@ int fake_timeline_square(fake_timeline *tl, unsigned ngpus) {
         fake_gpu *g = &tl->gpus[gi];
         fake_gpu_identity(g, gi);
         g->lost_after_us = -1;
+        g->gpm_fail_after_us = -1;
+        g->gpm = 1;
         g->rows = calloc(n, sizeof(fake_row));
         if (!g->rows)
             return -1;
@@ -147,6 +154,10 @@ int fake_timeline_square(fake_timeline *tl, unsigned ngpus) {
             r->rx_kbps = (uint32_t)((int64_t)SQ_RX_KBPS_BUSY * util / 100);
             r->tx_kbps = (uint32_t)((int64_t)SQ_TX_KBPS_BUSY * util / 100);
             r->active = busy > 0;
+            r->sm_active = (uint16_t)(SQ_SM_ACTIVE_BUSY * util / 100);
+            r->sm_occupancy = (uint16_t)(SQ_SM_OCCUPANCY_BUSY * util / 100);
+            r->tensor_active = (uint16_t)(SQ_TENSOR_BUSY * util / 100);
+            r->dram_active = (uint16_t)(SQ_DRAM_BUSY * util / 100);
             uint64_t p_mw = SQ_IDLE_W * 1000 + (uint64_t)(SQ_BUSY_W - SQ_IDLE_W) * 1000 * (uint64_t)busy / (uint64_t)len;
             if (j)
                 e += p_mw * (uint64_t)(end - start) / 1000000;
@@ -236,6 +247,21 @@ static int push_pid(fake_timeline *tl, size_t *cap, uint32_t pid) {
     return 0;
 }
 
+/* The GPM columns after pids (per mille): all four or none. */
+static int parse_gpm(char **f, int nf, fake_row *r) {
+    int64_t v[4];
+    if (nf != 4)
+        return -1;
+    for (int k = 0; k < 4; k++)
+        if (parse_int(f[k], 0, 1000, &v[k]))
+            return -1;
+    r->sm_active = (uint16_t)v[0];
+    r->sm_occupancy = (uint16_t)v[1];
+    r->tensor_active = (uint16_t)v[2];
+    r->dram_active = (uint16_t)v[3];
+    return 0;
+}
+
 #define I32 2147483647LL
 #define U32 4294967295LL
 
@@ -283,6 +309,7 @@ int fake_timeline_load(fake_timeline *tl, const char *path, char *err, size_t er
             for (unsigned i = 0; i < tl->ngpus; i++) {
                 fake_gpu_identity(&tl->gpus[i], i);
                 tl->gpus[i].lost_after_us = -1;
+                tl->gpus[i].gpm_fail_after_us = -1;
             }
             continue;
         }
@@ -296,7 +323,12 @@ int fake_timeline_load(fake_timeline *tl, const char *path, char *err, size_t er
                 parse_int(f[8], 1, 100000, &v[4])) {
                 fail(err, errlen, path, lineno,
                      "expected G<TAB>index<TAB>name<TAB>uuid<TAB>pci_bus_id<TAB>mem_total_mib<TAB>"
-                     "power_limit_mw<TAB>sm_clock_max_mhz<TAB>mem_clock_max_mhz");
+                     "power_limit_mw<TAB>sm_clock_max_mhz<TAB>mem_clock_max_mhz[<TAB>gpm 0|1]");
+                goto out;
+            }
+            int64_t gpm = 0;   /* without the column: a GPU without GPM */
+            if (nf > 9 && parse_int(f[9], 0, 1, &gpm)) {
+                fail(err, errlen, path, lineno, "gpm must be 0 or 1, not '%s'", f[9]);
                 goto out;
             }
             fake_gpu *g = &tl->gpus[v[0]];
@@ -317,6 +349,7 @@ int fake_timeline_load(fake_timeline *tl, const char *path, char *err, size_t er
             g->power_limit_mw = (uint32_t)v[2];
             g->sm_max_mhz = (uint32_t)v[3];
             g->mem_max_mhz = (uint32_t)v[4];
+            g->gpm = (int)gpm;
             have_g[v[0]] = 1;
             continue;
         }
@@ -380,6 +413,11 @@ int fake_timeline_load(fake_timeline *tl, const char *path, char *err, size_t er
                     r.pid_n++;
                     p = *end ? end + 1 : end;
                 }
+            }
+            if (nf > 15 && parse_gpm(f + 15, nf - 15, &r)) {
+                fail(err, errlen, path, lineno, "after pids: sm_active, sm_occupancy, tensor_active, "
+                     "dram_active, each per mille in 0..1000");
+                goto out;
             }
             if (push_row(g, &rowcap[v[1]], &r))
                 goto oom;

@@ -1,0 +1,143 @@
+"""GPM (SM activity, SM occupancy, tensor and DRAM activity) over the fake NVML library,
+through the real nvidia-ml-py ctypes path: the fake's GPM ABI, NvmlSource's sampling (per GPU
+where supported, missing elsewhere, a GPM call failing mid-run) and the faces that show it."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import textwrap
+from collections import defaultdict
+
+import pytest
+
+import fakenvml_env
+
+SKIP = fakenvml_env.skip_reason()
+pytestmark = pytest.mark.skipif(SKIP is not None, reason="fake NVML library: %s" % SKIP)
+
+GPM_COLUMNS = ("sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio",
+               "dram_active_ratio")
+
+
+def run_py(code: str, clean_env, timeout: float = 60, **settings) -> dict:
+    env = fakenvml_env.env(base=clean_env, **settings)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def gpumon(args, clean_env, timeout: float = 60, **settings):
+    env = fakenvml_env.env(base=clean_env, **settings)
+    return subprocess.run([sys.executable, "-m", "gpumon"] + args, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def csv_rows(path) -> dict[int, list[dict]]:
+    by = defaultdict(list)
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            by[int(r["gpu"])].append(r)
+    return by
+
+
+def test_fake_gpm_abi_as_nvml_defines_it(clean_env):
+    r = run_py("""
+        import json
+        import pynvml as N
+        N.nvmlInit()
+        h0, h1 = N.nvmlDeviceGetHandleByIndex(0), N.nvmlDeviceGetHandleByIndex(1)
+        out = {"support": [N.nvmlGpmQueryDeviceSupport(h).isSupportedDevice for h in (h0, h1)]}
+        bad = N.c_nvmlGpmSupport_t(); bad.version = 2
+        out["version"] = N._nvmlGetFunctionPointer("nvmlGpmQueryDeviceSupport")(h0, N.byref(bad))
+        a, b, c = N.nvmlGpmSampleAlloc(), N.nvmlGpmSampleAlloc(), N.nvmlGpmSampleAlloc()
+        try:
+            N.nvmlGpmSampleGet(h1, c)
+        except N.NVMLError as exc:
+            out["unsupported_get"] = exc.value
+        N.nvmlGpmSampleGet(h0, a)
+        import time; time.sleep(1.2)
+        N.nvmlGpmSampleGet(h0, b)
+        mg = N.c_nvmlGpmMetricsGet_t()
+        mg.version = N.NVML_GPM_METRICS_GET_VERSION
+        ids = [N.NVML_GPM_METRIC_SM_UTIL, N.NVML_GPM_METRIC_SM_OCCUPANCY,
+               N.NVML_GPM_METRIC_ANY_TENSOR_UTIL, N.NVML_GPM_METRIC_DRAM_BW_UTIL,
+               N.NVML_GPM_METRIC_NVLINK_L3_RX_PER_SEC]
+        mg.numMetrics = len(ids)
+        for i, m in enumerate(ids):
+            mg.metrics[i].metricId = m
+        mg.sample1, mg.sample2 = a, b
+        N.nvmlGpmMetricsGet(mg)
+        out["metrics"] = [(m.nvmlReturn, m.value) for m in mg.metrics[:len(ids)]]
+        out["name"] = mg.metrics[0].metricInfo.shortName.decode()
+        mg.sample2 = c                      # never taken
+        try:
+            N.nvmlGpmMetricsGet(mg)
+        except N.NVMLError as exc:
+            out["untaken"] = exc.value
+        for s in (a, b, c):
+            N.nvmlGpmSampleFree(s)
+        N.nvmlShutdown()
+        print(json.dumps(out))
+    """, clean_env, gpus=2, unsupported={1: ["gpm"]})
+    assert r["support"] == [1, 0]
+    assert r["version"] == 25                       # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    assert r["unsupported_get"] == 3                # NVML_ERROR_NOT_SUPPORTED
+    (sm_ret, sm), (occ_ret, occ), (ten_ret, ten), (dram_ret, dram), (nvl_ret, _) = r["metrics"]
+    assert sm_ret == occ_ret == ten_ret == dram_ret == 0
+    assert nvl_ret == 3                             # per metric: not modelled, not supported
+    # square wave: a kernel 0.4 s of every second at 80% SM activity (means over ~1.2 s)
+    assert 10 < sm < 60 and 0 < ten < sm and 0 < occ < sm and 0 < dram < sm, r["metrics"]
+    assert r["name"] == "sm_util"
+    assert r["untaken"] == 2                        # NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_gpm_per_gpu_where_supported_missing_elsewhere(clean_env, tmp_path):
+    out = tmp_path / "run.csv"
+    r = gpumon(["log", "--interval", "0.5", "--duration", "3", "-o", str(out)], clean_env,
+               gpus=3, unsupported={1: ["gpm"]}, mig=True)
+    assert r.returncode == 0, r.stderr
+    by = csv_rows(out)
+    has = [x for x in by[2] if x["sm_active_ratio"]]
+    assert len(has) >= len(by[2]) // 2          # from the second poll on
+    for x in has:
+        for col in GPM_COLUMNS:
+            assert 0.0 <= float(x[col]) <= 1.0, (col, x[col])
+    assert any(float(x["sm_active_ratio"]) > 0 for x in has)
+    for gpu in (0, 1):                          # 0: MIG mode, 1: no GPM
+        assert by[gpu] and all(x[c] == "" for x in by[gpu] for c in GPM_COLUMNS)
+        assert all(x["util_gpu_pct"] != "" or gpu == 0 for x in by[gpu])
+    r = gpumon(["list", "--json"], clean_env, gpus=3, unsupported={1: ["gpm"]}, mig=True)
+    assert r.returncode == 0, r.stderr
+    support = [g["supported"]["gpm"] for g in json.loads(r.stdout)["gpus"]]
+    assert support == [False, False, True]
+    r = gpumon(["list", "--no-color"], clean_env, gpus=2, unsupported={1: ["gpm"]})
+    assert r.returncode == 0, r.stderr
+    row = next(line for line in r.stdout.splitlines() if line.startswith("gpm "))
+    assert row.split()[1:] == ["yes", "no"]
+
+
+def test_a_gpm_call_failing_mid_run_is_missing_said_once_and_the_rest_goes_on(clean_env):
+    r = run_py("""
+        import json, time
+        from gpumon.nvml import NvmlSource
+        s = NvmlSource().open()
+        seen = {0: [], 1: []}
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 3.0:
+            for x in s.read():
+                seen[x.gpu].append((time.monotonic() - t0, x.sm_active_ratio, x.util_gpu_pct))
+            time.sleep(0.25)
+        print(json.dumps({"seen": seen, "errors": s.errors,
+                          "supported": [dict(i.supported)["gpm"] for i in s.gpu_infos()]}))
+        s.close()
+    """, clean_env, gpus=2, gpm_fail={0: 1.5})
+    g0, g1 = r["seen"]["0"], r["seen"]["1"]
+    assert any(sm is not None for t, sm, _ in g0 if t < 1.4)
+    assert all(sm is None for t, sm, _ in g0 if t > 1.8)
+    assert any(u is not None for t, _, u in g0 if t > 1.8)          # the rest goes on
+    assert any(sm is not None for t, sm, _ in g1 if t > 1.8)        # the other GPU too
+    assert r["errors"] == {"gpm:NVMLError_Unknown": 1}              # said once
+    assert r["supported"] == [False, True]
