@@ -36,7 +36,7 @@ from typing import Callable, Optional, Sequence
 from gpumon import nvml_buffers
 from gpumon.cadence import due
 from gpumon.errors import NoDriverError, NvmlStartError, UserError
-from gpumon.samples import GpuInfo, GpuSample
+from gpumon.samples import GPM_FIELDS, GpuInfo, GpuSample
 
 try:  # nvidia-ml-py; its absence is reported as a missing driver stack, in one line
     import pynvml as N
@@ -81,13 +81,10 @@ METRICS = ("samples", "util", "memory", "power", "power_limit", "clock", "clock_
 
 # GPM metrics (Hopper and newer), asked in one nvmlGpmMetricsGet a poll: the GpuSample field
 # and NVML's metric id (per cent over the time between two GPM samples; logged as 0-1).
-GPM_METRICS = (("sm_active_ratio", "NVML_GPM_METRIC_SM_UTIL"),
-               ("sm_occupancy_ratio", "NVML_GPM_METRIC_SM_OCCUPANCY"),
-               ("tensor_active_ratio", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"),
-               ("dram_active_ratio", "NVML_GPM_METRIC_DRAM_BW_UTIL"),
-               ("fp64_active_ratio", "NVML_GPM_METRIC_FP64_UTIL"),
-               ("fp32_active_ratio", "NVML_GPM_METRIC_FP32_UTIL"),
-               ("fp16_active_ratio", "NVML_GPM_METRIC_FP16_UTIL"))
+GPM_METRICS = tuple(zip(GPM_FIELDS, (
+    "NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY", "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+    "NVML_GPM_METRIC_DRAM_BW_UTIL", "NVML_GPM_METRIC_FP64_UTIL", "NVML_GPM_METRIC_FP32_UTIL",
+    "NVML_GPM_METRIC_FP16_UTIL")))
 
 # nvmlInit's failures: the ones that mean "no driver here" (NoDriverError, with the --sim hint),
 # then those of a driver NVML cannot use as things stand (NvmlStartError), with the usual fix.

@@ -221,6 +221,12 @@ class Tick:
     judged: Optional[tuple[int, ...]] = None
 
 
+# GpuSample's GPM fields (NVML's GPU Performance Monitoring: Hopper and newer), in order.
+GPM_FIELDS = ("sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio",
+              "dram_active_ratio", "fp64_active_ratio", "fp32_active_ratio",
+              "fp16_active_ratio")
+
+
 def csv_fields(cls) -> list:
     """The dataclass fields of ``cls`` that appear as CSV columns, in order."""
     return [f for f in fields(cls) if f.metadata.get("csv", True)]

@@ -141,3 +141,30 @@ def test_a_gpm_call_failing_mid_run_is_missing_said_once_and_the_rest_goes_on(cl
     assert any(sm is not None for t, sm, _ in g1 if t > 1.8)        # the other GPU too
     assert r["errors"] == {"gpm:NVMLError_Unknown": 1}              # said once
     assert r["supported"] == [False, True]
+
+
+def test_simulated_trace_drives_the_fake_gpm(clean_env, tmp_path):
+    """The simulator's trace carries each period's GPM and which GPUs have it; the fake serves
+    them: a rank spinning in a collective reads ~100% utilization at a few per cent SM
+    activity, and demo's GPUs 2 and 3 have no GPM."""
+    from gpumon.sim.trace import read_trace, write_trace
+    for name, gpus in (("hang", 2), ("demo", 4)):
+        with open(tmp_path / f"{name}.trace", "w") as f:
+            write_trace(f, name, gpus=gpus, seconds=30)
+    tr = read_trace(str(tmp_path / "demo.trace"))
+    assert [g[-1] for g in tr.gpus] == [1, 1, 0, 0]
+    assert all(("sm_active_pm" in row) == (row["gpu"] < 2) for row in tr.samples)
+    code = """
+        import json, time
+        from gpumon.nvml import NvmlSource
+        s = NvmlSource().open()
+        s.read(); time.sleep(1.2)
+        got = s.read()
+        print(json.dumps([(x.gpu, x.util_gpu_pct, x.sm_active_ratio) for x in got]))
+    """
+    hang = run_py(code, clean_env, scenario=tmp_path / "hang.trace")
+    assert hang and all(u >= 95 and 0 < sm < 0.06 for _, u, sm in hang), hang
+    demo = run_py(code, clean_env, scenario=tmp_path / "demo.trace")
+    assert {g for g, _, sm in demo if sm is not None} == {0, 1}
+    assert {g for g, _, sm in demo if sm is None} == {2, 3}
+

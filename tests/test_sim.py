@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import astuple
+from dataclasses import astuple, replace
 
 import numpy as np
 import pytest
@@ -147,15 +147,29 @@ def test_step_time_range_is_possible():
 
 
 # -- determinism -------------------------------------------------------------------------
+_GPM = dict.fromkeys(("sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio",
+                      "dram_active_ratio"))
+
+
+def but_gpm(ticks) -> list:
+    """Every sample of the ticks but its GPM means (those depend on the tick interval)."""
+    return [astuple(replace(s, **_GPM)) for t in ticks for s in t.gpus]
+
+
 def test_same_seed_same_output_and_cut_independent():
     a = list(simulate("demo", gpus=3, seconds=90, seed=5))
     b = list(simulate("demo", gpus=3, seconds=90, seed=5))
     assert [astuple(s) for t in a for s in t.gpus] == [astuple(s) for t in b for s in t.gpus]
     assert [t.host for t in a] == [t.host for t in b]
     assert [t.truth for t in a] == [t.truth for t in b]
-    # The sample stream does not depend on the tick interval.
+    # The sample stream does not depend on the tick interval, but for GPM: the mean since the
+    # poll before, as NVML's GPM gives it (a 1 s tick's = the mean of its two 0.5 s ticks').
     c = list(simulate("demo", gpus=3, seconds=90, seed=5, interval=0.5))
-    assert [astuple(s) for t in a for s in t.gpus] == [astuple(s) for t in c for s in t.gpus]
+    assert but_gpm(a) == but_gpm(c)
+    whole = [t.gpus[0].sm_active_ratio for t in a]
+    halves = [(x.gpus[0].sm_active_ratio + y.gpus[0].sm_active_ratio) / 2
+              for x, y in zip(c[::2], c[1::2])]
+    assert whole == pytest.approx(halves) and max(whole) > 0.3
     d = list(simulate("demo", gpus=3, seconds=90, seed=6))
     assert [s.power_w for t in a for s in t.gpus] != [s.power_w for t in d for s in t.gpus]
 
@@ -436,7 +450,7 @@ def test_restarts_one_gpu_and_drawn_ranges():
 def test_restarts_same_seed_same_output_however_cut():
     a = run("restarts", gpus=2, seconds=120, seed=4, params=RESTARTS)
     b = run("restarts", gpus=2, seconds=120, seed=4, params=RESTARTS, interval=0.5)
-    assert [astuple(s) for t in a for s in t.gpus] == [astuple(s) for t in b for s in t.gpus]
+    assert but_gpm(a) == but_gpm(b)
     c = list(simulate("restarts", gpus=2, seconds=120, seed=4, params=RESTARTS))
     assert [t.truth for t in a] == [t.truth for t in c] and [t.host for t in a] == \
         [t.host for t in c]
@@ -656,3 +670,43 @@ def test_same_seed_same_verdicts(tmp_path):
         rows = p.read_text().splitlines()
         outs.append([r.split(",", 1)[1] for r in rows])      # all but the wall-clock time
     assert outs[0] == outs[1] and len(outs[0]) > 30
+
+
+# -- GPM: SM activity and friends -------------------------------------------------------------
+def gpm_of(ticks, field="sm_active_ratio") -> np.ndarray:
+    """(gpus, samples) of a GPM field; NaN where missing."""
+    return per_gpu(ticks, field)
+
+
+def test_sm_activity_computing_spinning_idle():
+    busy = gpm_of(run("busy", seconds=30)[5:])
+    assert 0.4 <= busy.min() and busy.max() <= 0.95
+    hang = run("hang", gpus=4, seconds=30)[5:]
+    assert per_gpu(hang, "util_gpu_pct").min() >= 95                 # util says busy...
+    assert gpm_of(hang).max() < 0.06                                # ...a few SMs spin
+    assert np.nanmax(gpm_of(hang, "tensor_active_ratio")) == 0
+    assert gpm_of(run("idle", seconds=10)).max() == 0
+    # Tensor activity and occupancy follow SM activity, below it.
+    for field in ("sm_occupancy_ratio", "tensor_active_ratio"):
+        other = gpm_of(run("busy", seconds=30)[5:], field)
+        assert (0 < other).all() and (other < busy).all()
+
+
+def test_sm_activity_depends_on_the_workload():
+    hot = gpm_of(run("busy", seconds=20, params={"compute_power_frac": 0.95})[5:])
+    cool = gpm_of(run("busy", seconds=20, params={"compute_power_frac": 0.70})[5:])
+    assert hot.mean() > cool.mean() + 0.2
+    given = gpm_of(run("busy", seconds=20, params={"sm_active_compute": 0.5})[5:])
+    assert 0.45 < given.mean() <= 0.5
+
+
+def test_gpus_without_gpm_in_the_same_node():
+    ticks = run("demo", gpus=4, seconds=20)
+    sm = gpm_of(ticks)
+    assert not np.isnan(sm[:2]).any() and np.isnan(sm[2:]).all()
+    assert [dict(i.supported)["gpm"] for i in SimSource("demo", gpus=4).gpu_infos()] == \
+        [True, True, False, False]
+    assert np.isnan(gpm_of(run("busy", seconds=5, params={"gpm": "none"}))).all()
+    assert np.isnan(gpm_of(run("busy", seconds=5, params={"gpm": "1"}))[0]).all()
+    with pytest.raises(UserError):
+        run("busy", seconds=5, params={"gpm": "some"})

@@ -8,7 +8,10 @@ For driver sample k (at model time k * period) and GPU g:
 - SM clock = load clock while a kernel ran in the last `clock_hold_s`, idle clock otherwise
   (then the GpuIdle clock-event bit is set); throttled GPUs raise thermal / power-cap bits;
 - temperature = first-order lag towards ambient + R * power;
-- PCIe rx/tx = bytes moved in the period / period; energy = integral of power.
+- PCIe rx/tx = bytes moved in the period / period; energy = integral of power;
+- GPM (on the GPUs that have it, else NaN): SM activity, SM occupancy, tensor and DRAM
+  activity = the period's mean of each kind's level (computing at the workload's levels, a
+  rank spinning in a collective on a few SMs, idle 0).
 Host figures are per period too: each process's CPU (share of a core), io-blocked count,
 disk reads and writes. Everything is computed from cumulative integrals of piecewise-constant
 segments with np.interp: exact, and vectorised over samples.
@@ -25,6 +28,7 @@ import numpy as np
 
 from gpumon.samples import CLOCK_EVENT_GPU_IDLE
 from gpumon.sim import model as M
+from gpumon.sim import params as P
 
 # Power reading noise, share of the limit (sensor and regulator ripple).
 POWER_NOISE_FRAC = 0.003
@@ -37,6 +41,17 @@ POWER_AVG_S = 1.0
 NOISE_BLOCK = 360
 # Lowest reading, share of a GPU's idle power: no-context idle (0.92) less sensor noise.
 POWER_FLOOR_FRAC = 0.85
+# GPM levels (SM activity, SM occupancy, tensor activity, DRAM activity) outside computing.
+# NCCL spinning in a collective: its kernel holds a few SMs with a warp or two each.
+SPIN_GPM = (0.03, 0.01, 0.0, 0.005)
+# NCCL moving the all-reduce's data: its channels' SMs (16-32 of 108-132), DRAM busy.
+COMM_GPM = (0.18, 0.05, 0.0, 0.35)
+# Copying a batch up or a checkpoint off: copy engines, SMs almost idle.
+COPY_GPM = (0.01, 0.005, 0.0, 0.10)
+# DRAM activity while computing, per unit of the memory utilization NVML reports.
+DRAM_OF_MEM_UTIL = 0.7
+# A launch-bound step's small kernels fill this share of the SMs a full step fills.
+LAUNCH_SM_SHARE = 0.5
 
 
 @dataclass
@@ -55,6 +70,7 @@ class Chunk:
     util: np.ndarray; mem_util: np.ndarray; power: np.ndarray; clock: np.ndarray
     temp: np.ndarray; events: np.ndarray; mem_used: np.ndarray; rx: np.ndarray
     tx: np.ndarray; energy: np.ndarray; temp_state: np.ndarray
+    gpm: np.ndarray        # (gpu, 4, m) SM activity, occupancy, tensor, DRAM; NaN: no GPM
     pids: list             # [gpu][i] -> tuple of PIDs
     states: np.ndarray     # (gpu, 4, m) shares of computing, waiting_data, waiting_sync, idle
     phase: np.ndarray      # phase index at each sample
@@ -86,6 +102,8 @@ class Observer:
         self.clock_on = np.zeros((n, nph))
         self.bits = np.zeros((n, nph), dtype=np.int64)
         self.resist = np.zeros((n, nph))       # C per W
+        self.has_gpm = P.gpm_gpus(hw["gpm"], n)
+        self.gpm = np.zeros((4, nph, M.NKINDS))
         self.mem_job = np.zeros(nph)
         # Per phase and kind: share of the time a kernel runs, and the truth states' shares.
         self.kernel = np.tile(M.KIND_KERNEL, (nph, 1))
@@ -105,6 +123,7 @@ class Observer:
             # The GPU waits for the main process to launch the next kernel the rest of the time.
             self.shares[j, M.LAUNCH] = [duty, 1.0 - duty, 0.0, 0.0]
             self.mem_job[j] = round(p["mem_used_frac"] * self.mem_total)
+            self._gpm_levels(j, p)
             comp_nominal = p["compute_power_frac"] * L
             for g in range(n):
                 idle, chip = node.idle_w[g], node.chip[g]
@@ -128,6 +147,16 @@ class Observer:
                 self.bits[g, j] = M.event_bits(ph, g)
                 self.resist[g, j] = r
         self.noise_blocks: dict = {}
+
+    def _gpm_levels(self, j: int, p: dict) -> None:
+        """Phase j's GPM level of each kind (zero where nothing runs on the SMs)."""
+        compute = np.array([p["sm_active_compute"], p["sm_occupancy_compute"],
+                            p["tensor_active_compute"],
+                            DRAM_OF_MEM_UTIL * p["mem_util_compute"]])
+        launch = float(p["launch_duty"]) * compute * np.array([LAUNCH_SM_SHARE] * 3 + [1.0])
+        for kind, level in ((M.COMPUTE, compute), (M.SPIN, SPIN_GPM), (M.COMM, COMM_GPM),
+                            (M.UPLOAD, COPY_GPM), (M.SAVECOPY, COPY_GPM), (M.LAUNCH, launch)):
+            self.gpm[:, j, kind] = level
 
     # -- noise keyed by sample index -------------------------------------------------------
     def _noise(self, k0: int, m: int, n: int):
@@ -170,14 +199,17 @@ class Observer:
         return temp, energy
 
     def _cums(self, g: int, s: np.ndarray):
-        """Edges and cumulative integrals (power, kernel, mem, rx, tx, 4 states) of a GPU."""
+        """Edges and cumulative integrals (power, kernel, mem, rx, tx, 4 states, and the 4 GPM
+        levels on a GPU with GPM) of a GPU."""
         t0, t1 = s[:, 0], s[:, 1]
         kd, ph = s[:, 2].astype(np.int64), s[:, 3].astype(np.int64)
         d = t1 - t0
         sh = self.shares[ph, kd]                                   # (segments, 4)
-        vals = np.stack([self.power[g, ph, kd], self.kernel[ph, kd], self.memact[ph, kd],
-                         self.rx[ph, kd], self.tx[ph, kd], sh[:, 0], sh[:, 1], sh[:, 2],
-                         sh[:, 3]])
+        rows = [self.power[g, ph, kd], self.kernel[ph, kd], self.memact[ph, kd],
+                self.rx[ph, kd], self.tx[ph, kd], sh[:, 0], sh[:, 1], sh[:, 2], sh[:, 3]]
+        if self.has_gpm[g]:
+            rows += [self.gpm[i, ph, kd] for i in range(4)]
+        vals = np.stack(rows)
         cum = np.zeros((vals.shape[0], len(d) + 1))
         np.cumsum(vals * d, axis=1, out=cum[:, 1:])
         x = np.append(t0, t1[-1])
@@ -195,14 +227,17 @@ class Observer:
         clock = np.zeros((n, m)); events = np.zeros((n, m), dtype=np.int64)
         mem_used = np.zeros((n, m)); rx = np.zeros((n, m)); tx = np.zeros((n, m))
         energy = np.zeros((n, m)); pmean = np.zeros((n, m)); states = np.zeros((n, 4, m))
+        gpm = np.full((n, 4, m), np.nan)
         phase = np.zeros(m, dtype=np.int64)
         res = np.zeros((n, m))
         pids: list = []
         for g in range(n):
             s = np.array(node.gsegs[g])
             x, cum, (kd, ph) = self._cums(g, s)
-            cb = np.stack([np.interp(B, x, c) for c in cum])     # (9, m+1)
+            cb = np.stack([np.interp(B, x, c) for c in cum])     # (9 or 13, m+1)
             dif = np.diff(cb, axis=1) / per
+            if self.has_gpm[g]:
+                gpm[g] = np.clip(dif[9:13], 0, 1)
             util[g] = np.rint(np.clip(dif[1], 0, 1) * 100)
             mem_util[g] = np.rint(np.clip(dif[2], 0, 1) * 100)
             rx[g], tx[g] = dif[3], dif[4]
@@ -237,8 +272,8 @@ class Observer:
         procs, blocked, read, write = self._host(B)
         bg = np.maximum(0.0, node.hw["background_cores"] * (1 + 0.15 * bn))
         return Chunk(k0, m, util, mem_util, power, clock, np.rint(temp), events, mem_used, rx,
-                     tx, energy, temp, pids, states, phase, pause, gap, procs, blocked, read,
-                     write, bg)
+                     tx, energy, temp, gpm, pids, states, phase, pause, gap, procs, blocked,
+                     read, write, bg)
 
     def _pids(self, g, T, job) -> list:
         mains = [pr for pr in self.node.procs if pr.role == "main" and g in pr.gpus]

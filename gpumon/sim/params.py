@@ -30,6 +30,9 @@ Hardware (from a preset GPU model, constant for the whole node):
   temp_tau_s         s     10..60              thermal time constant (first-order lag)
   host_cores         1     32..192 (int)       logical CPUs of the host
   background_cores   cores 0.1..2.0            CPU the rest of the host uses
+  gpm                -     all | none | "0,1"  GPUs with GPM (SM activity and friends; Hopper
+                                               and newer, not in MIG mode): every one, none, or
+                                               those listed (others: values missing)
 
 Workload:
   step_s             s     0.05..2.0 (log)     compute time of one step at load clock
@@ -88,6 +91,16 @@ Workload:
 
 The last four are drawn only for the scenarios that use them (their ranges are the scenario's),
 so adding them changed no other scenario's draws.
+
+GPM levels while computing (not drawn: None derives them from the draws above, so adding them
+changed no draw; a scenario or caller may set them):
+  sm_active_compute  1     0.40..0.95          share of SMs with a warp while a step computes;
+                                               None: from compute_power_frac (a hotter workload
+                                               keeps more SMs busy)
+  sm_occupancy_compute 1   0..1                resident warps / the SMs' maximum while computing;
+                                               None: 0.6 x sm_active_compute
+  tensor_active_compute 1  0..1                tensor pipes' active share while computing;
+                                               None: 0.55 x sm_active_compute
 """
 from __future__ import annotations
 
@@ -172,6 +185,11 @@ PARAMS: dict[str, tuple[Any, Any]] = {
     "launch_duty": (0.45, None),
     # Drawn for every scenario, last so that the draws above stay what they were.
     "chip_power_spread": (0.03, (0.005, 0.03)),
+    # Not drawn (see the module's docstring): the draws above stay what they were.
+    "gpm": ("all", None),
+    "sm_active_compute": (None, None),
+    "sm_occupancy_compute": (None, None),
+    "tensor_active_compute": (None, None),
 }
 
 # Parameters of the node's hardware: the same in every phase of a run (`demo` switches the
@@ -179,7 +197,16 @@ PARAMS: dict[str, tuple[Any, Any]] = {
 HARDWARE = ("gpu_model", "power_limit_w", "sm_clock_max_mhz", "sm_clock_idle_mhz",
             "clock_load_frac", "clock_hold_s", "idle_power_frac", "compute_power_frac",
             "spin_power_frac", "comm_power_frac", "mem_util_compute", "temp_ambient_c",
-            "temp_load_c", "temp_tau_s", "host_cores", "background_cores", "chip_power_spread")
+            "temp_load_c", "temp_tau_s", "host_cores", "background_cores", "chip_power_spread",
+            "gpm")
+
+# sm_active_compute derived from compute_power_frac: its draw range maps linearly onto
+# SM_ACTIVE_RANGE.
+SM_ACTIVE_RANGE = (0.40, 0.95)
+COMPUTE_POWER_RANGE = (0.65, 0.97)
+# Occupancy and tensor activity as shares of the SM activity, where not given.
+OCCUPANCY_OF_ACTIVE = 0.6
+TENSOR_OF_ACTIVE = 0.55
 
 # Smallest gap between the idle and the spinning power fractions: a spinning SM burns more
 # than an idle one, or the physics is wrong.
@@ -254,4 +281,35 @@ def finish(p: dict) -> dict:
     if p["throttle_reason"] not in ("thermal", "power_cap"):
         raise UserError("throttle_reason must be thermal or power_cap, "
                         f"not {p['throttle_reason']!r}")
+    return _gpm_levels(p)
+
+
+def _gpm_levels(p: dict) -> dict:
+    """The GPM levels while computing, derived where not given, and ``gpm`` checked."""
+    if p["sm_active_compute"] is None:
+        lo, hi = COMPUTE_POWER_RANGE
+        x = min(1.0, max(0.0, (p["compute_power_frac"] - lo) / (hi - lo)))
+        lo, hi = SM_ACTIVE_RANGE
+        p["sm_active_compute"] = lo + x * (hi - lo)
+    active = float(p["sm_active_compute"])
+    if p["sm_occupancy_compute"] is None:
+        p["sm_occupancy_compute"] = OCCUPANCY_OF_ACTIVE * active
+    if p["tensor_active_compute"] is None:
+        p["tensor_active_compute"] = TENSOR_OF_ACTIVE * active
+    for name in ("sm_active_compute", "sm_occupancy_compute", "tensor_active_compute"):
+        if not 0 <= float(p[name]) <= 1:
+            raise UserError(f"{name} {p[name]} is outside 0..1")
+    gpm_gpus(p["gpm"], 1)
     return p
+
+
+def gpm_gpus(spec, n: int) -> tuple[bool, ...]:
+    """Which of ``n`` GPUs have GPM by the ``gpm`` parameter: "all", "none", or GPU indices
+    ("0,1" or a sequence; indices past the node's GPUs name none)."""
+    if spec in ("all", "none"):
+        return (spec == "all",) * n
+    try:
+        listed = {int(x) for x in (spec.split(",") if isinstance(spec, str) else spec)}
+    except (TypeError, ValueError):
+        raise UserError(f"gpm must be all, none or GPU indices like 0,1, not {spec!r}") from None
+    return tuple(g in listed for g in range(n))

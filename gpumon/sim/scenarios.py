@@ -122,8 +122,9 @@ SCENARIOS: dict[str, ScenarioSpec] = {s.name: s for s in (
                          "main_prep_load": (0.02, 0.08), "step_s": (0.03, 0.5, "log"),
                          "launch_duty": (0.30, 0.65)}),
     ScenarioSpec("demo", "a run that passes through busy, data_starvation, sync_stall, "
-                 "throttled, io_fetch and idle phases (truth per phase)", dx.BUSY,
-                 default_gpus=4, min_gpus=1,
+                 "throttled, io_fetch and idle phases (truth per phase); GPUs 0 and 1 have "
+                 "GPM (SM activity), the others not", dx.BUSY,
+                 default_gpus=4, min_gpus=1, params={"gpm": "0,1"},
                  phases=(("busy", 40), ("data_starvation", 60), ("busy", 30),
                          ("sync_stall", 60), ("throttled", 60), ("io_fetch", 45),
                          ("idle", 25))),

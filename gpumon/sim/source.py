@@ -9,7 +9,8 @@ import numpy as np
 
 from gpumon.diagnosis import BUSY, IDLE, PAUSED
 from gpumon.errors import UserError
-from gpumon.samples import GpuInfo, GpuSample, HostSample, JobProcs, ProcSample, Tick
+from gpumon.samples import (GPM_FIELDS, GpuInfo, GpuSample, HostSample, JobProcs, ProcSample,
+                            Tick)
 from gpumon.sim import model as M
 from gpumon.sim.observe import Chunk, Observer
 from gpumon.sim.scenarios import STATES, Truth, scenario
@@ -31,6 +32,8 @@ DEFAULT_START_TIME = 1_700_000_000.0
 PCI_BUSES = (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD)
 METRICS = ("util_gpu_pct", "util_mem_pct", "mem_used_mib", "power_w", "sm_clock_mhz",
            "temp_c", "pcie_rx_mbps", "pcie_tx_mbps", "clock_events", "energy_j", "pids")
+# The GPM fields the simulator models, in the order of Chunk.gpm's rows (not the FP pipes).
+SIM_GPM_FIELDS = GPM_FIELDS[:4]
 
 
 class Stream:
@@ -91,6 +94,7 @@ class Stream:
         limit, smax, mtot = float(hw["power_limit_w"]), float(hw["sm_clock_max_mhz"]), \
             float(hw["mem_total_mib"])
         gs = []
+        gpm = self._gpm(c, i0, i1)
         for i in range(i0, i1):
             t = st + (c.k0 + 1 + i) * per
             for g in range(n):
@@ -101,11 +105,19 @@ class Stream:
                     sm_clock_mhz=L["clock"][g][i], sm_clock_max_mhz=smax,
                     temp_c=L["temp"][g][i], pcie_rx_mbps=L["rx"][g][i],
                     pcie_tx_mbps=L["tx"][g][i], clock_events=L["events"][g][i],
-                    energy_j=L["energy"][g][i], pids=c.pids[g][i]))
+                    energy_j=L["energy"][g][i], pids=c.pids[g][i], **gpm[g]))
         j0, j1 = (i0, i1) if i1 > i0 else (max(i1 - 1, 0), max(i1, 1))
         host = self._host(c, j0, j1, tick_time)
         truth = self._truth(c, j0, j1)
         return Tick(time=tick_time, gpus=tuple(gs), host=host, truth=truth)
+
+    def _gpm(self, c: Chunk, i0: int, i1: int) -> list[dict]:
+        """Each GPU's GPM fields over the tick's samples (as NVML's GPM gives the mean since
+        the poll before); {} on a GPU without GPM or a tick without samples."""
+        if i1 <= i0:
+            return [{}] * self.n
+        means = c.gpm[:, :, i0:i1].mean(axis=2).tolist()
+        return [{} if math.isnan(m[0]) else dict(zip(SIM_GPM_FIELDS, m)) for m in means]
 
     def _host(self, c: Chunk, i0: int, i1: int, t: float) -> HostSample:
         hw = self.node.hw
@@ -177,11 +189,13 @@ class Stream:
     def gpu_infos(self) -> list[GpuInfo]:
         hw = self.node.hw
         sup = tuple((name, True) for name in METRICS)
+        gpm = self.obs.has_gpm
         return [GpuInfo(index=g, name=str(hw["gpu_model"]), uuid=self.node.uuids[g],
                         pci_bus_id=f"00000000:{PCI_BUSES[g % 8]:02X}:00.0",
                         mem_total_mib=float(hw["mem_total_mib"]),
                         power_limit_w=float(hw["power_limit_w"]),
-                        sm_clock_max_mhz=float(hw["sm_clock_max_mhz"]), supported=sup)
+                        sm_clock_max_mhz=float(hw["sm_clock_max_mhz"]),
+                        supported=sup + (("gpm", gpm[g]),))
                 for g in range(self.n)]
 
 

@@ -7,14 +7,17 @@ Format (one record per line, TAB-separated, integers only, `#` lines are comment
 
     H  gpumon-trace  1  <ngpus>  <period_us>  <duration_us>
     G  <index> <name> <uuid> <pci_bus_id> <mem_total_mib> <power_limit_mw>
-       <sm_clock_max_mhz> <mem_clock_max_mhz>
+       <sm_clock_max_mhz> <mem_clock_max_mhz> [<gpm 0|1>]
     S  <t_us> <gpu> <util_gpu_pct> <util_mem_pct> <power_mw> <sm_clock_mhz> <temp_c>
        <clock_events> <mem_used_mib> <pcie_rx_kbps> <pcie_tx_kbps> <energy_mj> <active> <pids>
+       [<sm_active_pm> <sm_occupancy_pm> <tensor_active_pm> <dram_active_pm>]
 
 S lines are sorted by t_us = k * period_us (k = 0 .. duration_us / period_us - 1), all GPUs of
 one instant adjacent. util_gpu_pct is the driver sample for the period ending at t_us,
 power_mw the 1 s average at t_us, energy_mj cumulative from the trace start, active 1 when a
 kernel ran in the period (the driver's utilization ring grows), pids comma-separated or `-`.
+A GPU with GPM (G's gpm 1) has its S lines end in the period's GPM means, per mille; a G line
+without the gpm field, or an S line without those four, is a GPU without GPM.
 PCIe rates are KB/s with 1 KB = 1024 bytes (as NVML and the fake library count). The
 library loops the trace (position = wall-clock microseconds mod duration_us).
 
@@ -24,6 +27,7 @@ truth of each second (for end-to-end scoring through the NVML path); readers may
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -60,8 +64,8 @@ def write_trace(out: TextIO, name: str, gpus: int = DEFAULT_GPUS,
     for gi in infos:
         w(f"G\t{gi.index}\t{gi.name}\t{gi.uuid}\t{gi.pci_bus_id}\t{int(gi.mem_total_mib)}\t"
           f"{int(round(gi.power_limit_w * 1000))}\t{int(gi.sm_clock_max_mhz)}\t"
-          f"{int(hw['mem_clock_max_mhz'])}\n")
-    energy0 = None
+          f"{int(hw['mem_clock_max_mhz'])}\t{int(dict(gi.supported)['gpm'])}\n")
+    energy0: list = [None] * gpus
     rows = 0
     per_tick = max(1, int(round(1.0 / period)))
     k = 0
@@ -71,25 +75,31 @@ def write_trace(out: TextIO, name: str, gpus: int = DEFAULT_GPUS,
         tr = tick.truth
         w(f"# truth\t{k * period_us}\t{tr.verdict}\t{tr.cause or '-'}\t"
           f"{'-' if tr.straggler_gpu is None else tr.straggler_gpu}\t{int(tr.pause)}\n")
+        chunk = stream.buf
         for i in range(0, len(tick.gpus), gpus):
-            t_us = k * period_us
             for s in tick.gpus[i:i + gpus]:
-                if energy0 is None:
-                    energy0 = [None] * gpus
                 if energy0[s.gpu] is None:
                     energy0[s.gpu] = s.energy_j - s.power_w * period
-                util = int(s.util_gpu_pct)
-                pids = ",".join(str(p) for p in s.pids) if s.pids else "-"
-                w(f"S\t{t_us}\t{s.gpu}\t{util}\t{int(s.util_mem_pct)}\t"
-                  f"{int(round(s.power_w * 1000))}\t{int(s.sm_clock_mhz)}\t{int(s.temp_c)}\t"
-                  f"{int(s.clock_events)}\t{int(s.mem_used_mib)}\t"
-                  f"{int(round(s.pcie_rx_mbps * MB_TO_KB))}\t"
-                  f"{int(round(s.pcie_tx_mbps * MB_TO_KB))}\t"
-                  f"{int(round((s.energy_j - energy0[s.gpu]) * 1000))}\t{int(util > 0)}\t"
-                  f"{pids}\n")
+                w(_s_line(s, k * period_us, s.energy_j - energy0[s.gpu],
+                          chunk.gpm[s.gpu, :, k - chunk.k0]))
                 rows += 1
             k += 1
     return rows
+
+
+def _s_line(s, t_us: int, energy_j: float, gpm) -> str:
+    """One S record: GPU sample ``s`` at ``t_us`` (energy since the trace's start), and the
+    period's GPM levels (per mille) where the GPU has GPM (``gpm`` not NaN)."""
+    util = int(s.util_gpu_pct)
+    pids = ",".join(str(p) for p in s.pids) if s.pids else "-"
+    line = (f"S\t{t_us}\t{s.gpu}\t{util}\t{int(s.util_mem_pct)}\t"
+            f"{int(round(s.power_w * 1000))}\t{int(s.sm_clock_mhz)}\t{int(s.temp_c)}\t"
+            f"{int(s.clock_events)}\t{int(s.mem_used_mib)}\t"
+            f"{int(round(s.pcie_rx_mbps * MB_TO_KB))}\t{int(round(s.pcie_tx_mbps * MB_TO_KB))}\t"
+            f"{int(round(energy_j * 1000))}\t{int(util > 0)}\t{pids}")
+    if not math.isnan(gpm[0]):
+        line += "".join(f"\t{int(round(v * 1000))}" for v in gpm)
+    return line + "\n"
 
 
 # -- reading (tests, tools) --------------------------------------------------------------
@@ -106,6 +116,41 @@ class Trace:
 S_FIELDS = ("t_us", "gpu", "util_gpu_pct", "util_mem_pct", "power_mw", "sm_clock_mhz", "temp_c",
             "clock_events", "mem_used_mib", "pcie_rx_kbps", "pcie_tx_kbps", "energy_mj",
             "active")
+# The optional GPM fields at the end of an S line (per mille).
+S_GPM_FIELDS = ("sm_active_pm", "sm_occupancy_pm", "tensor_active_pm", "dram_active_pm")
+
+
+def _truth(parts: list[str]) -> tuple:
+    _, t, v, c, s, p = parts
+    return (int(t), v, None if c == "-" else c, None if s == "-" else int(s), bool(int(p)))
+
+
+def _header(parts: list[str]) -> Trace:
+    if parts[1] != MAGIC or int(parts[2]) != VERSION or len(parts) != 6:
+        raise ValueError("bad header")
+    return Trace(int(parts[3]), int(parts[4]), int(parts[5]))
+
+
+def _sample(parts: list[str]) -> dict:
+    row = dict(zip(S_FIELDS, (int(x) for x in parts[1:14])))
+    row["pids"] = () if parts[14] == "-" else tuple(int(x) for x in parts[14].split(","))
+    row.update(zip(S_GPM_FIELDS, (int(x) for x in parts[15:])))
+    return row
+
+
+def _record(tr: Optional[Trace], parts: list[str]) -> Optional[Trace]:
+    """Adds one record to ``tr`` (the H record makes it); ValueError when malformed."""
+    kind = parts[0]
+    if kind == "H":
+        return _header(parts)
+    if kind == "G" and tr is not None and len(parts) in (9, 10):
+        tr.gpus.append((int(parts[1]), parts[2], parts[3], parts[4]) +
+                       tuple(int(x) for x in parts[5:]))
+    elif kind == "S" and tr is not None and len(parts) in (15, 15 + len(S_GPM_FIELDS)):
+        tr.samples.append(_sample(parts))
+    else:
+        raise ValueError(f"unexpected record {kind!r}")
+    return tr
 
 
 def read_trace(path: str) -> Trace:
@@ -114,32 +159,12 @@ def read_trace(path: str) -> Trace:
     with open(path, encoding="utf-8") as f:
         for no, line in enumerate(f, 1):
             line = line.rstrip("\n")
-            if not line:
-                continue
-            parts = line.split("\t")
             try:
                 if line.startswith("# truth\t"):
                     if tr is not None:
-                        _, t, v, c, s, p = parts
-                        tr.truth.append((int(t), v, None if c == "-" else c,
-                                         None if s == "-" else int(s), bool(int(p))))
-                    continue
-                if line.startswith("#"):
-                    continue
-                if parts[0] == "H":
-                    if parts[1] != MAGIC or int(parts[2]) != VERSION or len(parts) != 6:
-                        raise ValueError("bad header")
-                    tr = Trace(int(parts[3]), int(parts[4]), int(parts[5]))
-                elif parts[0] == "G" and tr is not None and len(parts) == 9:
-                    tr.gpus.append((int(parts[1]), parts[2], parts[3], parts[4]) +
-                                   tuple(int(x) for x in parts[5:]))
-                elif parts[0] == "S" and tr is not None and len(parts) == 15:
-                    row = dict(zip(S_FIELDS, (int(x) for x in parts[1:14])))
-                    row["pids"] = () if parts[14] == "-" else \
-                        tuple(int(x) for x in parts[14].split(","))
-                    tr.samples.append(row)
-                else:
-                    raise ValueError(f"unexpected record {parts[0]!r}")
+                        tr.truth.append(_truth(line.split("\t")))
+                elif line and not line.startswith("#"):
+                    tr = _record(tr, line.split("\t"))
             except ValueError as exc:
                 raise UserError(f"{path}:{no}: malformed trace line ({exc})") from None
     if tr is None:
