@@ -41,7 +41,8 @@ STALE_INTERVALS = 5.0
 STALE_MIN_S = 5.0
 
 # dcgm-exporter's units where gpumon keeps another: (dcgm unit, factor from gpumon's unit).
-_DCGM_UNITS = {"J": ("mJ", 1000.0), "MB/s": ("B/s", 1e6)}
+# (A ratio's help is dcgm-exporter's own words, which name the unit: no "(in ...)" added.)
+_DCGM_UNITS = {"J": ("mJ", 1000.0), "MB/s": ("B/s", 1e6), "ratio": ("", 1.0)}
 
 # Evidence keys of a Diagnosis (gpumon.detect.result.EVIDENCE_KEYS) exported per job, as
 # (key, metric name, divisor, help); % of one core / 100 = cores. Keys a detector does not
@@ -137,6 +138,8 @@ def _dcgm_fields() -> list[tuple[str, str, str, str, float]]:
         help_ = f.metadata.get("help", name)
         if dunit and dunit != "bitmask":
             help_ = f"{help_} (in {dunit})."
+        elif unit == "ratio":
+            help_ = f"{help_}."
         out.append((f.name, name, f.metadata.get("kind", "gauge"), help_, factor))
     return out
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
+import time
+import urllib.request
 from collections import defaultdict
 
 import pytest
@@ -168,3 +172,73 @@ def test_simulated_trace_drives_the_fake_gpm(clean_env, tmp_path):
     assert {g for g, _, sm in demo if sm is not None} == {0, 1}
     assert {g for g, _, sm in demo if sm is None} == {2, 3}
 
+
+def test_gpm_in_the_jsonl_log_and_status_json(clean_env, tmp_path):
+    out = tmp_path / "run.jsonl"
+    r = gpumon(["log", "--format", "jsonl", "--interval", "0.5", "--duration", "3", "-o",
+                str(out)], clean_env, gpus=2, unsupported={1: ["gpm"]})
+    assert r.returncode == 0, r.stderr
+    ticks = [json.loads(line) for line in out.read_text().splitlines()]
+    gpus = [g for t in ticks for g in t["gpus"]]
+    with_gpm = [g for g in gpus if g["gpu"] == 0 and g["sm_active_ratio"] is not None]
+    assert len(with_gpm) >= 3
+    assert all(0 <= g[c] <= 1 for g in with_gpm for c in GPM_COLUMNS)
+    assert all(g["sm_active_ratio"] is None for g in gpus if g["gpu"] == 1)
+    r = gpumon(["status", "--json", "--sample", "2"], clean_env, gpus=2,
+               unsupported={1: ["gpm"]})
+    assert r.returncode == 0, r.stderr
+    g0, g1 = json.loads(r.stdout)["gpus"]
+    assert all(0 <= g0[c] <= 1 for c in GPM_COLUMNS) and g0["sm_active_ratio"] > 0
+    assert all(g1[c] is None for c in GPM_COLUMNS)
+    assert g1["utilization.gpu"] is not None
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="no promtool binary (apt-get install prometheus)")
+def test_exporter_gives_dcgm_exporters_gpm_metrics(clean_env, tmp_path):
+    """`gpumon export` over the fake library: DCGM_FI_PROF_* with dcgm-exporter's help, for
+    the GPU with GPM only; promtool accepts the page."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = fakenvml_env.env(base=clean_env, gpus=2, unsupported={1: ["gpm"]})
+    proc = subprocess.Popen([sys.executable, "-m", "gpumon", "export", "--port", str(port),
+                             "-q"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    text = ""
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "DCGM_FI_PROF_SM_ACTIVE{" not in text:
+            time.sleep(0.5)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                pass
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=10)[1]
+    assert "Traceback" not in err, err
+    helps = {"DCGM_FI_PROF_SM_ACTIVE": "The ratio of cycles an SM has at least 1 warp assigned.",
+             "DCGM_FI_PROF_SM_OCCUPANCY": "The ratio of number of warps resident on an SM.",
+             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "Ratio of cycles the tensor (HMMA) pipe is "
+                                                "active.",
+             "DCGM_FI_PROF_DRAM_ACTIVE": "Ratio of cycles the device memory interface is active "
+                                         "sending or receiving data."}
+    for name, help_ in helps.items():
+        assert f"# HELP {name} {help_}\n# TYPE {name} gauge\n" in text, name
+        lines = [ln for ln in text.splitlines() if ln.startswith(name + "{")]
+        assert len(lines) == 1 and 'gpu="0"' in lines[0], lines
+        assert 0 <= float(lines[0].rsplit(" ", 1)[1]) <= 1
+    assert "DCGM_FI_PROF_PIPE_FP16_ACTIVE{" not in text      # the fake does not model it
+    # promtool's linter finds nothing but what dcgm-exporter's conventions bring (as in
+    # test_export_prometheus): camelCase labels, an energy counter without _total.
+    check = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                           text=True, timeout=60)
+    assert check.returncode in (0, 3), check.stdout + check.stderr      # 3: lint findings
+    for line in (check.stdout + check.stderr).splitlines():
+        assert ("label names should be written in 'snake_case'" in line
+                or line.startswith("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter metrics "
+                                   "should have \"_total\" suffix")), line

@@ -13,7 +13,7 @@ from typing import Optional
 from gpumon import __version__
 from gpumon.diagnosis import INSUFFICIENT_DATA, Diagnosis
 from gpumon.jsonlog import local_time
-from gpumon.samples import GpuSample
+from gpumon.samples import GPM_FIELDS, GpuSample
 from gpumon.ui.columns import MISSING
 from gpumon.ui.model import GpuView, View
 from gpumon.ui.processes import ProcRow, proc_rows, text_lines
@@ -59,6 +59,7 @@ def _gpu_json(g: GpuView, rows: list[ProcRow], uuid: str, extra: dict) -> dict:
         "power.draw": _num(s.power_w) if s else None,
         "enforced.power.limit": _num(s.power_limit_w) if s else None,
         "temperature.gpu": _num(s.temp_c) if s else None,
+        **{f: _num(getattr(s, f), 3) if s else None for f in GPM_FIELDS},   # None: no GPM
         "processes": [_proc_json(r, [w for w in rows if w.role == "worker" and w.job == r.pid])
                       for r in mine],
     }
