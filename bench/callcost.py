@@ -18,9 +18,10 @@ from bench import overhead, report
 from bench.overhead import Measurement, Subject
 
 # The profile (µs per call; the named metric groups cost that much per call instead):
-# GetSamples, the process list and the GPM calls (sample, metrics) 300, memory 12, fan 140,
-# every other call 5. (No GPM cost is published: 300 µs, as the costliest here, is a guess
-# that errs on the dear side.)
+# GetSamples, the process list and a GPM sample (nvmlGpmSampleGet, which reads the GPU's
+# counters) 300, memory 12, fan 140, every other call 5 (nvmlGpmMetricsGet among them: it
+# computes from two sample buffers in the library). No GPM cost is published: 300 µs, the
+# costliest class here, is a guess on the dear side (tests/fakenvml/check_driver.py measures it).
 PROFILE = "5,samples=300,processes=300,gpm=300,memory=12,fan=140"
 # gpumon's CPU over its peer's, at most.
 MAX_RATIO = 0.5
