@@ -242,3 +242,21 @@ def test_exporter_gives_dcgm_exporters_gpm_metrics(clean_env, tmp_path):
         assert ("label names should be written in 'snake_case'" in line
                 or line.startswith("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter metrics "
                                    "should have \"_total\" suffix")), line
+
+
+def test_a_csv_log_with_gpm_reads_back(clean_env, tmp_path):
+    """The gpumon CSV reader takes the GPM columns back (replay) as they were written."""
+    from gpumon.replay import ReplaySource
+    out = tmp_path / "demo.csv"
+    r = gpumon(["log", "--sim", "demo", "--duration", "3", "-q", "-o", str(out)], clean_env)
+    assert r.returncode == 0, r.stderr
+    written = {(x["time"], int(x["gpu"])): x["sm_active_ratio"]
+               for rows in csv_rows(out).values() for x in rows}
+    src = ReplaySource(str(out))
+    read = {}
+    while (tick := src.read()) is not None and tick.gpus:
+        read.update({(f"{s.time:.3f}", s.gpu): s.sm_active_ratio for s in tick.gpus})
+    assert read and set(read) == set(written)
+    for key, value in read.items():
+        assert (value is None) == (key[1] >= 2)                    # demo: GPUs 0, 1 have GPM
+        assert value is None or f"{value:.3f}" == written[key]
