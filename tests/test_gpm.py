@@ -112,7 +112,10 @@ def test_gpm_per_gpu_where_supported_missing_elsewhere(clean_env, tmp_path):
     assert any(float(x["sm_active_ratio"]) > 0 for x in has)
     for gpu in (0, 1):                          # 0: MIG mode, 1: no GPM
         assert by[gpu] and all(x[c] == "" for x in by[gpu] for c in GPM_COLUMNS)
-        assert all(x["util_gpu_pct"] != "" or gpu == 0 for x in by[gpu])
+    assert all(x["util_gpu_pct"] != "" for x in by[1])
+
+
+def test_gpumon_list_says_per_gpu_whether_it_has_gpm(clean_env):
     r = gpumon(["list", "--json"], clean_env, gpus=3, unsupported={1: ["gpm"]}, mig=True)
     assert r.returncode == 0, r.stderr
     support = [g["supported"]["gpm"] for g in json.loads(r.stdout)["gpus"]]
@@ -173,7 +176,7 @@ def test_simulated_trace_drives_the_fake_gpm(clean_env, tmp_path):
     assert {g for g, _, sm in demo if sm is None} == {2, 3}
 
 
-def test_gpm_in_the_jsonl_log_and_status_json(clean_env, tmp_path):
+def test_gpm_in_the_jsonl_log(clean_env, tmp_path):
     out = tmp_path / "run.jsonl"
     r = gpumon(["log", "--format", "jsonl", "--interval", "0.5", "--duration", "3", "-o",
                 str(out)], clean_env, gpus=2, unsupported={1: ["gpm"]})
@@ -184,6 +187,9 @@ def test_gpm_in_the_jsonl_log_and_status_json(clean_env, tmp_path):
     assert len(with_gpm) >= 3
     assert all(0 <= g[c] <= 1 for g in with_gpm for c in GPM_COLUMNS)
     assert all(g["sm_active_ratio"] is None for g in gpus if g["gpu"] == 1)
+
+
+def test_gpm_in_status_json(clean_env):
     r = gpumon(["status", "--json", "--sample", "2"], clean_env, gpus=2,
                unsupported={1: ["gpm"]})
     assert r.returncode == 0, r.stderr
@@ -194,6 +200,31 @@ def test_gpm_in_the_jsonl_log_and_status_json(clean_env, tmp_path):
 
 
 PROMTOOL = shutil.which("promtool")
+
+
+def scrape_until(port: int, needle: str, within_s: float = 30.0) -> str:
+    """/metrics once it holds ``needle`` (or the last page read when time is up)."""
+    text, deadline = "", time.monotonic() + within_s
+    while time.monotonic() < deadline and needle not in text:
+        time.sleep(0.5)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                text = r.read().decode()
+        except OSError:
+            pass
+    return text
+
+
+def promtool_findings(text: str) -> list[str]:
+    """What promtool's linter finds in the page, but for dcgm-exporter's own conventions (as
+    in test_export_prometheus): camelCase labels, an energy counter without _total."""
+    check = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                           text=True, timeout=60)
+    assert check.returncode in (0, 3), check.stdout + check.stderr      # 3: lint findings
+    return [line for line in (check.stdout + check.stderr).splitlines()
+            if "label names should be written in 'snake_case'" not in line
+            and not line.startswith("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter metrics "
+                                    "should have \"_total\" suffix")]
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="no promtool binary (apt-get install prometheus)")
@@ -207,16 +238,8 @@ def test_exporter_gives_dcgm_exporters_gpm_metrics(clean_env, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "gpumon", "export", "--port", str(port),
                              "-q"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
-    text = ""
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and "DCGM_FI_PROF_SM_ACTIVE{" not in text:
-            time.sleep(0.5)
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    text = r.read().decode()
-            except OSError:
-                pass
+        text = scrape_until(port, "DCGM_FI_PROF_SM_ACTIVE{")
     finally:
         proc.terminate()
         err = proc.communicate(timeout=10)[1]
@@ -233,15 +256,7 @@ def test_exporter_gives_dcgm_exporters_gpm_metrics(clean_env, tmp_path):
         assert len(lines) == 1 and 'gpu="0"' in lines[0], lines
         assert 0 <= float(lines[0].rsplit(" ", 1)[1]) <= 1
     assert "DCGM_FI_PROF_PIPE_FP16_ACTIVE{" not in text      # the fake does not model it
-    # promtool's linter finds nothing but what dcgm-exporter's conventions bring (as in
-    # test_export_prometheus): camelCase labels, an energy counter without _total.
-    check = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
-                           text=True, timeout=60)
-    assert check.returncode in (0, 3), check.stdout + check.stderr      # 3: lint findings
-    for line in (check.stdout + check.stderr).splitlines():
-        assert ("label names should be written in 'snake_case'" in line
-                or line.startswith("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter metrics "
-                                   "should have \"_total\" suffix")), line
+    assert promtool_findings(text) == []
 
 
 def test_a_csv_log_with_gpm_reads_back(clean_env, tmp_path):

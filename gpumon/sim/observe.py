@@ -110,7 +110,6 @@ class Observer:
         self.shares = np.tile(np.eye(4)[M.KIND_STATE], (nph, 1, 1))
         for ph in node.phases:
             p, j = ph.p, ph.index
-            L = self.limit
             pcie = p["pcie_gbps"] * 1000.0
             self.memact[j, [M.COMPUTE, M.UPLOAD, M.SPIN, M.COMM, M.SAVECOPY]] = \
                 [p["mem_util_compute"], 0.3, 0.01, 0.25, 0.3]
@@ -124,29 +123,35 @@ class Observer:
             self.shares[j, M.LAUNCH] = [duty, 1.0 - duty, 0.0, 0.0]
             self.mem_job[j] = round(p["mem_used_frac"] * self.mem_total)
             self._gpm_levels(j, p)
-            comp_nominal = p["compute_power_frac"] * L
             for g in range(n):
-                idle, chip = node.idle_w[g], node.chip[g]
-                comp = comp_nominal * chip
-                clock = p["clock_load_frac"] * self.smax
-                r = (node.t_load[g] - node.t_amb[g]) / comp_nominal
-                if g in ph.throttled:
-                    clock = p["throttle_clock_frac"] * self.smax
-                    if p["throttle_reason"] == "power_cap":
-                        comp = 0.99 * L
-                    else:
-                        ratio = p["throttle_clock_frac"] / p["clock_load_frac"]
-                        comp = comp_nominal * ratio ** 1.5
-                        comp = max(comp, p["comm_power_frac"] * L + 0.03 * L)
-                        r = (p["temp_slowdown_c"] - node.t_amb[g]) / comp
-                self.power[g, j] = [0.92 * idle, idle, idle + 0.04 * L, comp,
-                                    chip * p["spin_power_frac"] * L, idle,
-                                    chip * p["comm_power_frac"] * L,
-                                    idle, idle + 0.04 * L, idle + duty * (comp - idle)]
-                self.clock_on[g, j] = _clock_bin(clock)
-                self.bits[g, j] = M.event_bits(ph, g)
-                self.resist[g, j] = r
+                self._gpu_phase(ph, g, duty)
         self.noise_blocks: dict = {}
+
+    def _gpu_phase(self, ph: M.Phase, g: int, duty: float) -> None:
+        """GPU g's power by kind, load clock, clock-event bits and thermal resistance in
+        phase ``ph`` (a throttled GPU's lower clock and power)."""
+        node, p, j, L = self.node, ph.p, ph.index, self.limit
+        comp_nominal = p["compute_power_frac"] * L
+        idle, chip = node.idle_w[g], node.chip[g]
+        comp = comp_nominal * chip
+        clock = p["clock_load_frac"] * self.smax
+        r = (node.t_load[g] - node.t_amb[g]) / comp_nominal
+        if g in ph.throttled:
+            clock = p["throttle_clock_frac"] * self.smax
+            if p["throttle_reason"] == "power_cap":
+                comp = 0.99 * L
+            else:
+                ratio = p["throttle_clock_frac"] / p["clock_load_frac"]
+                comp = comp_nominal * ratio ** 1.5
+                comp = max(comp, p["comm_power_frac"] * L + 0.03 * L)
+                r = (p["temp_slowdown_c"] - node.t_amb[g]) / comp
+        self.power[g, j] = [0.92 * idle, idle, idle + 0.04 * L, comp,
+                            chip * p["spin_power_frac"] * L, idle,
+                            chip * p["comm_power_frac"] * L,
+                            idle, idle + 0.04 * L, idle + duty * (comp - idle)]
+        self.clock_on[g, j] = _clock_bin(clock)
+        self.bits[g, j] = M.event_bits(ph, g)
+        self.resist[g, j] = r
 
     def _gpm_levels(self, j: int, p: dict) -> None:
         """Phase j's GPM level of each kind (zero where nothing runs on the SMs)."""
@@ -217,19 +222,16 @@ class Observer:
 
     def observe(self, k0: int, m: int, temp0: np.ndarray, energy0: np.ndarray) -> Chunk:
         node, per = self.node, self.period
-        n = node.n
-        kk = np.arange(k0 + 1, k0 + m + 1)
-        T = kk * per
-        B = np.arange(k0, k0 + m + 1) * per
+        n, kk = node.n, np.arange(k0 + 1, k0 + m + 1)
+        T, B = kk * per, np.arange(k0, k0 + m + 1) * per
         node.run_until(float(T[-1]) + 1e-9)
         pn, cn, bn = self._noise(k0, m, n)
         util = np.zeros((n, m)); mem_util = np.zeros((n, m)); power = np.zeros((n, m))
         clock = np.zeros((n, m)); events = np.zeros((n, m), dtype=np.int64)
         mem_used = np.zeros((n, m)); rx = np.zeros((n, m)); tx = np.zeros((n, m))
         energy = np.zeros((n, m)); pmean = np.zeros((n, m)); states = np.zeros((n, 4, m))
-        gpm = np.full((n, 4, m), np.nan)
+        gpm, res = np.full((n, 4, m), np.nan), np.zeros((n, m))
         phase = np.zeros(m, dtype=np.int64)
-        res = np.zeros((n, m))
         pids: list = []
         for g in range(n):
             s = np.array(node.gsegs[g])
@@ -259,16 +261,9 @@ class Observer:
             mem_used[g] = np.where(job, self.mem_job[ph_t], NOJOB_MEM_MIB)
             res[g] = self.resist[g, ph_t]
             pids.append(self._pids(g, T, job))
-        # Temperature: first-order lag per period, towards ambient + R * mean power.
-        a = math.exp(-per / node.hw["temp_tau_s"])
-        temp = np.zeros((n, m))
-        cur = np.array(temp0, dtype=float)
-        eq = node.t_amb[:, None] + res * pmean
-        for i in range(m):
-            cur = eq[:, i] + (cur - eq[:, i]) * a
-            temp[:, i] = cur
+        temp = _temperature(node.t_amb[:, None] + res * pmean, temp0,
+                            math.exp(-per / node.hw["temp_tau_s"]))
         pause, gap = _share_inside(node.pauses, B), _share_inside(node.gaps, B)
-        # Host.
         procs, blocked, read, write = self._host(B)
         bg = np.maximum(0.0, node.hw["background_cores"] * (1 + 0.15 * bn))
         return Chunk(k0, m, util, mem_util, power, clock, np.rint(temp), events, mem_used, rx,
@@ -318,6 +313,17 @@ class Observer:
             read += rd
             write += wr
         return rows, blocked, read, write
+
+
+def _temperature(eq: np.ndarray, temp0, a: float) -> np.ndarray:
+    """Temperature: a first-order lag per period (factor ``a``) from ``temp0`` towards the
+    equilibrium ``eq`` (gpu, m): ambient + R * mean power."""
+    temp = np.zeros(eq.shape)
+    cur = np.array(temp0, dtype=float)
+    for i in range(eq.shape[1]):
+        cur = eq[:, i] + (cur - eq[:, i]) * a
+        temp[:, i] = cur
+    return temp
 
 
 def _share_inside(spans, B: np.ndarray) -> np.ndarray:

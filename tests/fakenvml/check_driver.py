@@ -172,7 +172,6 @@ def check(N, gpu: int, seconds: float) -> list[dict]:
         except N.NVMLError as exc:
             costs.append("%s: %s" % (name, exc))
     report(10, "call costs", "; ".join(costs), "REPORTED")
-    out.append(_gpm_check(N, h))
     if busy_notfound:
         out.append(dict(assumption=3, name="NOT_FOUND while busy (polling faster than the period)",
                         measured="%d polls" % busy_notfound, verdict="REPORTED"))
@@ -237,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         info = "driver %s, %s" % (N.nvmlSystemGetDriverVersion(),
                                   N.nvmlDeviceGetName(N.nvmlDeviceGetHandleByIndex(args.gpu)))
         results = check(N, args.gpu, args.seconds)
+        results.append(_gpm_check(N, N.nvmlDeviceGetHandleByIndex(args.gpu)))
     finally:
         N.nvmlShutdown()
     if args.json:
