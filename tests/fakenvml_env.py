@@ -93,40 +93,33 @@ def variables(
     call_log: a file the library writes its per-function call counts to (see README.md).
     gpm_fail: {0: 1.5} (GPU 0's GPM calls fail 1.5 s after nvmlInit) or "0@1.5".
     """
-    out: dict[str, str] = {}
-    if gpus is not None:
-        out["FAKE_NVML_GPUS"] = str(int(gpus))
-    if scenario is not None:
-        out["FAKE_NVML_SCENARIO"] = os.fspath(scenario)
-    if trace_dir is not None:
-        out["FAKE_NVML_TRACE_DIR"] = os.fspath(trace_dir)
-    if unsupported is not None:
-        if isinstance(unsupported, str):
-            out["FAKE_NVML_UNSUPPORTED"] = unsupported
-        elif isinstance(unsupported, Mapping):
-            out["FAKE_NVML_UNSUPPORTED"] = ",".join(
-                "%d:%s" % (gpu, name) for gpu, names in unsupported.items() for name in names)
-        else:
-            out["FAKE_NVML_UNSUPPORTED"] = ",".join(unsupported)
-    if lost is not None:
-        out["FAKE_NVML_LOST"] = _per_gpu(lost, ",", lambda gpu, s: "%s@%g" % (gpu, s))
-    if pids is not None:
-        out["FAKE_NVML_PIDS"] = _per_gpu(pids, ";", lambda gpu, ps: "%s:%s" % (gpu, ",".join(str(int(p)) for p in ps)))
-    if pids_file is not None:
-        out["FAKE_NVML_PIDS_FILE"] = os.fspath(pids_file)
-    if proc_shares is not None:
-        out["FAKE_NVML_PROC_SHARES"] = _per_gpu(proc_shares, ",", lambda pid, w: "%d:%d" % (pid, w))
-    if init_error is not None:
-        out["FAKE_NVML_INIT_ERROR"] = init_error
-    if mig is not None:
-        out["FAKE_NVML_MIG"] = "1" if mig else "0"
-    if call_us is not None:
-        out["FAKE_NVML_CALL_US"] = call_us if isinstance(call_us, str) else str(call_us)
-    if call_log is not None:
-        out["FAKE_NVML_CALL_LOG"] = os.fspath(call_log)
-    if gpm_fail is not None:
-        out["FAKE_NVML_GPM_FAIL"] = _per_gpu(gpm_fail, ",", lambda gpu, s: "%s@%g" % (gpu, s))
+    plain = {"FAKE_NVML_GPUS": None if gpus is None else str(int(gpus)),
+             "FAKE_NVML_SCENARIO": scenario, "FAKE_NVML_TRACE_DIR": trace_dir,
+             "FAKE_NVML_UNSUPPORTED": None if unsupported is None else _groups(unsupported),
+             "FAKE_NVML_PIDS_FILE": pids_file, "FAKE_NVML_INIT_ERROR": init_error,
+             "FAKE_NVML_MIG": None if mig is None else ("1" if mig else "0"),
+             "FAKE_NVML_CALL_US": None if call_us is None else str(call_us),
+             "FAKE_NVML_CALL_LOG": call_log}
+    gpu_at = lambda gpu, s: "%s@%g" % (gpu, s)  # noqa: E731
+    per_gpu = {"FAKE_NVML_LOST": (lost, ",", gpu_at),
+               "FAKE_NVML_PIDS": (pids, ";", lambda gpu, ps: "%s:%s" % (
+                   gpu, ",".join(str(int(p)) for p in ps))),
+               "FAKE_NVML_PROC_SHARES": (proc_shares, ",", lambda pid, w: "%d:%d" % (pid, w)),
+               "FAKE_NVML_GPM_FAIL": (gpm_fail, ",", gpu_at)}
+    out = {k: os.fspath(v) for k, v in plain.items() if v is not None}
+    out.update({k: _per_gpu(v, sep, join) for k, (v, sep, join) in per_gpu.items()
+                if v is not None})
     return out
+
+
+def _groups(unsupported) -> str:
+    """FAKE_NVML_UNSUPPORTED's value: as given, a list of groups, or {gpu: groups}."""
+    if isinstance(unsupported, str):
+        return unsupported
+    if isinstance(unsupported, Mapping):
+        return ",".join("%d:%s" % (gpu, name) for gpu, names in unsupported.items()
+                        for name in names)
+    return ",".join(unsupported)
 
 
 def env(base: Mapping[str, str] | None = None, lib_dir: Path = BUILD_DIR, **settings) -> dict[str, str]:

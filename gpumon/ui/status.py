@@ -54,15 +54,26 @@ def _gpu_json(g: GpuView, rows: list[ProcRow], uuid: str, extra: dict) -> dict:
         "utilization.enc": _num(extra.get("utilization.enc")),
         "utilization.dec": _num(extra.get("utilization.dec")),
         "fan.speed": _num(extra.get("fan.speed")),
-        "memory.used": _num(s.mem_used_mib) if s else None,
-        "memory.total": _num(s.mem_total_mib) if s else None,
-        "power.draw": _num(s.power_w) if s else None,
-        "enforced.power.limit": _num(s.power_limit_w) if s else None,
-        "temperature.gpu": _num(s.temp_c) if s else None,
-        **{f: _num(getattr(s, f), 3) if s else None for f in GPM_FIELDS},   # None: no GPM
+        **_sample_json(s),
         "processes": [_proc_json(r, [w for w in rows if w.role == "worker" and w.job == r.pid])
                       for r in mine],
     }
+
+
+# The latest sample's readings in status --json: key and GpuSample field.
+_SAMPLE_KEYS = (("memory.used", "mem_used_mib"), ("memory.total", "mem_total_mib"),
+                ("power.draw", "power_w"), ("enforced.power.limit", "power_limit_w"),
+                ("temperature.gpu", "temp_c"))
+
+
+def _sample_json(s: Optional[GpuSample]) -> dict:
+    """A GPU's latest readings (None without a sample), its GPM fields (3 decimals; None
+    where the GPU has no GPM) after them."""
+    if s is None:
+        return dict.fromkeys([key for key, _ in _SAMPLE_KEYS] + list(GPM_FIELDS))
+    out = {key: _num(getattr(s, name)) for key, name in _SAMPLE_KEYS}
+    out.update({name: _num(getattr(s, name), 3) for name in GPM_FIELDS})
+    return out
 
 
 def _verdict_json(d: Diagnosis) -> dict:
