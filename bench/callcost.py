@@ -21,7 +21,7 @@ from bench.overhead import Measurement, Subject
 # GetSamples, the process list and a GPM sample (nvmlGpmSampleGet, which reads the GPU's
 # counters) 300, memory 12, fan 140, every other call 5 (nvmlGpmMetricsGet among them: it
 # computes from two sample buffers in the library). No GPM cost is published: 300 µs, the
-# costliest class here, is a guess on the dear side (tests/fakenvml/check_driver.py measures it).
+# costliest class here, is a guess on the dear side (unmeasured: see tests/fakenvml/README.md).
 PROFILE = "5,samples=300,processes=300,gpm=300,memory=12,fan=140"
 # gpumon's CPU over its peer's, at most.
 MAX_RATIO = 0.5

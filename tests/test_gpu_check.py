@@ -229,8 +229,16 @@ def test_latency_and_idle_checks_through_the_fake_library(tmp_path):
     assert idle.returncode == 0
     assert set(rows) == {"samples: NOT_FOUND while idle",
                          "GPM metrics (nvmlGpmQueryDeviceSupport)"}
-    # the fake library has no GPM: the check must say so, not crash
-    assert rows["GPM metrics (nvmlGpmQueryDeviceSupport)"]["result"] == "FAIL"
+    # the fake library's GPUs have GPM; one without it is said, not a crash
+    assert rows["GPM metrics (nvmlGpmQueryDeviceSupport)"]["result"] == "PASS"
+    idle = subprocess.run([sys.executable, "-m", "bench.gpu_check.nvml_checks", "idle",
+                           "--out", str(tmp_path / "nogpm.json")], cwd=ROOT,
+                          env={**fake_env(), "FAKE_NVML_UNSUPPORTED": "gpm"},
+                          capture_output=True, text=True, timeout=60)
+    assert idle.returncode == 0, idle.stderr
+    gpm = by_step(json.loads((tmp_path / "nogpm.json").read_text())["rows"])[
+        "GPM metrics (nvmlGpmQueryDeviceSupport)"]
+    assert (gpm["result"], gpm["detail"]) == ("FAIL", "isSupportedDevice=0")
 
 
 # ---- the whole script, CPU mode ---------------------------------------------------------

@@ -178,37 +178,6 @@ def check(N, gpu: int, seconds: float) -> list[dict]:
     return out
 
 
-def _gpm_check(N, h) -> dict:
-    """17: GPM support, one sample's and one metrics call's cost, per-metric return codes."""
-    row = dict(assumption=17, name="GPM", verdict="REPORTED")
-    try:
-        supported = N.nvmlGpmQueryDeviceSupport(h).isSupportedDevice
-        if not supported:
-            row["measured"] = "isSupportedDevice 0"
-            return row
-        a, b = N.nvmlGpmSampleAlloc(), N.nvmlGpmSampleAlloc()
-        t = time.perf_counter()
-        N.nvmlGpmSampleGet(h, a)
-        get_us = (time.perf_counter() - t) * 1e6
-        time.sleep(1.0)
-        N.nvmlGpmSampleGet(h, b)
-        mg = N.c_nvmlGpmMetricsGet_t()
-        mg.version, mg.numMetrics, mg.sample1, mg.sample2 = N.NVML_GPM_METRICS_GET_VERSION, 3, a, b
-        for i, m in enumerate((N.NVML_GPM_METRIC_SM_UTIL, N.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-                               N.NVML_GPM_METRIC_NVLINK_L17_RX_PER_SEC)):
-            mg.metrics[i].metricId = m
-        t = time.perf_counter()
-        N.nvmlGpmMetricsGet(mg)
-        metrics_us = (time.perf_counter() - t) * 1e6
-        got = ", ".join("id %d rc %d %.1f" % (m.metricId, m.nvmlReturn, m.value) for m in mg.metrics[:3])
-        N.nvmlGpmSampleFree(a)
-        N.nvmlGpmSampleFree(b)
-        row["measured"] = "supported; SampleGet %.0f us, MetricsGet %.0f us; %s" % (get_us, metrics_us, got)
-    except (N.NVMLError, AttributeError) as exc:
-        row["measured"] = "GPM call failed: %s" % exc
-    return row
-
-
 def _quiet(N, fn, *args):
     try:
         return fn(*args)
@@ -236,7 +205,6 @@ def main(argv: list[str] | None = None) -> int:
         info = "driver %s, %s" % (N.nvmlSystemGetDriverVersion(),
                                   N.nvmlDeviceGetName(N.nvmlDeviceGetHandleByIndex(args.gpu)))
         results = check(N, args.gpu, args.seconds)
-        results.append(_gpm_check(N, N.nvmlDeviceGetHandleByIndex(args.gpu)))
     finally:
         N.nvmlShutdown()
     if args.json:
