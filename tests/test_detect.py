@@ -889,20 +889,27 @@ def test_dataparallel_in_an_nvidia_smi_log_is_not_starvation(tmp_path):
 def test_the_demo_says_each_phase(seed):
     """`make run`'s simulated demo, two full cycles: from 5 s after each phase starts, the
     live verdict is that phase's true one in at least 90% of its seconds (issue 18: the
-    starvation phase used to read busy, its loader restart held as a pause)."""
+    starvation phase used to read busy, its loader restart held as a pause). Each starvation
+    phase (new loader workers, then bursts and gaps) reads data_starvation from 5 s after
+    its change on (issue 36: `paused (epoch_boundary)` for 5-7 s, right 6-8 s after it)."""
     from collections import Counter, defaultdict
     from gpumon.sim import simulate
     det = Detector()
     right: dict = defaultdict(Counter)
-    phase, since = None, 0.0
+    phase, since, before, late = None, 0.0, 0.0, []
     for tk in simulate("demo", seconds=640, seed=seed):
         d = det.update(tk)[0]
         if tk.truth.scenario != phase:
-            phase, since = tk.truth.scenario, tk.time
+            phase, since, change = tk.truth.scenario, tk.time, before
+        before = tk.time
+        said = d is not None and d.verdict == tk.truth.verdict
         if tk.time - since >= 5:
-            right[phase][d is not None and d.verdict == tk.truth.verdict] += 1
+            right[phase][said] += 1
+        if phase in ("data_starvation", "io_fetch") and tk.time - change >= 5 and not said:
+            late.append((phase, round(tk.time - change), d and (d.verdict, d.cause)))
     shares = {p: c[True] / sum(c.values()) for p, c in right.items()}
     assert len(shares) >= 6 and min(shares.values()) >= 0.9, shares
+    assert not late, late
 
 
 def test_a_pause_shows_the_samples_and_signals_the_driver_delivered():

@@ -4,9 +4,11 @@ A pause starts when (almost) every GPU of a job stops after a stretch of steady 
 ``context_s`` before it was busy (duty >= duty_starved) and had no such stop. It lasts while
 the job is not healthy again (a checkpoint's idle seconds, a validation pass's different
 rhythm, new loader workers starting), at most ``idle_after_s``; work is back at duty_starved,
-or at the job's own level before the pause where that is lower. Starvation stops the GPUs
-again and again: a second all-idle stretch after work resumed ends the "pause" at once, so a
-starving job is called starving one cycle later than it would be otherwise.
+or at the job's own level before the pause where that is lower. An epoch boundary is one
+stop, then work at that level; starvation stops the GPUs again and again, or runs in bursts
+and gaps once they are back: a second all-idle stretch after every rank was back for hold_s,
+or (host known) work below the level after every rank came back, ends the "pause" at once,
+so a starving job is called starving one cycle later than it would be otherwise.
 
 ``PauseTracker.step`` is fed one completed second at a time, live and offline alike, so both
 mark the same seconds.
@@ -111,12 +113,11 @@ class PauseTracker:
         self.hist: deque = deque(maxlen=self.ctx)
         self.last_stop = -self.ctx - 1   # the newest bin with a stop in hist
         self.recent: deque = deque(maxlen=self.resume)
-        self.after: deque = deque(maxlen=self.resume)   # duty since work resumed in a pause
+        self.after: deque = deque(maxlen=self.resume)   # duty since every rank is back
         self.first: deque = deque(maxlen=self.resume)   # duty of a start's last seconds
         self.run = 0              # seconds in a row with GPU work, in a job's start
         self.in_pause = False
         self.length = 0
-        self.resumed = False
         self.i = -1                  # bins fed so far - 1
         self.start = 0               # first bin of the current pause
         self.unmark: range = _NONE     # bins of a "pause" just found to be starvation
@@ -169,8 +170,11 @@ class PauseTracker:
             # A second of every GPU at warm work at the job's level before the pause
             # (the table's full, the return bar) is work, whatever the tracker still waits to
             # see (resume_s) before it ends the pause; not while a validation pass's extra
-            # DataLoader is there (its forward bursts).
-            return not (full >= self.bar and not hv.changed)
+            # DataLoader is there (its forward bursts), nor in the second new loader workers'
+            # first batches come in (started together, they arrive together: the rhythm
+            # they keep shows from the next second).
+            return not (full >= self.bar and not hv.changed
+                        and (self.after or not hv.fresh))
         self._outside(n, u, duty, stop, all_on, hv)
         return False
 
@@ -220,7 +224,7 @@ class PauseTracker:
         return stop and (hv.new_work or alone) and self._steady_since_pause()
 
     def _start(self, hv: _Host, alone: bool) -> None:
-        self.in_pause, self.length, self.resumed = True, 1, False
+        self.in_pause, self.length = True, 1
         self.reason = "unknown"
         self._why(hv.writing or alone, hv.changed, hv.fresh)
         self.steady = 0
@@ -262,25 +266,24 @@ class PauseTracker:
         if self._back_to_work(hv):
             self.in_pause = self.starting = False
             return False
-        if duty >= self.th.seg_util_pct / 100:
-            # Work came back during this second: a partial second, not yet the rhythm to
-            # judge (the next ones are).
-            self.resumed = True
         return True
 
     def _track_return(self, duty: float, alone: bool, all_on: bool, hv: _Host) -> None:
         """What the pause knows of work coming back: the rhythm since every rank returned
-        (``after``), the seconds with every rank at work, and the pause's cause."""
+        (``after``: from the second after the first with every rank at work, on_duty, which
+        is partial, ranks coming back within it; in a start, once every rank has run hold_s,
+        ranks coming up one by one), the seconds with every rank at work, and the pause's
+        cause."""
         if self.extra and not hv.changed:
             # The extra DataLoader (a validation pass's) is gone: training restarts now, its
             # ramp-up is not a starved rhythm.
-            self.resumed, self.on_bins = False, 0
+            self.on_bins = 0
             self.after.clear()
         self.extra = hv.changed
         self._why(hv.writing or (alone and not self.starting), hv.changed,
                   hv.fresh and not self.starting)
-        if self.resumed and (all_on or self.after):
-            self.after.append(duty)     # counted from when every rank is back
+        if self.on_bins and (not self.starting or self.run > self.back):
+            self.after.append(duty)
         if all_on:
             self.on_bins += 1
         self.worked = self.worked or duty >= self.th.trickle_duty
@@ -317,17 +320,22 @@ class PauseTracker:
 
     def _explained(self, hv: _Host) -> bool:
         """The host explains the stop. New workers explain it while they start up (at most
-        loader_startup_s), not once work has resumed: a starved rhythm behind them then is
-        the input pipeline."""
-        if self.starting or self.length > self.startup or len(self.after) == self.resume:
+        loader_startup_s), not once every rank has been back at work (their first batches
+        came): a stop or a starved rhythm behind them then is the input pipeline."""
+        if self.starting or self.length > self.startup or self.after:
             return hv.known and (hv.changed or hv.writing or hv.main_busy)
         return hv.explained
 
     def _slow(self, hv: _Host) -> bool:
-        """Every rank back for hold_s, at a starved rhythm for resume_s since."""
-        if not (hv.known or self.starting) or self.on_bins < self.back:
+        """Every rank back, at a starved rhythm since (``after``, up to its last resume_s):
+        an epoch boundary is one stop, then work at the job's level as soon as its new
+        loaders' first batches are in; starvation runs in bursts and gaps from then on. One
+        such second says so where the host starves the job (saturated loaders, storage);
+        otherwise, and at a job's start (its first steps warm up), resume_s of them."""
+        need = 1 if hv.starving and not self.starting else self.resume
+        if not (hv.known or self.starting) or len(self.after) < need:
             return False
-        return len(self.after) == self.resume and sum(self.after) / self.resume < self.bar
+        return sum(self.after) / len(self.after) < self.bar
 
     def _why(self, saving: bool, changed: bool, fresh: bool) -> None:
         """What the current pause is, most specific first: a checkpoint (disk writes at
@@ -345,7 +353,7 @@ class PauseTracker:
         """The job starts now (seen starting live): its first seconds, while ranks and loader
         workers come up one by one, are a pause until work runs steady, as after an epoch
         boundary, unless the ranks then run at a starved rhythm."""
-        self.in_pause, self.starting, self.length, self.resumed = True, True, 0, False
+        self.in_pause, self.starting, self.length = True, True, 0
         self.alone = False
         self.reason = "startup"
         self.bar = self.th.duty_starved

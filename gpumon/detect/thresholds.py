@@ -51,7 +51,7 @@ class Thresholds:
                            "the second's duty hides.")
     # --- samples -----------------------------------------------------------------------------
     seg_util_pct: float = th(50.0, "%", "A sample at or above this is part of a burst, below "
-                             "it part of a gap; a job's second at this duty is work resumed.")
+                             "it part of a gap.")
     idle_util_pct: float = th(10.0, "%", "A sample at or below this shows no kernel.")
     min_samples: float = th(3.0, "samples", "Fewest samples (or burst+gap cycles) that show "
                             "a rhythm: per GPU in a window, per second for a gap stop.")
