@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from gpumon.detect import StreamingDetector
+from gpumon.detect import Detector
 from gpumon.sim import simulate
 from gpumon.sim.scenarios import scenario
 
@@ -32,7 +32,7 @@ def _cycle_s() -> float:
 def _phases(seed: int, cycles: int, gpus=None) -> list[dict]:
     """Each starvation phase of the demo: its start, physical onset, and what the live
     detector said each second of it."""
-    det = StreamingDetector()
+    det = Detector()
     out: list[dict] = []
     cur, before = None, None
     for tk in simulate("demo", gpus=gpus, seconds=cycles * _cycle_s(), seed=seed):
