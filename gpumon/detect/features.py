@@ -202,7 +202,7 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     f.update(_sync_features(bduty, have, W, ends, th, ix_t))
     f.update(_power_features(g, bduty, keep, W, ends, th, ix_t))
     f.update(_host_features(h, keep, W, ends, th))
-    f.update(_pause_features(pause, why, ends, th, ix_t))
+    f.update(_pause_features(pause, why, ends, th, ix_t, pause & out))
     # Memory held in the last bin of each window (NaN where unknown).
     f["mem_last"] = N.div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])
     f["ctx_duty"] = ctx_duty
@@ -428,8 +428,10 @@ def _host_features(h: np.ndarray, keep: np.ndarray, W: np.ndarray, ends: np.ndar
 
 
 def _pause_features(pause: np.ndarray, why: Optional[np.ndarray], ends: np.ndarray,
-                    th: Thresholds, ix_t: np.ndarray) -> dict:
-    """Whether each window's last bin is a pause, why, for how long, and since when not."""
+                    th: Thresholds, ix_t: np.ndarray, stands: np.ndarray) -> dict:
+    """Whether each window's last bin is a pause, why, for how long, and since when not
+    (``stands``: the pause bins still left out of the windows; a "pause" the tracker later
+    found to be starvation was none)."""
     f = {"pause": pause[ends]}
     # Why each window's last bin is a pause (an index into diagnosis.CAUSES; -1: no pause).
     f["pause_cause"] = (why[ends] if why is not None else
@@ -441,7 +443,7 @@ def _pause_features(pause: np.ndarray, why: Optional[np.ndarray], ends: np.ndarr
     f["pause_len"] = np.where(f["pause"], np.minimum(ends - last_on[ends], wm + 1), 0)
     # Seconds since the last pause bin, read within context_s as full_run is (wm + 1:
     # none in the last context_s, or none at all).
-    last_pause = np.maximum.accumulate(np.where(pause, ix_t, -1))[ends]
+    last_pause = np.maximum.accumulate(np.where(stands, ix_t, -1))[ends]
     f["since_pause"] = np.where(last_pause < 0, wm + 1, np.minimum(ends - last_pause, wm + 1))
     return f
 

@@ -170,11 +170,8 @@ class PauseTracker:
             # A second of every GPU at warm work at the job's level before the pause
             # (the table's full, the return bar) is work, whatever the tracker still waits to
             # see (resume_s) before it ends the pause; not while a validation pass's extra
-            # DataLoader is there (its forward bursts), nor in the second new loader workers'
-            # first batches come in (started together, they arrive together: the rhythm
-            # they keep shows from the next second).
-            return not (full >= self.bar and not hv.changed
-                        and (self.after or not hv.fresh))
+            # DataLoader is there (its forward bursts).
+            return not (full >= self.bar and not hv.changed)
         self._outside(n, u, duty, stop, all_on, hv)
         return False
 
