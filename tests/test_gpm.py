@@ -12,6 +12,8 @@ import sys
 import textwrap
 import time
 import urllib.request
+
+import numpy as np
 from collections import defaultdict
 
 import pytest
@@ -275,3 +277,25 @@ def test_a_csv_log_with_gpm_reads_back(clean_env, tmp_path):
     for key, value in read.items():
         assert (value is None) == (key[1] >= 2)                    # demo: GPUs 0, 1 have GPM
         assert value is None or f"{value:.3f}" == written[key]
+
+
+def test_analyze_reads_the_gpm_columns_of_gpumon_csv_and_jsonl_logs(tmp_path):
+    """`gpumon log --sim demo` gives GPUs 0 and 1 GPM: its CSV and JSON-lines logs read back
+    with their SM activity kept per sample (Log.gpm, by the CSV column's name), the GPUs
+    without GPM NaN there, never 0."""
+    import subprocess
+    import sys
+    from gpumon.logs import read_log
+    for fmt in ("csv", "jsonl"):
+        out = tmp_path / f"demo.{fmt}"
+        r = subprocess.run([sys.executable, "-m", "gpumon", "log", "--sim", "demo", "--seed",
+                            "0", "--duration", "6", "--interval", "1", "--format", fmt,
+                            "-o", str(out)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        log = read_log(str(out))
+        assert log.gpm is not None and set(GPM_COLUMNS[:4]) <= set(log.gpm)
+        sm, gpu = log.gpm["sm_active_ratio"], log.samples.gpu
+        assert len(sm) == len(gpu)
+        assert np.isnan(sm[gpu >= 2]).all(), fmt
+        have = sm[(gpu < 2) & ~np.isnan(sm)]
+        assert len(have) and ((have >= 0) & (have <= 1)).all() and have.max() > 0.1, fmt

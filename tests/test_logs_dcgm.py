@@ -68,10 +68,10 @@ def test_dmon_output_reads_every_gpu_row_under_repeated_headers(tmp_path):
         assert (s.mem[m] == 61440).all()
     assert np.isnan(s.util[(s.gpu == 1) & (s.time == 3)]).all()
     assert np.nanmax(s.util) == 91.0
-    assert set(log.gpm) == {"gr_active", "sm_active", "sm_occupancy", "tensor_active",
-                            "dram_active"}
+    assert set(log.gpm) == {"gr_active_ratio", "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio",
+                            "dram_active_ratio"}
     assert all(len(v) == len(s.time) for v in log.gpm.values())
-    assert (log.gpm["sm_active"] == 0.8).all() and (log.gpm["dram_active"] == 0.5).all()
+    assert (log.gpm["sm_active_ratio"] == 0.8).all() and (log.gpm["dram_active_ratio"] == 0.5).all()
     notes = " ".join(log.notes)
     assert "GPUTL" in notes and "1 s apart" in notes
     assert "60 row(s) of other DCGM entities" in notes
@@ -91,7 +91,7 @@ def test_without_gputl_utilization_is_gract_as_a_percent(tmp_path):
     path.write_text(dmon_text(polls_of(4), ["POWER", "GRACT", "SMACT"]))
     log = read_log(str(path))
     assert np.allclose(log.samples.util, 90.0)
-    assert np.allclose(log.gpm["gr_active"], 0.9) and np.allclose(log.gpm["sm_active"], 0.8)
+    assert np.allclose(log.gpm["gr_active_ratio"], 0.9) and np.allclose(log.gpm["sm_active_ratio"], 0.8)
     assert any("GRACT" in n and "fraction" in n for n in log.notes)
 
 
@@ -148,7 +148,7 @@ def test_csv_by_long_name_in_epoch_seconds(tmp_path):
     assert log.kind == "dcgm-csv"
     assert np.allclose(log.samples.util[log.samples.gpu == 1], 71.0)
     assert np.allclose(log.samples.power, 250.5)
-    assert np.allclose(log.gpm["sm_active"], 0.6) and np.isnan(log.gpm["tensor_active"]).all()
+    assert np.allclose(log.gpm["sm_active_ratio"], 0.6) and np.isnan(log.gpm["tensor_active_ratio"]).all()
     assert not any("seconds since the epoch" in n for n in log.notes)
 
 

@@ -40,8 +40,9 @@ from gpumon.logs.columns import find_role, plain_key
 FIELDS = {"GPUTL": "util", "POWER": "power", "EPLMT": "power_limit", "SMCLK": "clock",
           "SMMAX": "clock_max", "DVCCTR": "events", "FBUSD": "mem"}
 # DCGM profiling fields, 0-1 fractions -> their name in Log.gpm.
-FRACTIONS = {"GRACT": "gr_active", "SMACT": "sm_active", "SMOCC": "sm_occupancy",
-             "TENSO": "tensor_active", "DRAMA": "dram_active"}
+FRACTIONS = {"GRACT": "gr_active_ratio", "SMACT": "sm_active_ratio",
+             "SMOCC": "sm_occupancy_ratio", "TENSO": "tensor_active_ratio",
+             "DRAMA": "dram_active_ratio"}
 # Long names (DCGM_FI_*) of the fields read, as exports and dcgm-exporter write them.
 LONG_NAMES = {"DCGM_FI_DEV_GPU_UTIL": "GPUTL", "DCGM_FI_DEV_POWER_USAGE": "POWER",
               "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": "EPLMT", "DCGM_FI_DEV_SM_CLOCK": "SMCLK",

@@ -12,7 +12,7 @@ from gpumon.logs.lines import Lines
 from gpumon.logs.log import Log, bad_values, finish, gpu_index
 from gpumon.logs.table import read_cells
 from gpumon.logs.values import hex_or_num, num
-from gpumon.samples import GpuSample, HostSample, JobProcs, Tick, csv_fields
+from gpumon.samples import GPM_FIELDS, GpuSample, HostSample, JobProcs, Tick, csv_fields
 
 TEXT_COLUMNS = ("source", "pids", "verdict", "cause")
 # Detector column -> CSV column.
@@ -84,7 +84,7 @@ def _convert(cells: dict, texts: bool = True) -> dict:
 # The columns `gpumon analyze` reads (the others, such as temperature or the verdicts logged
 # live, are not parsed).
 DETECTOR_CSV = ("time", "gpu", "source", "pids", *SAMPLE_CSV.values(), *JOB_CSV.values(),
-                *HOST_CSV.values())
+                *HOST_CSV.values(), *GPM_FIELDS)
 
 
 def read(lines: Lines, names: list[str], path: str) -> Log:
@@ -140,7 +140,11 @@ def _detector_log(c, path: str, malformed) -> Log:
     samples = SampleCols(t, gpu, has_pid=_has_pid(c), **s)
     jobs = JobCols(t, gpu, **{k: c.num(v) for k, v in JOB_CSV.items()})
     host = HostCols(t, **{k: c.num(v) for k, v in HOST_CSV.items()})
-    return Log(path, "gpumon", samples, jobs, host, {}, malformed, c.n)
+    log = Log(path, "gpumon", samples, jobs, host, {}, malformed, c.n)
+    # (GPM columns with a value: a log of GPUs without GPM, or from before them, has none.)
+    log.gpm = {k: v for k in GPM_FIELDS if c.has(k) for v in (c.num(k),)
+               if not np.isnan(v).all()} or None
+    return log
 
 
 def _has_pid(c) -> np.ndarray:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 from typing import Iterator, Optional
 
 import numpy as np
@@ -23,9 +24,14 @@ from gpumon.logs.lines import Lines
 from gpumon.logs.log import Log, Malformed
 from gpumon.samples import GpuSample, HostSample, JobProcs, csv_fields
 
-# GpuSample's CSV fields after time, gpu, source and util_gpu_pct, in their order (a line's
-# samples are made by position: the many of a day-long log cost half as much).
-_GPU_REST = [f.name for f in csv_fields(GpuSample)][4:]
+# GpuSample's CSV fields after time, gpu, source and util_gpu_pct: those before the first
+# field the CSV leaves out given by position (the many samples of a day-long log cost half as
+# much), the ones after it (GPM) by name.
+_ALL = [f.name for f in fields(GpuSample)]
+_CSV = {f.name for f in csv_fields(GpuSample)}
+_CUT = next((i for i, n in enumerate(_ALL) if n not in _CSV), len(_ALL))
+_GPU_POS = _ALL[4:_CUT]
+_GPU_KW = [n for n in _ALL[_CUT:] if n in _CSV]
 _JOB_FIELDS = [f.name for f in csv_fields(JobProcs)]
 _HOST_FIELDS = [f.name for f in csv_fields(HostSample)]
 _HEADER = ",".join(COLUMNS) + "\n"
@@ -178,14 +184,15 @@ def _samples(g: dict, t: float, span: float, source: str) -> list[GpuSample]:
     n = len(utils)
     if n == 0:
         return []
-    rest = [g.get(n) for n in _GPU_REST]
-    pids = rest[-1]
+    rest = [g.get(n) for n in _GPU_POS]
+    pids = g.get("pids")
     if pids is not None:
         if not isinstance(pids, list):
             raise BadLine("PIDs that are not a list")
-        rest[-1] = tuple(pids)
+        rest[_GPU_POS.index("pids")] = tuple(pids)
+    kw = {n: g.get(n) for n in _GPU_KW}
     step, gpu = span / n, g["gpu"]
-    return [GpuSample(t - span + (k + 1) * step, gpu, source, u, *rest)
+    return [GpuSample(t - span + (k + 1) * step, gpu, source, u, *rest, **kw)
             for k, u in enumerate(utils)]
 
 

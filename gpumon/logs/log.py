@@ -74,9 +74,10 @@ class Log:
     notes: list = field(default_factory=list)  # what the reader assumed, for the report
     sources: tuple = ()               # what made the samples, where the log says (gpumon's
                                       # source column: "nvml", "sim", "replay")
-    # GPM-style activity of each sample, where the log has it (DCGM's profiling fields): name
-    # ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "gr_active") -> 0-1
-    # fractions aligned with ``samples``. Kept for the detector, which does not read it yet.
+    # GPM activity of each sample, where the log has it (gpumon's GPM columns, DCGM's
+    # profiling fields): the CSV column's name (samples.GPM_FIELDS; DCGM's GRACT as
+    # "gr_active_ratio") -> 0-1 fractions aligned with ``samples``. Kept for the detector,
+    # which does not read it yet.
     gpm: Optional[dict] = None
 
     @property
