@@ -152,7 +152,8 @@ def test_every_fixture_reads_on_the_core_install():
     import subprocess
     import sys
     data = os.path.join(os.path.dirname(__file__), "data", "analyze")
-    paths = sorted(os.path.join(data, f) for f in os.listdir(data) if not f.endswith(".py"))
+    paths = sorted(p for p in (os.path.join(data, f) for f in os.listdir(data))
+                   if os.path.isfile(p) and not p.endswith(".py"))      # (no __pycache__)
     r = subprocess.run([sys.executable, "-c", _CORE_ONLY, *paths], capture_output=True,
                        text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
     assert r.returncode == 0, r.stderr
