@@ -172,3 +172,14 @@ def preload() -> ctypes.CDLL:
         pynvml.nvmlLib = lib
         _preloaded = lib
     return _preloaded
+
+
+def rows_by_gpu(path) -> dict[int, list[dict]]:
+    """A gpumon CSV log's rows (dicts of the cells) per GPU index, in file order."""
+    import csv
+    from collections import defaultdict
+    by = defaultdict(list)
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            by[int(r["gpu"])].append(r)
+    return by

@@ -3,7 +3,6 @@ through the real nvidia-ml-py ctypes path: the fake's GPM ABI, NvmlSource's samp
 where supported, missing elsewhere, a GPM call failing mid-run) and the faces that show it."""
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 import socket
@@ -14,8 +13,6 @@ import time
 import urllib.request
 
 import numpy as np
-from collections import defaultdict
-
 import pytest
 
 import fakenvml_env
@@ -40,13 +37,6 @@ def gpumon(args, clean_env, timeout: float = 60, **settings):
     return subprocess.run([sys.executable, "-m", "gpumon"] + args, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
-
-def csv_rows(path) -> dict[int, list[dict]]:
-    by = defaultdict(list)
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            by[int(r["gpu"])].append(r)
-    return by
 
 
 def test_fake_gpm_abi_as_nvml_defines_it(clean_env):
@@ -105,7 +95,7 @@ def test_gpm_per_gpu_where_supported_missing_elsewhere(clean_env, tmp_path):
     r = gpumon(["log", "--interval", "0.5", "--duration", "3", "-o", str(out)], clean_env,
                gpus=3, unsupported={1: ["gpm"]}, mig=True)
     assert r.returncode == 0, r.stderr
-    by = csv_rows(out)
+    by = fakenvml_env.rows_by_gpu(out)
     has = [x for x in by[2] if x["sm_active_ratio"]]
     assert len(has) >= len(by[2]) // 2          # from the second poll on
     for x in has:
@@ -268,7 +258,7 @@ def test_a_csv_log_with_gpm_reads_back(clean_env, tmp_path):
     r = gpumon(["log", "--sim", "demo", "--duration", "3", "-q", "-o", str(out)], clean_env)
     assert r.returncode == 0, r.stderr
     written = {(x["time"], int(x["gpu"])): x["sm_active_ratio"]
-               for rows in csv_rows(out).values() for x in rows}
+               for rows in fakenvml_env.rows_by_gpu(out).values() for x in rows}
     src = ReplaySource(str(out))
     read = {}
     while (tick := src.read()) is not None and tick.gpus:

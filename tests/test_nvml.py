@@ -3,7 +3,6 @@
 Each case runs gpumon as a user would (a subprocess with LD_LIBRARY_PATH pointing at
 build/fakenvml), so nvidia-ml-py loads the fake libnvidia-ml.so.1 exactly as it loads the real one.
 """
-import csv
 import signal
 import subprocess
 import sys
@@ -12,6 +11,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+from fakenvml_env import rows_by_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = ROOT / "build" / "fakenvml"
@@ -32,13 +33,6 @@ def gpumon(args, env, timeout=60, **kw):
     return subprocess.run([sys.executable, "-m", "gpumon"] + args, env=env, capture_output=True,
                           text=True, timeout=timeout, **kw)
 
-
-def rows_by_gpu(path):
-    by = defaultdict(list)
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            by[int(r["gpu"])].append(r)
-    return by
 
 
 def assert_square_wave(rows):
