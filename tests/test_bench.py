@@ -326,9 +326,9 @@ def test_real_seconds_label_each_second_by_its_physics():
     tl = SimpleNamespace(segments=[seg("busy", 100, 101), seg("sync_stall", 101, 104)])
     c, live = seconds.score(s, tl)
     assert c == {("work", "busy"): 1, ("stall", "sync_stall"): 1, ("work", "sync_stall"): 1}
-    # The live detector judged the same seconds (once each second was in).
-    assert sum(live.values()) == 2 and {p for p, _ in live} == {"stall", "work"}, live
-    assert "| a | live | 0/1 |" in "\n".join(seconds.table([("a", (c, live))]))
+    # The live detector judged the same seconds, each at the tick that completed it.
+    assert sum(live.values()) == 3 and {p for p, _ in live} == {"stall", "work"}, live
+    assert "| a | live | 1/1 | 0/2 | 1 |" in "\n".join(seconds.table([("a", (c, live))]))
     assert seconds.applies({"gpus": 8, "expected_shares": {"sync_stall": 0.3, "busy": 0.7}})
     assert not seconds.applies({"gpus": 1, "expected_shares": {"busy": 1.0}})
 

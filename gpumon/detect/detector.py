@@ -127,8 +127,10 @@ class Detector:
                 self._pids[g] = p
         if ppid:
             self._ppid = ppid
-        newest = int(math.floor((float(samples.time.max()) - st.origin) / BIN_S))
-        last = newest - 1
+        # Bins that ended by the tick's time are complete (the driver gave every sample
+        # before it), as are those before the newest sample's bin.
+        now = max(float(samples.time.max()), float(tick.time))
+        last = min(int(math.floor((now - st.origin) / BIN_S)) - 1, st.b0 + st.nb - 1)
         return None if last <= self._done or last < st.b0 else last
 
     def _judge(self, gpus: tuple, shared: bool, first: int, last: int) -> Diagnosis:

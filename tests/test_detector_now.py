@@ -1,0 +1,32 @@
+"""The live detector judges a second as soon as the tick that completes it arrives."""
+from gpumon.detect import Detector
+from gpumon.samples import GpuSample, Tick
+
+
+def _tick(sec: int, util: float) -> Tick:
+    """Ten samples per GPU inside second ``sec``, delivered at its end (time sec + 1)."""
+    gpus = tuple(GpuSample(time=sec + k / 10 + 0.05, gpu=g, source="replay",
+                           util_gpu_pct=util, mem_used_mib=4000.0, power_w=300.0,
+                           power_limit_w=400.0)
+                 for k in range(10) for g in (0, 1))
+    return Tick(time=sec + 1.0, gpus=tuple(sorted(gpus, key=lambda s: (s.gpu, s.time))))
+
+
+def test_the_second_a_tick_completes_is_judged_at_that_tick():
+    det = Detector()
+    ends = []
+    for sec in range(1000, 1012):
+        ds = det.update(_tick(sec, 100.0))
+        ends.append(ds[0].end if ds else None)
+    # Each tick at sec + 1 brings second sec whole: the verdict's window ends there,
+    # not a second earlier (waiting for the next second's first sample).
+    assert ends[-1] == 1012.0
+    assert ends[-2] == 1011.0
+
+
+def test_a_tick_with_nothing_new_judges_nothing_twice():
+    det = Detector()
+    det.update(_tick(1000, 100.0))
+    first = det.update(_tick(1001, 100.0))
+    again = det.update(Tick(time=1002.0, gpus=()))
+    assert again == first
