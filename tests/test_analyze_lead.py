@@ -18,7 +18,8 @@ def _rules(verdicts: list[int]) -> dict:
     every output can be traced to the window it came from."""
     n = len(verdicts)
     return {"verdict": np.array(verdicts), "cause": np.full(n, -1), "straggler": np.full(n, -1),
-            "confidence": np.arange(n, dtype=float), "sticky": np.zeros(n, bool)}
+            "confidence": np.arange(n, dtype=float), "sticky": np.zeros(n, bool),
+            "quick": np.zeros(n, bool)}
 
 
 def test_each_second_takes_the_window_ending_k_bins_later():
@@ -72,3 +73,14 @@ def test_a_log_dates_starvation_sooner_with_the_lead(tmp_path, monkeypatch):
     monkeypatch.setattr(H, "HINDSIGHT", tuple(h for h in H.HINDSIGHT if h.name != "lead"))
     without = _starvation_start(tmp_path)
     assert 60 <= with_lead <= 65 and with_lead < without, (with_lead, without)
+
+
+def test_a_window_shown_at_once_live_is_not_led():
+    """A verdict a live screen shows at once (quick) has no hold to lag by: the seconds
+    before it keep their own windows, as live shows them."""
+    from gpumon.analyze.hindsight import hindsight_lead
+    r = _rules([STARVED] * 3 + [BUSY] * 5)
+    r["quick"][3:6] = True
+    none = np.zeros(8, bool)
+    out = hindsight_lead(r, [none, none], 2)
+    assert out["verdict"].tolist()[:3] == [STARVED] * 3

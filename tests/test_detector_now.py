@@ -30,3 +30,30 @@ def test_a_tick_with_nothing_new_judges_nothing_twice():
     first = det.update(_tick(1001, 100.0))
     again = det.update(Tick(time=1002.0, gpus=()))
     assert again == first
+
+
+def _stall_tick(sec: int, stalled: bool) -> Tick:
+    """GPU 0 saves alone (idle) while GPU 1 spins in the next collective (100% at low power),
+    or both compute."""
+    def one(g, k):
+        if stalled:
+            util, power = (0.0, 70.0) if g == 0 else (100.0, 110.0)
+        else:
+            util, power = 97.0, 320.0
+        return GpuSample(time=sec + k / 10 + 0.05, gpu=g, source="replay", util_gpu_pct=util,
+                         mem_used_mib=30000.0, power_w=power, power_limit_w=400.0)
+    gpus = tuple(one(g, k) for g in (0, 1) for k in range(10))
+    return Tick(time=sec + 1.0, gpus=gpus)
+
+
+def test_a_long_stall_is_over_at_the_first_second_of_work_after_it():
+    det = Detector()
+    verdicts = {}
+    plan = [False] * 30 + [True] * 6 + [False] * 6
+    for i, stalled in enumerate(plan):
+        ds = det.update(_stall_tick(2000 + i, stalled))
+        verdicts[i] = ds[0].verdict if ds else None
+    assert verdicts[34] == "sync_stall"
+    # The first second every GPU works again (36): the rank's stall is over, said then.
+    assert verdicts[36] == "busy"
+    assert all(verdicts[i] == "busy" for i in range(36, 42))

@@ -207,7 +207,7 @@ def hindsight_lead(r: dict, flags: list, k: int) -> dict:
     keep = src > last                   # (the log's last k seconds too: no run goes past it)
     src = np.where(keep, own, src)
     v = r["verdict"]
-    keep |= (v == _PAUSED) | (v[src] == _PAUSED)
+    keep |= (v == _PAUSED) | (v[src] == _PAUSED) | r["quick"][src]
     src = np.where(keep, own, src)
     return {key: (a[..., src] if np.ndim(a) and np.shape(a)[-1] == n else a)
             for key, a in r.items()}

@@ -43,14 +43,18 @@ def _stall_over(x: Window) -> str:
 
 
 @rule(BUSY, 90, "one GPU idled beside spinning ones, but every GPU has been at "
-      "{work_duty:.0%} duty or more for {recover_s:.0f} s", _stall_over,
+      "{work_duty:.0%} duty or more for {recover_s:.0f} s (for a second after a stall that "
+      "long)", _stall_over,
       shows_at_once=True)      # (it waited recover_s of steady work itself)
 def stall_over(w: Windows) -> None:
     """The busier GPUs spun while one rank idled, but every GPU has been back at steady work
-    (work_duty) for recover_s: that rank's stall is over (a save, a slow batch),
-    whatever the window still holds of it."""
+    (work_duty) for recover_s, or for one second after a stall of recover_s or more (a
+    save ends once; short stalls recur, and need recover_s to be seen over): that rank's
+    stall is over, whatever the window still holds of it."""
     if w.G > 1 and w.asym.any():
-        back = w.f["steady_run"] >= w.th.recover_s / BIN_S
+        rec = w.th.recover_s / BIN_S
+        back = (w.f["steady_run"] >= rec) | ((w.f["steady_run"] >= 1)
+                                             & (w.f["stall_bins"] >= rec))
         w.decide(stall_over, w.asym & (w.lone_idler >= 0) & ~w.feeding & back, cf=0.6)
 
 
