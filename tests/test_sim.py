@@ -20,7 +20,8 @@ from gpumon.sim.trace import main as trace_main, read_trace, write_trace
 
 CONTRACT = ("busy", "idle", "data_starvation", "io_fetch", "main_process", "sync_stall",
             "rank_data_stall", "hang", "held", "throttled", "dataparallel", "checkpoint",
-            "rank0_checkpoint", "validation", "epoch_end", "restarts", "launch_bound", "demo")
+            "rank0_checkpoint", "validation", "epoch_end", "restarts", "launch_bound",
+            "ddp_spread", "small_batch", "demo")
 SECONDS = 120
 _cache: dict = {}
 
@@ -710,3 +711,51 @@ def test_gpus_without_gpm_in_the_same_node():
     assert np.isnan(gpm_of(run("busy", seconds=5, params={"gpm": "1"}))[0]).all()
     with pytest.raises(UserError):
         run("busy", seconds=5, params={"gpm": "some"})
+
+
+def test_healthy_ddp_with_chip_to_chip_power_spread():
+    """ddp_spread: every GPU computes at ~100% utilization with most of its SMs active, the
+    boards' power 10-25% apart at the same work; truth busy throughout."""
+    for seed in (1, 2):
+        p = draw_params("ddp_spread", seed)
+        assert 0.07 <= p["chip_power_spread"] <= 0.125 and p["backend"] == "nccl"
+        ticks = run("ddp_spread", gpus=8, seconds=30, seed=seed, params=p)[5:]
+        assert {tk.truth.verdict for tk in ticks} == {dx.BUSY}
+        assert per_gpu(ticks, "util_gpu_pct").mean(axis=1).min() >= 95
+        watts = per_gpu(ticks, "power_w").mean(axis=1)
+        assert 0.10 <= watts.max() / watts.min() - 1 <= 0.26
+        assert gpm_of(ticks).mean(axis=1).min() >= 0.3          # computing, not spinning
+
+
+def test_small_batch_is_busy_with_few_sms_active():
+    """small_batch: utilization high, SM activity 0.15-0.35 at low occupancy, moderate
+    power; truth busy (the work is compute, not a wait)."""
+    for seed in (1, 2):
+        p = draw_params("small_batch", seed)
+        assert 0.15 <= p["sm_active_compute"] <= 0.35
+        ticks = run("small_batch", gpus=2, seconds=30, seed=seed, params=p)[5:]
+        assert {tk.truth.verdict for tk in ticks} == {dx.BUSY}
+        assert per_gpu(ticks, "util_gpu_pct").mean() >= 90
+        sm = gpm_of(ticks)
+        assert 0.12 <= sm.mean() <= 0.35 and gpm_of(ticks, "sm_occupancy_ratio").max() <= 0.15
+        assert 0.35 <= power_frac(ticks).mean() <= 0.65
+
+
+@pytest.mark.parametrize("name", ["ddp_spread", "small_batch"])
+def test_hidden_gpm_gives_missing_sm_activity(name):
+    ticks = run(name, seconds=10, params={"gpm": "none"})
+    for field in _GPM:
+        assert np.isnan(gpm_of(ticks, field)).all()
+
+
+def test_new_scenarios_leave_the_other_draws_as_they_were():
+    """The GPM levels are drawn for small_batch only, after every other parameter: another
+    scenario's draw has them None (derived) and its other parameters unchanged."""
+    for name in ("busy", "sync_stall", "hang"):
+        p = draw_params(name, 3)
+        assert p["sm_active_compute"] is None and p["chip_power_spread"] <= 0.03
+    small = draw_params("small_batch", 3)
+    busy = draw_params("busy", 3)
+    same = [k for k in PARAMS if k not in SCENARIOS["small_batch"].ranges
+            and k not in ("sm_occupancy_compute", "tensor_active_compute", "gpm")]
+    assert {k: small[k] for k in same} == {k: busy[k] for k in same}

@@ -23,6 +23,7 @@ Hardware (from a preset GPU model, constant for the whole node):
   chip_power_spread  1     0.005..0.03         boards of one model draw up to this share more or
                                                less at the same work (+-3%: 2x TITAN X 5-6% apart,
                                                8x H100 TP 4%; capped boards hide it)
+                           0.07..0.125         ddp_spread: 8x A100 DDP logs read 11-25% apart
   mem_util_compute   1     0.20..0.80          share of compute time device memory is busy
   mem_used_frac      1     0.30..0.95          memory the job holds / total
   temp_ambient_c     C     22..40              temperature at zero power (inlet air)
@@ -92,15 +93,18 @@ Workload:
 The last four are drawn only for the scenarios that use them (their ranges are the scenario's),
 so adding them changed no other scenario's draws.
 
-GPM levels while computing (not drawn: None derives them from the draws above, so adding them
-changed no draw; a scenario or caller may set them):
+GPM levels while computing (drawn only for small_batch, from its ranges; elsewhere None
+derives them from the draws above, so adding them changed no draw; a caller may set them):
   sm_active_compute  1     0.40..0.95          share of SMs with a warp while a step computes;
                                                None: from compute_power_frac (a hotter workload
                                                keeps more SMs busy)
+                           0.15..0.35          small_batch: small kernels fill few SMs
   sm_occupancy_compute 1   0..1                resident warps / the SMs' maximum while computing;
                                                None: 0.6 x sm_active_compute
+                           0.04..0.15          small_batch
   tensor_active_compute 1  0..1                tensor pipes' active share while computing;
                                                None: 0.55 x sm_active_compute
+                           0.02..0.15          small_batch
 """
 from __future__ import annotations
 

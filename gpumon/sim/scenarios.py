@@ -51,6 +51,15 @@ class ScenarioSpec:
 
 
 _STARVED = {"prep_load": (1.5, 4.0)}
+# Small batches: few SMs busy at low occupancy, moderate power (spinning and the all-reduce
+# below it, as the physics needs).
+_SMALL = {"sm_active_compute": 0.25, "sm_occupancy_compute": 0.08,
+          "tensor_active_compute": 0.08, "compute_power_frac": 0.50,
+          "comm_power_frac": 0.35, "spin_power_frac": 0.22, "step_s": 0.08}
+_SMALL_RANGES = {"sm_active_compute": (0.15, 0.35), "sm_occupancy_compute": (0.04, 0.15),
+                 "tensor_active_compute": (0.02, 0.15), "compute_power_frac": (0.40, 0.60),
+                 "comm_power_frac": (0.30, 0.40), "spin_power_frac": (0.15, 0.28),
+                 "step_s": (0.03, 0.3, "log")}
 
 SCENARIOS: dict[str, ScenarioSpec] = {s.name: s for s in (
     ScenarioSpec("busy", "healthy compute-bound training: loaders keep up, GPUs hot and busy",
@@ -121,6 +130,18 @@ SCENARIOS: dict[str, ScenarioSpec] = {s.name: s for s in (
                  ranges={"workers": None, "launch_cpu": (0.9, 1.0),
                          "main_prep_load": (0.02, 0.08), "step_s": (0.03, 0.5, "log"),
                          "launch_duty": (0.30, 0.65)}),
+    # Drawn from the ranges below only for these two (their PARAMS ranges are drawn last or
+    # not at all), so adding them changed no other scenario's draws.
+    ScenarioSpec("ddp_spread", "healthy DDP on 4-8 GPUs of one model whose boards draw "
+                 "different power at the same work (each within 7-12.5% of nominal: mostly "
+                 "10-25% apart): every GPU at ~100% utilization, loaders keep up (NCCL)",
+                 dx.BUSY, default_gpus=8, min_gpus=4,
+                 params={"backend": "nccl", "chip_power_spread": 0.1},
+                 ranges={"backend": None, "chip_power_spread": (0.07, 0.125)}),
+    ScenarioSpec("small_batch", "compute-bound training of small batches: small kernels back "
+                 "to back keep utilization high while few SMs have work (SM activity "
+                 "0.15-0.35, low occupancy) at moderate power; loaders keep up",
+                 dx.BUSY, default_gpus=2, params=_SMALL, ranges=_SMALL_RANGES),
     ScenarioSpec("demo", "a run that passes through busy, data_starvation, sync_stall, "
                  "throttled, io_fetch and idle phases (truth per phase); GPUs 0 and 1 have "
                  "GPM (SM activity), the others not", dx.BUSY,
