@@ -15,7 +15,11 @@ change and, in the confusion matrix and its precision and recall, the two second
 change of the true verdict (a collar: see collar(); the strict figures over every second are
 printed beside them). Prints a confusion matrix, per-verdict precision and recall, the straggler
 identification rate, and the time to a correct verdict after the change; writes
-bench/results/detect.md. Tuning uses TUNING_SEEDS (`--tuning`; MORE_TUNING_SEEDS with
+bench/results/detect.md. The tables run with GPM hidden (gpm="none": no SM activity), so
+their figures do not move with what the detector does with it; a GPM section then scores the
+scenarios where SM activity decides (healthy DDP with chip-to-chip power spread, small
+batches, sync stalls, rank 0's checkpoint, hangs, DataParallel) with GPM on every GPU and
+hidden, on the first GPM_SEEDS of the seeds, through path (a). Tuning uses TUNING_SEEDS (`--tuning`; MORE_TUNING_SEEDS with
 `--tuning-more`), the table SCORING_SEEDS.
 """
 from __future__ import annotations
@@ -67,11 +71,15 @@ def run_length(name: str, p: dict) -> float:
     return float(min(660.0, max(RUN_S, 1.3 * every + 20)))
 
 
-def plan(seeds) -> list[tuple]:
+def plan(seeds, only: tuple = ()) -> list[tuple]:
+    """(scenario, GPUs, seed) of every run: each scenario but GPM_ONLY's (or those in
+    `only`) at each GPU count it takes, per seed."""
     runs = []
     names = [n for n, s in SCENARIOS.items() if not s.phases]
     for seed in seeds:
         for i, name in enumerate(names):
+            if name not in (only or [n for n in names if n not in GPM_ONLY]):
+                continue
             for n in GPU_COUNTS:
                 if n < SCENARIOS[name].min_gpus:
                     continue
@@ -79,10 +87,12 @@ def plan(seeds) -> list[tuple]:
     return runs
 
 
-def simulate_run(name: str, n: int, seed: int):
-    """Ticks of one run (lead-in + scenario), the change time and the drawn parameters."""
+def simulate_run(name: str, n: int, seed: int, gpm: str = "none"):
+    """Ticks of one run (lead-in + scenario), the change time and the drawn parameters;
+    `gpm`: which GPUs have GPM (the simulator's parameter; "none": SM activity hidden)."""
     rng = np.random.default_rng(seed)
     p = draw_params(name, rng)
+    p["gpm"] = gpm
     lead = "idle" if name == "busy" else "busy"
     lp = draw_params(lead, rng)
     lp.update({k: p[k] for k in HARDWARE if k in p})
@@ -98,6 +108,13 @@ def simulate_run(name: str, n: int, seed: int):
     ticks += list(simulate(name, gpus=n, seconds=run_length(name, p), seed=seed + 1,
                            params=p, start_time=change))
     return ticks, change, p
+
+
+def _run_all(jobs: list, workers: int) -> list:
+    if workers > 1:
+        with Pool(workers) as pool:
+            return pool.map(evaluate, jobs, chunksize=1)
+    return [evaluate(j) for j in jobs]
 
 
 def _pick(diags, truth_gpus):
@@ -272,9 +289,9 @@ def waited(tk) -> bool:
 
 
 def evaluate(job) -> dict:
-    name, n, seed, paths = job
-    ticks, change, p = simulate_run(name, n, seed)
-    res = {"name": name, "n": n, "seed": seed, "step_s": p["step_s"],
+    name, n, seed, paths, gpm = job
+    ticks, change, p = simulate_run(name, n, seed, gpm)
+    res = {"name": name, "n": n, "seed": seed, "gpm": gpm, "step_s": p["step_s"],
            "backend": p.get("backend"), "truth": [], "t": [], "change": change,
            "onset": onset(ticks, change)}
     # A hang is one only after hang_s, and a stop after steady work is a pause until it has
@@ -486,6 +503,33 @@ def table(score: Score, title: str, target: float) -> list[str]:
     return lines
 
 
+def _seeds(ap, args) -> tuple:
+    args.tuning = args.tuning or args.tuning_more or bool(args.seeds)
+    seeds = (MORE_TUNING_SEEDS if args.tuning_more else
+             TUNING_SEEDS if args.tuning and not args.seeds else SCORING_SEEDS)
+    if args.seeds:
+        seeds = tuple(int(x) for x in args.seeds.split(","))
+        if set(seeds) & set(SCORING_SEEDS):
+            ap.error("--seeds: the scoring seeds are never used for tuning")
+    return seeds
+
+
+def _select(ap, args) -> tuple[tuple, list]:
+    """The seeds and runs the arguments ask for (and whether the GPM section runs: it needs
+    path (a) and, under --only, one of its scenarios)."""
+    seeds = _seeds(ap, args)
+    runs = plan(seeds)
+    if args.only:
+        keep = set(args.only.split(","))
+        runs = [r for r in runs if r[0] in keep]
+        args.gpm = args.gpm and bool(keep & set(GPM_SCENARIOS))
+    args.gpm = args.gpm and "a" in args.paths
+    if args.gpus:
+        keep_n = {int(x) for x in args.gpus.split(",")}
+        runs = [r for r in runs if r[1] in keep_n]
+    return seeds, runs
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.detect", description=__doc__.split("\n")[0])
     ap.add_argument("--tuning", action="store_true", help="use the tuning seeds (no table)")
@@ -498,30 +542,17 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", default=None, help="comma-separated GPU counts")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--verbose", "-v", action="store_true", help="list runs with errors")
+    ap.add_argument("--no-gpm", dest="gpm", action="store_false",
+                    help="skip the GPM section (its scenarios with SM activity and without)")
     ap.add_argument("--no-speed", dest="speed", action="store_false",
                     help="skip timing gpumon analyze on a day-long log")
     args = ap.parse_args(argv)
-    args.tuning = args.tuning or args.tuning_more or bool(args.seeds)
-    seeds = (MORE_TUNING_SEEDS if args.tuning_more else
-             TUNING_SEEDS if args.tuning and not args.seeds else SCORING_SEEDS)
-    if args.seeds:
-        seeds = tuple(int(x) for x in args.seeds.split(","))
-        if set(seeds) & set(SCORING_SEEDS):
-            ap.error("--seeds: the scoring seeds are never used for tuning")
-    runs = plan(seeds)
-    if args.only:
-        keep = set(args.only.split(","))
-        runs = [r for r in runs if r[0] in keep]
-    if args.gpus:
-        keep_n = {int(x) for x in args.gpus.split(",")}
-        runs = [r for r in runs if r[1] in keep_n]
+    seeds, runs = _select(ap, args)
     t0 = time.time()
-    jobs = [(name, n, seed, args.paths) for name, n, seed in runs]
-    if args.jobs > 1:
-        with Pool(args.jobs) as pool:
-            results = pool.map(evaluate, jobs, chunksize=1)
-    else:
-        results = [evaluate(j) for j in jobs]
+    jobs = [(name, n, seed, args.paths, "none") for name, n, seed in runs]
+    gpm_jobs = gpm_plan(seeds[:GPM_SEEDS], runs) if args.gpm else []
+    everything = _run_all(jobs + gpm_jobs, args.jobs)
+    results, gpm_results = everything[:len(jobs)], everything[len(jobs):]
     wall = time.time() - t0
     out = [f"# Detector benchmark ({'tuning' if args.tuning else 'scoring'} seeds "
            f"{', '.join(map(str, seeds))})", "",
@@ -554,6 +585,8 @@ def main(argv=None) -> int:
                 out.append(f"    errors {e}")
             for e in sc.late[:25]:
                 out.append(f"    late {e}")
+    if args.gpm:
+        out += gpm_section(results + gpm_results, seeds[:GPM_SEEDS])
     out += ["### (c) NVML path over the fake library (real time, no host counters)", ""]
     why = nvml_skip_reason()
     if why or "c" not in args.paths:
@@ -682,6 +715,78 @@ def nvml_skip_reason() -> str:
     if missing:
         return f"no trace for {', '.join(missing)} in build/fakenvml/traces (make fakenvml)"
     return ""
+
+
+# -- GPM: the scenarios where SM activity decides, with it and hidden -------------------------
+# Healthy jobs that must not read sync_stall (share of their busy seconds), and the stalls
+# that must (recall of their true verdict: sync_stall; paused for rank 0's checkpoint).
+GPM_HEALTHY = ("ddp_spread", "small_batch")
+GPM_STALLS = ("sync_stall", "rank0_checkpoint", "hang", "dataparallel")
+GPM_SCENARIOS = GPM_HEALTHY + GPM_STALLS
+# Scenarios scored in the GPM section only (the main tables keep their runs and figures).
+GPM_ONLY = GPM_HEALTHY
+GPM_FALSE_MAX = 0.01
+GPM_RECALL_MIN = 0.97
+# The GPM section's seeds: the first of the table's.
+GPM_SEEDS = 2
+
+
+def gpm_plan(seeds, done: list) -> list[tuple]:
+    """Path (a) jobs of the GPM section: its scenarios with GPM on every GPU and hidden,
+    less the hidden runs the main table already made."""
+    have = set(done)
+    runs = plan(seeds, GPM_SCENARIOS)
+    return [(name, n, seed, "a", gpm) for name, n, seed in runs for gpm in ("all", "none")
+            if gpm == "all" or (name, n, seed) not in have]
+
+
+def gpm_counts(results: list, name: str, gpm: str, seeds) -> tuple[int, int, int]:
+    """(runs, seconds, hits) of one scenario with GPM (`gpm`) over the seeds' runs (a run's
+    seed is seed * 1000 + ...: see plan): hits = busy seconds read
+    sync_stall for a healthy scenario, stall seconds read as their truth for the others;
+    scored after SKIP_S, outside the collar, as the tables are."""
+    mine = [r for r in results if r["name"] == name and r["gpm"] == gpm and "a" in r
+            and r["seed"] // 1000 in seeds]
+    seconds = hits = 0
+    for r in mine:
+        for tv, pv in _scored(r):
+            if name in GPM_HEALTHY and tv == "busy":
+                seconds, hits = seconds + 1, hits + (pv == "sync_stall")
+            elif name in GPM_STALLS and tv != "busy":
+                seconds, hits = seconds + 1, hits + (pv == tv)
+    return len(mine), seconds, hits
+
+
+def _scored(r: dict) -> list[tuple[str, str]]:
+    """(truth, verdict) of a run's seconds scored by path (a): after SKIP_S, outside the
+    collar."""
+    labels = [None if tr is None or t <= r["change"] else tr[0]
+              for tr, t in zip(r["truth"], r["t"])]
+    return [(tv, pv) for tv, (pv, _), t, edge in zip(labels, r["a"], r["t"], collar(labels))
+            if tv is not None and not edge and t >= r["change"] + SKIP_S + 1e-9]
+
+
+def gpm_section(results: list, seeds) -> list[str]:
+    lines = ["### GPM: SM activity present and hidden (detector on gpumon's samples)", "",
+             f"Seeds {', '.join(map(str, seeds))}; each run once with GPM on every GPU and "
+             "once with it hidden (the tables above: hidden). Healthy jobs: share of their "
+             "busy seconds read sync_stall (target under "
+             f"{GPM_FALSE_MAX:.0%}); stalls: share of their stalled seconds read as their "
+             f"truth (sync_stall; paused for rank 0's checkpoint; target "
+             f"{GPM_RECALL_MIN:.2f} or more).", "",
+             "| scenario | measure | runs | seconds | with GPM | GPM hidden |",
+             "|---|---|---:|---:|---|---|"]
+    for name in GPM_SCENARIOS:
+        healthy = name in GPM_HEALTHY
+        cells = []
+        for gpm in ("all", "none"):
+            runs, secs, hits = gpm_counts(results, name, gpm, seeds)
+            share = hits / secs if secs else math.nan
+            ok = share < GPM_FALSE_MAX if healthy else share >= GPM_RECALL_MIN
+            cells.append(f"{share:.3f} {'met' if ok else 'MISSED'}")
+        what = "busy read sync_stall" if healthy else "recall of the stall"
+        lines.append(f"| {name} | {what} | {runs} | {secs} | {cells[0]} | {cells[1]} |")
+    return lines + [""]
 
 
 if __name__ == "__main__":

@@ -346,3 +346,39 @@ def test_live_shares_set_aside_idle_at_either_end_unless_only_pauses_are_left(mo
     said.update(enumerate(["insufficient_data"] + ["paused"] * 3 + ["idle"] * 6))
     assert seconds.live_shares(None) == pytest.approx(
         {"insufficient_data": 0.1, "paused": 0.3, "idle": 0.6})
+
+
+def test_gpm_section_scores_false_stalls_and_stall_recall():
+    """The GPM section counts a healthy scenario's busy seconds read sync_stall and a stall
+    scenario's stalled seconds read as their truth, per GPM mode and over its seeds only,
+    after SKIP_S and outside the collar."""
+    from bench.detect import SKIP_S, gpm_counts
+    t = [100.0 + i for i in range(40)]
+
+    def res(name, gpm, seed, truth, pred):
+        return {"name": name, "gpm": gpm, "seed": seed, "change": 100.0, "t": t,
+                "truth": [(v, None, False, False, False) for v in truth], "a": pred}
+    busy = ["busy"] * 40
+    stalled = [("sync_stall", None) if i % 4 == 0 else ("busy", None) for i in range(40)]
+    results = [res("ddp_spread", "none", 1004, busy, stalled),
+               res("ddp_spread", "all", 1004, busy, [("busy", None)] * 40),
+               res("ddp_spread", "none", 3004, busy, [("busy", None)] * 40)]
+    scored = [i for i in range(40) if t[i] > 100.0 + SKIP_S]     # (as the tables)
+    assert gpm_counts(results, "ddp_spread", "none", (1,)) == \
+        (1, len(scored), sum(i % 4 == 0 for i in scored))
+    assert gpm_counts(results, "ddp_spread", "all", (1,)) == (1, len(scored), 0)
+    hang = ["busy"] * 20 + ["sync_stall"] * 20
+    pred = [("busy", None)] * 25 + [("sync_stall", None)] * 15
+    # Seconds 19 and 20 lie beside the change of truth (the collar); 21-24 read busy.
+    assert gpm_counts([res("hang", "all", 1004, hang, pred)], "hang", "all", (1,)) == \
+        (1, 19, 15)
+
+
+def test_main_plan_leaves_the_gpm_only_scenarios_out():
+    from bench.detect import GPM_ONLY, gpm_plan, plan
+    runs = plan((1,))
+    assert not {name for name, _, _ in runs} & set(GPM_ONLY)
+    extra = gpm_plan((1,), runs)
+    assert {(name, gpm) for name, _, _, _, gpm in extra if name in GPM_ONLY} == \
+        {(name, gpm) for name in GPM_ONLY for gpm in ("all", "none")}
+    assert all(gpm == "all" for name, _, _, _, gpm in extra if name not in GPM_ONLY)
