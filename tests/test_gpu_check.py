@@ -227,18 +227,64 @@ def test_latency_and_idle_checks_through_the_fake_library(tmp_path):
                           capture_output=True, text=True, timeout=60)
     rows = by_step(json.loads((tmp_path / "idle.json").read_text())["rows"])
     assert idle.returncode == 0
-    assert set(rows) == {"samples: NOT_FOUND while idle",
-                         "GPM metrics (nvmlGpmQueryDeviceSupport)"}
-    # the fake library's GPUs have GPM; one without it is said, not a crash
-    assert rows["GPM metrics (nvmlGpmQueryDeviceSupport)"]["result"] == "PASS"
-    idle = subprocess.run([sys.executable, "-m", "bench.gpu_check.nvml_checks", "idle",
-                           "--out", str(tmp_path / "nogpm.json")], cwd=ROOT,
-                          env={**fake_env(), "FAKE_NVML_UNSUPPORTED": "gpm"},
-                          capture_output=True, text=True, timeout=60)
-    assert idle.returncode == 0, idle.stderr
-    gpm = by_step(json.loads((tmp_path / "nogpm.json").read_text())["rows"])[
-        "GPM metrics (nvmlGpmQueryDeviceSupport)"]
-    assert (gpm["result"], gpm["detail"]) == ("FAIL", "isSupportedDevice=0")
+    assert set(rows) == {"samples: NOT_FOUND while idle"}
+
+
+def gpm_check(tmp_path, name, **env):
+    out = tmp_path / f"{name}.json"
+    r = subprocess.run([sys.executable, "-m", "bench.gpu_check.nvml_checks", "gpm", "--reps",
+                        "5", "--out", str(out)], cwd=ROOT, env={**fake_env(), **env},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(out.read_text())
+
+
+@needs_fake
+def test_gpm_support_and_read_cost_through_the_fake_library(tmp_path):
+    doc = gpm_check(tmp_path, "gpm", FAKE_NVML_GPUS="2", FAKE_NVML_UNSUPPORTED="1:gpm")
+    rows = by_step(doc["rows"])
+    assert rows["GPM GPU 0: support"]["result"] == "PASS"
+    cost = rows["GPM GPU 0: cost of one read"]
+    assert cost["result"] == "PASS", cost                       # free calls: under 305 us
+    assert "nvmlGpmSampleGet median" in cost["detail"] and "charges 305 us" in cost["detail"]
+    assert doc["cost"]["0"]["read"]["n"] == 5
+    # the fake models 4 of gpumon's 7 metrics (no FP64/32/16): each answers on its own
+    assert doc["cost"]["0"]["metrics_ok"] == 4 and doc["cost"]["0"]["metrics"] == 7
+    # a GPU without GPM is said, not a failure, and gets no cost row
+    assert rows["GPM GPU 1: support"]["result"] == "INFO"
+    assert "not supported" in rows["GPM GPU 1: support"]["detail"]
+    assert "GPM GPU 1: cost of one read" not in rows
+    # no CUDA here: the loads say why they did not run
+    for load in ("work", "spin"):
+        skip = rows[f"GPM SM activity under {load}"]
+        assert skip["result"] == "SKIP" and "no CUDA" in skip["detail"], skip
+
+
+@needs_fake
+def test_gpm_read_dearer_than_the_call_cost_bench_charges_fails(tmp_path):
+    doc = gpm_check(tmp_path, "dear", FAKE_NVML_GPUS="1", FAKE_NVML_CALL_US="5,gpm=600")
+    cost = by_step(doc["rows"])["GPM GPU 0: cost of one read"]
+    assert cost["result"] == "FAIL" and doc["cost"]["0"]["nvmlGpmSampleGet"]["median_us"] >= 600
+
+
+def test_call_cost_profile_figure_for_one_gpm_read():
+    assert nc.profile_gpm_us("5,samples=300,gpm=300,memory=12") == 305
+    assert nc.profile_gpm_us("7,samples=300") == 14                # no gpm group: plain twice
+
+
+def test_activity_rows_judge_spin_and_work_against_the_simulator():
+    spin = [(0.02, 0.01, 0.0, 100.0)] * 5
+    work = [(0.7, 0.4, 0.5, 100.0)] * 5
+    assert nc.activity_row("spin", "kernel", spin)["result"] == "PASS"
+    assert nc.activity_row("work", "matmul", work)["result"] == "PASS"
+    assert nc.activity_row("spin", "kernel", work)["result"] == "FAIL"     # SMs busy
+    assert nc.activity_row("work", "matmul", spin)["result"] == "FAIL"
+    idle = nc.activity_row("spin", "kernel", [(0.0, 0.0, 0.0, 10.0)] * 5)
+    assert idle["result"] == "FAIL"              # not at high utilization: no spin was seen
+    assert nc.activity_row("work", "matmul", work[:1])["result"] == "ERROR"
+    detail = nc.activity_row("work", "matmul", work)["detail"]
+    assert detail.startswith("matmul: SM activity 0.700, occupancy 0.400, tensor 0.500 at "
+                             "utilization 100%")
 
 
 # ---- the whole script, CPU mode ---------------------------------------------------------
@@ -265,6 +311,8 @@ def test_gpu_check_script_in_cpu_mode(tmp_path):
         rows[row["step"]] = row
         assert f"| {row['step']} | {row['result']} |" in table
     assert rows["nvml idle"]["result"] == "SKIP" and rows["nvml latency"]["result"] == "SKIP"
+    assert rows["nvml gpm"]["result"] == "SKIP"
+    assert rows["nvml gpm"]["detail"].startswith("skipped: no GPU")
     assert rows["scenario spin"]["result"] == "SKIP"
     assert "spin needs CUDA" in rows["scenario spin"]["detail"]
     assert rows["scenario nope"]["result"] == "ERROR"

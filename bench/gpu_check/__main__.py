@@ -4,8 +4,10 @@ Run as ``sh bench/gpu_check.sh`` (which picks a Python with torch and pynvml, an
 PYTHONPATH) or ``python -m bench.gpu_check`` from the repository root.
 
 Steps, each tolerant (a failing step records FAIL/ERROR in one line and the next one runs):
-``gpumon list``; the NVML assumptions checked at idle (NOT_FOUND, GPM); the latency of every
-NVML call gpumon makes; then each single-GPU workload under ``gpumon run --log``, scored from
+``gpumon list``; the NVML assumptions checked at idle (NOT_FOUND); the latency of every
+NVML call gpumon makes; GPM (support per GPU, the cost of gpumon's GPM read of one GPU, SM
+activity on GPU 0 under a matmul loop and under a rank spinning in a collective); then each
+single-GPU workload under ``gpumon run --log``, scored from
 ``gpumon analyze --format json`` against the workload's own ground truth. Beside ``busy`` it
 measures gpumon's own CPU cost (``gpumon log --duration``), checks that gpumon never shows as a
 compute process, and reads the driver's sample ring (period, depth, clock); beside ``spin`` it
@@ -15,7 +17,8 @@ step) and ``gpu-check/`` (logs, CSVs, truth files, JSON).
 
 Environment:
   GPU_CHECK_CPU=1        no GPU: each workload runs a few seconds on the CPU (--tiny) under
-                         ``gpumon run --sim``, NVML steps are SKIP (exercises the whole script)
+                         ``gpumon run --sim``, NVML and GPM steps are SKIP (exercises the
+                         whole script)
   GPU_CHECK_SCENARIOS    comma list (default: every scenario this machine can show)
   GPU_CHECK_SECONDS      workload seconds (default 15 on a GPU, 3 on the CPU)
   GPU_CHECK_BUSY_SECONDS the busy run, long enough to fill the sample ring (default 25)
@@ -317,18 +320,18 @@ def main() -> int:
         rc, tail = c.run("gpumon-list", c.py("-m", "gpumon", "list"), timeout=30)
         if rc == 0:
             c.add("gpumon list", "PASS", _first_gpu_line(os.path.join(c.dir, "gpumon-list.log")))
-        elif cpu and rc == 2:
-            c.add("gpumon list", "SKIP", f"CPU mode, no driver: {tail}")
+        elif cpu and rc is not None and "no NVIDIA driver" in tail:
+            c.add("gpumon list", "SKIP", f"skipped: no GPU (CPU mode): {tail}")
         else:
             c.add("gpumon list", "FAIL" if rc is not None else "ERROR",
                   f"exit {rc}: {tail}")
 
     # 2-3. NVML at idle, then call latency
-    nvml_steps = (("idle", 20), ("latency", 45))
+    nvml_steps = (("idle", 20), ("latency", 45), ("gpm", 75))
     for what, need in nvml_steps:
         step = f"nvml {what}"
         if cpu:
-            c.add(step, "SKIP", "CPU mode: no driver")
+            c.add(step, "SKIP", "skipped: no GPU (CPU mode, no driver)")
             continue
         if not c.fits(step, need):
             continue

@@ -2,6 +2,7 @@
 
     python -m bench.gpu_check.nvml_checks latency --out latency.json
     python -m bench.gpu_check.nvml_checks idle --out idle.json
+    python -m bench.gpu_check.nvml_checks gpm --out gpm.json
     python -m bench.gpu_check.nvml_checks observe --out DIR --watch-pid PID --truth T.jsonl
     python -m bench.gpu_check.nvml_checks power --seconds 15 --out power.json
 
@@ -19,6 +20,9 @@ import subprocess
 import sys
 import time
 from typing import Callable, Optional
+
+from bench.callcost import PROFILE as CALL_COST_PROFILE
+from gpumon.nvml import GPM_METRICS
 
 # ---- what the fake library assumes (tests/fakenvml, NVML-NOTES.md) -----------------------
 # nvmlDeviceGetSamples' period: 1/6 s on most products; accepted band around it, seconds.
@@ -226,7 +230,7 @@ def ring_rows(samples: list, now: dict, while_busy: bool = True) -> list[dict]:
     return rows
 
 
-# ---- idle and GPM -----------------------------------------------------------------------
+# ---- idle -----------------------------------------------------------------------
 
 def idle_check(wait_s: float = 2.0) -> list[dict]:
     N = _nvml()
@@ -260,45 +264,232 @@ def idle_check(wait_s: float = 2.0) -> list[dict]:
             else:
                 rows.append(row("samples: NOT_FOUND while idle", "FAIL",
                                 f"{before}; after {wait_s:g} s idle: {err2}"))
-        rows.append(gpm_check(N, h))
         return rows
     finally:
         N.nvmlShutdown()
 
 
-def gpm_check(N, h) -> dict:
-    step = "GPM metrics (nvmlGpmQueryDeviceSupport)"
+# ---- GPM: support per GPU, the cost of gpumon's read, SM activity under load -----------
+
+# gpumon's GPM read of one GPU a poll: one nvmlGpmSampleGet, one nvmlGpmMetricsGet of these.
+GPM_METRIC_NAMES = tuple(mid for _, mid in GPM_METRICS)
+GPM_COST_REPS = 100
+# What the simulator assumes (gpumon/sim/observe.py SPIN_GPM, gpumon/sim/params.py
+# sm_active_compute): a rank spinning in a collective keeps a few per cent of the SMs active,
+# computing keeps 40-95%. Spin at most this share, work at least that.
+SPIN_SM_ACTIVE_MAX = 0.10
+WORK_SM_ACTIVE_MIN = 0.40
+# Seconds of GPM readings under each load, and the most a load may take to start.
+GPM_LOAD_S = 6.0
+GPM_LOAD_START_S = 45.0
+
+
+def profile_gpm_us(profile: str = CALL_COST_PROFILE) -> float:
+    """What the call-cost bench charges one GPM read: nvmlGpmSampleGet at the profile's gpm
+    figure, nvmlGpmMetricsGet at its plain per-call figure (µs)."""
+    plain, groups = 0.0, {}
+    for item in profile.split(","):
+        name, _, us = item.rpartition("=")
+        if name:
+            groups[name] = float(us)
+        else:
+            plain = float(us)
+    return groups.get("gpm", plain) + plain
+
+
+def gpm_support(N, h) -> tuple[bool, str]:
     try:
         sup = N.nvmlGpmQueryDeviceSupport(h)
     except Exception as exc:
-        return row(step, "FAIL", f"query: {_errname(exc)}")
-    if not sup.isSupportedDevice:
-        return row(step, "FAIL", "isSupportedDevice=0")
-    s1 = s2 = None
+        return False, f"query: {_errname(exc)}"
+    return bool(sup.isSupportedDevice), f"isSupportedDevice={sup.isSupportedDevice}"
+
+
+def _gpm_get(N, names=GPM_METRIC_NAMES):
+    mg = N.c_nvmlGpmMetricsGet_t()
+    mg.version = N.NVML_GPM_METRICS_GET_VERSION
+    mg.numMetrics = len(names)
+    for i, name in enumerate(names):
+        mg.metrics[i].metricId = getattr(N, name)
+    mg.sample1, mg.sample2 = N.nvmlGpmSampleAlloc(), N.nvmlGpmSampleAlloc()
+    return mg
+
+
+def _gpm_free(N, mg) -> None:
+    for s in (mg.sample1, mg.sample2):
+        try:
+            N.nvmlGpmSampleFree(s)
+        except Exception:
+            pass
+
+
+def gpm_cost(N, h, reps: int = GPM_COST_REPS) -> dict:
+    """Times gpumon's GPM read of one GPU, call by call: {call: stats}, with the metrics that
+    answered on the last read."""
+    mg = _gpm_get(N)
     try:
-        s1, s2 = N.nvmlGpmSampleAlloc(), N.nvmlGpmSampleAlloc()
-        N.nvmlGpmSampleGet(h, s1)
-        time.sleep(0.2)
-        N.nvmlGpmSampleGet(h, s2)
-        mg = N.c_nvmlGpmMetricsGet_t()
-        mg.version = N.NVML_GPM_METRICS_GET_VERSION
-        mg.numMetrics = 1
-        mg.sample1, mg.sample2 = s1, s2
-        mg.metrics[0].metricId = N.NVML_GPM_METRIC_SM_UTIL
-        N.nvmlGpmMetricsGet(mg)
-        m = mg.metrics[0]
-        if m.nvmlReturn != 0:
-            return row(step, "FAIL", f"supported, but SM_UTIL returned error {m.nvmlReturn}")
-        return row(step, "PASS", f"supported; SM util over 0.2 s idle = {m.value:.2f}%")
-    except Exception as exc:
-        return row(step, "FAIL", f"supported, but sampling failed: {_errname(exc)}")
+        N.nvmlGpmSampleGet(h, mg.sample2)
+        get, metrics, both = [], [], []
+        for _ in range(reps):
+            mg.sample1, mg.sample2 = mg.sample2, mg.sample1
+            t0 = time.perf_counter()
+            N.nvmlGpmSampleGet(h, mg.sample2)
+            t1 = time.perf_counter()
+            N.nvmlGpmMetricsGet(mg)
+            t2 = time.perf_counter()
+            get.append(t1 - t0)
+            metrics.append(t2 - t1)
+            both.append(t2 - t0)
+        ok = sum(1 for m in mg.metrics[:mg.numMetrics] if m.nvmlReturn == 0)
     finally:
-        for s in (s1, s2):
-            if s is not None:
-                try:
-                    N.nvmlGpmSampleFree(s)
-                except Exception:
-                    pass
+        _gpm_free(N, mg)
+    return {"nvmlGpmSampleGet": _stats(get, {}), "nvmlGpmMetricsGet": _stats(metrics, {}),
+            "read": _stats(both, {}), "metrics_ok": ok, "metrics": len(GPM_METRIC_NAMES)}
+
+
+def gpm_gpu_rows(N, i: int, reps: int) -> tuple[list[dict], Optional[dict]]:
+    """Support and, where supported, the cost of one read, of GPU i."""
+    h = N.nvmlDeviceGetHandleByIndex(i)
+    ok, why = gpm_support(N, h)
+    if not ok:
+        return [row(f"GPM GPU {i}: support", "INFO", f"not supported ({why}): gpumon leaves "
+                    "its GPM columns empty on this GPU")], None
+    rows = [row(f"GPM GPU {i}: support", "PASS", f"supported ({why})")]
+    try:
+        cost = gpm_cost(N, h, reps)
+    except Exception as exc:
+        return rows + [row(f"GPM GPU {i}: cost of one read", "FAIL",
+                           f"supported, but a read failed: {_errname(exc)}")], None
+    get, met, read = cost["nvmlGpmSampleGet"], cost["nvmlGpmMetricsGet"], cost["read"]
+    dear = profile_gpm_us()
+    rows.append(row(f"GPM GPU {i}: cost of one read",
+                    "PASS" if read["median_us"] <= dear else "FAIL",
+                    f"nvmlGpmSampleGet median {get['median_us']} us (p95 {get['p95_us']}), "
+                    f"nvmlGpmMetricsGet of {cost['metrics']} metrics median "
+                    f"{met['median_us']} us; both {read['median_us']} us (p95 "
+                    f"{read['p95_us']}), n={read['n']}; {cost['metrics_ok']}/"
+                    f"{cost['metrics']} metrics answered; the call-cost bench charges "
+                    f"{dear:g} us"))
+    return rows, cost
+
+
+def gpm_check(reps: int = GPM_COST_REPS) -> dict:
+    """GPM support and read cost of every GPU."""
+    N = _nvml()
+    N.nvmlInit()
+    rows, costs = [], {}
+    try:
+        for i in range(N.nvmlDeviceGetCount()):
+            got, cost = gpm_gpu_rows(N, i, reps)
+            rows += got
+            if cost:
+                costs[i] = cost
+    finally:
+        N.nvmlShutdown()
+    return {"rows": rows, "cost": costs}
+
+
+# The metrics read under load: SM activity, SM occupancy, tensor activity (GPM per cent).
+LOAD_METRICS = ("NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY",
+                "NVML_GPM_METRIC_ANY_TENSOR_UTIL")
+
+
+def gpm_seconds(N, h, seconds: float) -> list[tuple[float, ...]]:
+    """(SM activity, occupancy, tensor activity as fractions, utilization %) of each second."""
+    mg = _gpm_get(N, LOAD_METRICS)
+    out = []
+    try:
+        N.nvmlGpmSampleGet(h, mg.sample2)
+        end = time.time() + seconds
+        while time.time() < end:
+            time.sleep(1.0)
+            mg.sample1, mg.sample2 = mg.sample2, mg.sample1
+            N.nvmlGpmSampleGet(h, mg.sample2)
+            N.nvmlGpmMetricsGet(mg)
+            vals = [m.value / 100.0 if m.nvmlReturn == 0 else float("nan")
+                    for m in mg.metrics[:mg.numMetrics]]
+            out.append((*vals, float(N.nvmlDeviceGetUtilizationRates(h).gpu)))
+    finally:
+        _gpm_free(N, mg)
+    return out
+
+
+def start_load(load: str, seconds: float, python: str, ready: str) -> subprocess.Popen:
+    if os.path.exists(ready):
+        os.remove(ready)
+    return subprocess.Popen([python, "-m", "bench.gpu_check.gpm_load", load, "--seconds",
+                             f"{seconds:g}", "--ready", ready], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_ready(proc: subprocess.Popen, ready: str, within_s: float) -> dict:
+    end = time.time() + within_s
+    while time.time() < end:
+        if os.path.exists(ready):
+            with open(ready, encoding="utf-8") as fh:
+                return json.load(fh)
+        if proc.poll() is not None:
+            return {"error": f"the load exited {proc.returncode} before it ran"}
+        time.sleep(0.2)
+    return {"error": f"the load did not start within {within_s:g} s"}
+
+
+def stop_load(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, 9)
+        except OSError:
+            pass
+
+
+def activity_row(load: str, how: str, secs: list[tuple[float, ...]]) -> dict:
+    step = f"GPM SM activity under {load}"
+    if len(secs) < 2:
+        return row(step, "ERROR", f"{how}: only {len(secs)} readings")
+    sm, occ, tensor, util = (statistics.median(col) for col in zip(*secs))
+    if load == "spin":
+        good = sm <= SPIN_SM_ACTIVE_MAX and util >= SPIN_UTIL_MIN_PCT
+        want = f"want utilization >= {SPIN_UTIL_MIN_PCT}% at SM activity <= {SPIN_SM_ACTIVE_MAX}"
+    else:
+        good = sm >= WORK_SM_ACTIVE_MIN
+        want = f"want SM activity >= {WORK_SM_ACTIVE_MIN}"
+    return row(step, "PASS" if good else "FAIL",
+               f"{how}: SM activity {sm:.3f}, occupancy {occ:.3f}, tensor {tensor:.3f} at "
+               f"utilization {util:.0f}% (medians of {len(secs)} one-second GPM readings, "
+               f"GPU 0); {want}")
+
+
+def gpm_activity(python: str, seconds: float = GPM_LOAD_S, out_dir: str = ".") -> list[dict]:
+    """SM activity on GPU 0 under the matmul loop (work), then under a spinning wait (spin)."""
+    N = _nvml()
+    N.nvmlInit()
+    rows = []
+    try:
+        h = N.nvmlDeviceGetHandleByIndex(0)
+        ok, why = gpm_support(N, h)
+        for load in ("work", "spin"):
+            if not ok:
+                rows.append(row(f"GPM SM activity under {load}", "SKIP", f"GPU 0: {why}"))
+                continue
+            ready = os.path.join(out_dir, f"gpm-{load}.ready.json")
+            proc = start_load(load, seconds + GPM_LOAD_START_S, python, ready)
+            try:
+                state = wait_ready(proc, ready, GPM_LOAD_START_S)
+                if "how" in state:
+                    time.sleep(1.0)                     # past the load's first kernels
+                    rows.append(activity_row(load, state["how"], gpm_seconds(N, h, seconds)))
+                else:
+                    rows.append(row(f"GPM SM activity under {load}",
+                                    "SKIP" if "skip" in state else "ERROR",
+                                    state.get("skip") or state.get("error")))
+            finally:
+                stop_load(proc)
+    finally:
+        N.nvmlShutdown()
+    return rows
 
 
 # ---- observe: gpumon's own CPU cost, compute processes, the ring while busy --------------
@@ -539,6 +730,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out")
     s = sub.add_parser("idle")
     s.add_argument("--out")
+    s = sub.add_parser("gpm")
+    s.add_argument("--reps", type=int, default=GPM_COST_REPS)
+    s.add_argument("--load-seconds", type=float, default=GPM_LOAD_S,
+                   help="seconds of readings under each load (0: no loads)")
+    s.add_argument("--out")
     s = sub.add_parser("observe")
     s.add_argument("--out", required=True, help="folder for the cost CSV and observe.json")
     s.add_argument("--seconds", type=float, default=30.0)
@@ -559,6 +755,11 @@ def main(argv: list[str] | None = None) -> int:
             doc = {"rows": latency_rows(stats), "latency": stats}
         elif args.what == "idle":
             doc = {"rows": idle_check()}
+        elif args.what == "gpm":
+            doc = gpm_check(args.reps)
+            if args.load_seconds > 0:
+                where = os.path.dirname(os.path.abspath(args.out or "."))
+                doc["rows"] += gpm_activity(sys.executable, args.load_seconds, where)
         elif args.what == "observe":
             doc = observe(args.out, args.seconds, args.watch_pid, args.truth,
                           args.ring_after_s, sys.executable, args.sim, args.warmup_s)
