@@ -23,8 +23,8 @@
   metrics in ``skip`` only for the commands that show them (the constructor's flags).
 - GPM (SM activity and occupancy, tensor and DRAM activity), where nvmlGpmQueryDeviceSupport
   says the GPU has it and it is not in MIG mode: one GPM sample and one metrics call a GPU a
-  poll (gpumon.nvml_buffers.Gpm), the means since the poll before. Elsewhere the values are
-  None. A GPM call that fails is counted once in ``errors`` and GPM is off for that GPU from
+  poll, at most once a GPM_EVERY_S (gpumon.nvml_buffers.Gpm), the means since the read before;
+  the polls in between carry the latest read's values. Elsewhere the values are None. A GPM call that fails is counted once in ``errors`` and GPM is off for that GPU from
   then on (its values None); the other readings go on.
 """
 from __future__ import annotations
@@ -71,6 +71,11 @@ POWER_LIMIT_REFRESH_S = 30.0
 # One NVML call taking longer than this (s) is slow enough to say so (the slowest reported
 # costs are ~20 ms: PCIe throughput; the process list ~4.5 ms): polls then fall behind.
 SLOW_CALL_S = 0.25
+# GPM is read at most this often (s), at every poll of a 1 s cadence: the detector judges
+# seconds, and NVML asks for more than 100 ms between two GPM samples. Faster polls carry the
+# latest read's values (at 0.1 s, reading at every poll would take ten GPM samples a GPU a
+# second, each as dear as a ring read).
+GPM_EVERY_S = 1.0
 # nvmlDeviceGetPcieThroughput blocks ~20 ms per call: only where the byte counters are missing,
 # and no more often than this.
 PCIE_THROUGHPUT_EVERY_S = 10.0
@@ -189,6 +194,8 @@ class _Gpu:
         self.uuid = ""
         self.mig = False
         self.gpm: Optional[nvml_buffers.Gpm] = None
+        self.gpm_at = -1e9                        # monotonic time of the last GPM read
+        self.gpm_values: dict[str, float] = {}    # its values, carried until the next
 
     @property
     def lists(self) -> tuple:
@@ -604,7 +611,7 @@ class NvmlSource:
             g.pids_at = g.proc_util_at = -1e9
         pids = self._pids(g, mono, base["mem_used_mib"], probe)
         if "gpm" not in skip:
-            base.update(self._gpm(g))
+            base.update(self._gpm(g, mono))
         base.update(gpu=g.index, source="nvml",
                     util_mem_pct=_scaled(getattr(rates, "memory", None)),
                     power_limit_w=self._power_limit(g, mono), pcie_rx_mbps=rx, pcie_tx_mbps=tx,
@@ -613,18 +620,24 @@ class NvmlSource:
         return [GpuSample(time=t, util_gpu_pct=v, **base) for t, v in series]
 
     @staticmethod
-    def _gpm(g: _Gpu) -> dict[str, float]:
-        """The GPM values since the poll before ({} on the first poll, where GPM is missing,
-        and once it failed: then GPM is off for this GPU, the error counted once)."""
+    def _gpm(g: _Gpu, mono: float) -> dict[str, float]:
+        """The GPM values of the latest read, read when GPM_EVERY_S has passed ({} on the first
+        read, where GPM is missing, and once it failed: then GPM is off for this GPU, the error
+        counted once)."""
         if "gpm" in g.unsupported or (g.gpm is None and not _gpm_start(g)):
             return {}
+        if not due(mono, g.gpm_at, GPM_EVERY_S):
+            return g.gpm_values
+        g.gpm_at = mono
         got = g.query("gpm", g.gpm)
         if got is None:                    # failed (counted in errors) or unsupported now
             g.unsupported.add("gpm")
             g.gpm.free()
-            g.gpm = None
+            g.gpm, g.gpm_values = None, {}
             return {}
-        return {name: v / 100.0 for (name, _), v in zip(GPM_METRICS, got) if v is not None}
+        g.gpm_values = {name: v / 100.0 for (name, _), v in zip(GPM_METRICS, got)
+                        if v is not None}
+        return g.gpm_values
 
     @staticmethod
     def _with_idle(g: _Gpu, samples: list[tuple[float, float]], now: float,

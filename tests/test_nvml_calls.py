@@ -75,13 +75,15 @@ TICKS = """
     s = NvmlSource(**READS).open()
     s.read(); time.sleep(0.4); s.read()             # arrays sized, first process list read
     c0 = counts()
-    t0, ticks, rows = time.monotonic(), 0, 0
+    t0, ticks, rows, gpm = time.monotonic(), 0, 0, []
     while time.monotonic() - t0 < SECONDS:
         time.sleep(INTERVAL)
-        rows += len(s.read())
+        got = s.read()
+        rows += len(got)
+        gpm += [r.sm_active_ratio is not None for r in got if r.gpu == 0]
         ticks += 1
     elapsed = time.monotonic() - t0
-    out(dict(calls=since(c0), ticks=ticks, rows=rows, elapsed=elapsed,
+    out(dict(calls=since(c0), ticks=ticks, rows=rows, elapsed=elapsed, gpm=gpm,
              direct=[q.direct for g in s.gpus for q in g.lists]))
 """
 
@@ -105,6 +107,12 @@ def test_one_samples_call_per_gpu_per_tick_no_more_often_than_the_driver(tmp_pat
     # the process list on its own cadence (PROCESS_EVERY_S = 4 s): not in these 2 s
     assert calls.get("nvmlDeviceGetComputeRunningProcesses_v3", 0) == 0
     assert "nvmlDeviceGetProcessUtilization" not in calls   # nobody asked for it
+    # GPM at most once a second (GPM_EVERY_S) however fast the polls; the rows between carry
+    # the latest read's values: once SM activity shows, no row of the GPU lacks it
+    assert 1 * gpus <= calls["nvmlGpmSampleGet"] <= gpus * (r["elapsed"] / 0.95 + 1), calls
+    assert calls["nvmlGpmMetricsGet"] <= calls["nvmlGpmSampleGet"]
+    gpm = r["gpm"]
+    assert any(gpm) and all(gpm[gpm.index(True):]), gpm
 
 
 def test_at_one_second_every_query_once_per_gpu_per_tick(tmp_path):
