@@ -21,14 +21,19 @@ from bench.overhead import Measurement, Subject
 # GetSamples, the process list and a GPM sample (nvmlGpmSampleGet, which reads the GPU's
 # counters) 300, memory 12, fan 140, every other call 5 (nvmlGpmMetricsGet among them: it
 # computes from two sample buffers in the library). No GPM cost is published: 300 µs, the
-# costliest class here, is a guess on the dear side (unmeasured: see tests/fakenvml/README.md).
+# costliest class here, is a guess on the dear side; `make gpu-check` measures the real read
+# (its row "GPM GPU i: cost of one read" says whether it is dearer than this profile's).
 PROFILE = "5,samples=300,processes=300,gpm=300,memory=12,fan=140"
 # gpumon's CPU over its peer's, at most.
 MAX_RATIO = 0.5
-# (gpumon, setting) over (peer, setting): the pairs the targets compare.
+# `gpumon log` at 1 s once more with every GPU's GPM unsupported: what GPM costs is the
+# difference.
+NO_GPM = "1 s, GPM hidden"
+# (gpumon, setting) over (peer, setting): the pairs the targets compare (and one shown).
 PAIRS = ((("gpumon log", "1 s"), ("gpustat", "-i 1")),
          (("gpumon log", "0.1 s"), ("gpustat", "-i 0.1")),
-         (("gpumon watch", "1 s"), ("nvitop screen", "default (2 s)")))
+         (("gpumon watch", "1 s"), ("nvitop screen", "default (2 s)")),
+         (("gpumon log", NO_GPM), ("gpustat", "-i 1")))
 # The pairs judged against MAX_RATIO.
 TARGET_PAIRS = (PAIRS[0], PAIRS[2])
 GPUS = 8
@@ -40,14 +45,15 @@ def subjects(py: str, build_dir: str, costs: str = PROFILE) -> list[Subject]:
     """Peers and gpumon in turns (a drift of the machine's load hits both of a pair)."""
     log = os.path.join(build_dir, "callcost-log.csv")
 
-    def gpumon_log(iv: str) -> Subject:
-        return Subject("gpumon log", f"{iv} s", GPUS, (py, "-m", "gpumon", "log", "-q",
-                       "--force", "--interval", iv, "-o", log), ours=True, costs=costs)
+    def gpumon_log(iv: str, setting: str = "") -> Subject:
+        return Subject("gpumon log", setting or f"{iv} s", GPUS, (py, "-m", "gpumon", "log",
+                       "-q", "--force", "--interval", iv, "-o", log), ours=True, costs=costs)
 
     return [
         Subject("gpustat", "-i 1", GPUS, (py, "-m", "gpustat", "-i", "1"), tmux=True,
                 costs=costs),
         gpumon_log("1"),
+        gpumon_log("1", NO_GPM),
         Subject("gpustat", "-i 0.1", GPUS, (py, "-m", "gpustat", "-i", "0.1"), tmux=True,
                 costs=costs),
         gpumon_log("0.1"),
@@ -58,9 +64,13 @@ def subjects(py: str, build_dir: str, costs: str = PROFILE) -> list[Subject]:
     ]
 
 
-def environment(base: Mapping[str, str], costs: str, call_log: str) -> dict[str, str]:
+def environment(base: Mapping[str, str], costs: str, call_log: str,
+                hide_gpm: bool = False) -> dict[str, str]:
     env = dict(base)
     env.update(FAKE_NVML_CALL_US=costs, FAKE_NVML_CALL_LOG=call_log)
+    if hide_gpm:
+        env["FAKE_NVML_UNSUPPORTED"] = ",".join(
+            filter(None, [env.get("FAKE_NVML_UNSUPPORTED"), "gpm"]))
     return env
 
 
@@ -73,7 +83,8 @@ def run(todo: Sequence[Subject], env_for: Callable[[int], Mapping[str, str]], cw
         os.close(fd)
         os.unlink(calls)                  # the library creates it at its first call
         try:
-            m = overhead.measure(s, environment(env_for(s.gpus), s.costs, calls), cwd,
+            env = environment(env_for(s.gpus), s.costs, calls, s.setting == NO_GPM)
+            m = overhead.measure(s, env, cwd,
                                  window_s=window_s, repeats=repeats, tag=f"cc{i}")
         finally:
             if os.path.exists(calls):
@@ -114,7 +125,8 @@ def targets(ms: Sequence[Measurement]) -> list[report.Target]:
 
 
 def calls_table(ms: Sequence[Measurement]) -> list[str]:
-    """NVML calls a second by function (rows) and program (columns), 8 GPUs together."""
+    """NVML calls a second by function (rows) and program (columns), 8 GPUs together: the
+    busiest TOP_CALLS functions, and the GPM calls always."""
     ms = [m for m in ms if m.calls]
     if not ms:
         return []
@@ -123,6 +135,7 @@ def calls_table(ms: Sequence[Measurement]) -> list[str]:
         for k, v in m.calls.items():
             busiest[k] = max(busiest.get(k, 0.0), v)
     names = sorted(busiest, key=lambda k: -busiest[k])[:TOP_CALLS]
+    names += sorted(k for k in busiest if k.startswith("nvmlGpm") and k not in names)
     head = ["NVML function"] + [f"{m.subject.name} {m.subject.setting}" for m in ms]
     rows = [[f"`{k}`"] + [_rate(m.calls.get(k)) for m in ms] for k in names]
     rows.append(["**all calls**"] + [_rate(m.calls_per_s) for m in ms])
@@ -140,7 +153,10 @@ def report_lines(ms: Sequence[Measurement], costs: str, window_s: float,
              f"ioctl would; {GPUS} GPUs, the same job; {repeats} windows of {window_s:g} s "
              "each. NVML calls per second are the fake's per-function counts "
              "(`FAKE_NVML_CALL_LOG`) over the measured windows; `name(NULL)` counts the size "
-             "queries among them.", ""]
+             "queries among them. GPM's cost (`gpm`) is a guess: no figure is published (`make "
+             "gpu-check` measures it on a real GPU); `gpumon log` at "
+             f"\"{NO_GPM}\" runs with every GPU's GPM unsupported, so the difference to "
+             "`gpumon log` 1 s is what GPM costs.", ""]
     lines += report.overhead_table(ms)
     rs = ratios(ms)
     if rs:

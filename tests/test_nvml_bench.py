@@ -66,6 +66,15 @@ def test_calls_table_lists_the_busiest_functions_of_every_program():
     assert callcost.calls_table([_m("x", "y", [1])]) == []
 
 
+def test_calls_table_always_shows_the_gpm_calls():
+    busy = {f"Call{i}": 100.0 - i for i in range(callcost.TOP_CALLS)}
+    ms = [_m("gpumon log", "1 s", [1], ours=True,
+             calls={**busy, "nvmlGpmSampleGet": 8.0, "nvmlGpmMetricsGet": 8.0})]
+    body = "\n".join(callcost.calls_table(ms))
+    assert "| `nvmlGpmSampleGet` | 8.0 |" in body and "| `nvmlGpmMetricsGet` | 8.0 |" in body
+    assert "| `Call0` | 100 |" in body
+
+
 def test_subjects_cover_the_issue_pairs_with_costs(tmp_path):
     subs = callcost.subjects(sys.executable, str(tmp_path), "7")
     got = {(s.name, s.setting) for s in subs}
@@ -75,6 +84,11 @@ def test_subjects_cover_the_issue_pairs_with_costs(tmp_path):
     assert {s.name for s in subs if s.ours} == {"gpumon log", "gpumon watch"}
     env = callcost.environment({"A": "1"}, "7", "/x")
     assert env == {"A": "1", "FAKE_NVML_CALL_US": "7", "FAKE_NVML_CALL_LOG": "/x"}
+    # gpumon log once more with GPM hidden: the difference is what GPM costs
+    assert ("gpumon log", callcost.NO_GPM) in got
+    hidden = callcost.environment({"FAKE_NVML_UNSUPPORTED": "1:temp"}, "7", "/x", True)
+    assert hidden["FAKE_NVML_UNSUPPORTED"] == "1:temp,gpm"
+    assert callcost.environment({}, "7", "/x", True)["FAKE_NVML_UNSUPPORTED"] == "gpm"
 
 
 @pytest.mark.skipif(fakenvml_env.skip_reason() is not None, reason="fake NVML library")
