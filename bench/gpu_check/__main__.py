@@ -297,40 +297,40 @@ def _split_json_log(log: str, out: str) -> None:
         fh.write(text[start:] if start >= 0 else "")
 
 
-def main() -> int:
-    cpu = os.environ.get("GPU_CHECK_CPU", "") not in ("", "0")
-    out_root = os.environ.get("GPU_CHECK_OUT") or os.environ.get("OUT") or os.path.join(
-        ROOT, "bench", "results")
-    budget = float(os.environ.get("GPU_CHECK_BUDGET_S") or (600 if cpu else DEFAULT_BUDGET_S))
-    c = Check(out_root, cpu, budget, os.environ.get("GPU_CHECK_PYTHON") or sys.executable)
-    facts = probe(c.python, c.env)
+def environment_step(c: Check, facts: dict) -> None:
     gpus = int(facts.get("nvml_gpus") or 0)
-    c.title = ("CPU mode" if cpu else f"{facts.get('gpu_name', 'no GPU found')} x{gpus}, "
+    c.title = ("CPU mode" if c.cpu else f"{facts.get('gpu_name', 'no GPU found')} x{gpus}, "
                f"driver {facts.get('driver', '?')}") + f" ({platform.node()})"
     c.add("environment", "INFO", ", ".join(f"{k} {v}" for k, v in facts.items()))
-    if not cpu and not gpus:
+    if not c.cpu and not gpus:
         c.add("driver", "ERROR", f"NVML found no GPU ({facts.get('nvml_error', '?')}); "
               "use GPU_CHECK_CPU=1 on a machine without one")
-    if not cpu and not facts.get("cuda"):
+    if not c.cpu and not facts.get("cuda"):
         c.add("torch", "ERROR", f"torch {facts.get('torch')} sees no CUDA device: the "
               "workloads cannot run on the GPU")
 
-    # 1. gpumon list
-    if c.fits("gpumon list", 10):
-        rc, tail = c.run("gpumon-list", c.py("-m", "gpumon", "list"), timeout=30)
-        if rc == 0:
-            c.add("gpumon list", "PASS", _first_gpu_line(os.path.join(c.dir, "gpumon-list.log")))
-        elif cpu and rc is not None and "no NVIDIA driver" in tail:
-            c.add("gpumon list", "SKIP", f"skipped: no GPU (CPU mode): {tail}")
-        else:
-            c.add("gpumon list", "FAIL" if rc is not None else "ERROR",
-                  f"exit {rc}: {tail}")
 
-    # 2-3. NVML at idle, then call latency
-    nvml_steps = (("idle", 20), ("latency", 45), ("gpm", 75))
-    for what, need in nvml_steps:
+def list_step(c: Check) -> None:
+    if not c.fits("gpumon list", 10):
+        return
+    rc, tail = c.run("gpumon-list", c.py("-m", "gpumon", "list"), timeout=30)
+    if rc == 0:
+        c.add("gpumon list", "PASS", _first_gpu_line(os.path.join(c.dir, "gpumon-list.log")))
+    elif c.cpu and rc is not None and "no NVIDIA driver" in tail:
+        c.add("gpumon list", "SKIP", f"skipped: no GPU (CPU mode): {tail}")
+    else:
+        c.add("gpumon list", "FAIL" if rc is not None else "ERROR", f"exit {rc}: {tail}")
+
+
+# The NVML steps (bench/gpu_check/nvml_checks.py) and the seconds each needs at most.
+NVML_STEPS = (("idle", 20), ("latency", 45), ("gpm", 75))
+
+
+def nvml_steps(c: Check) -> None:
+    """NVML at idle, the latency of every call, GPM: each in a child, its rows kept."""
+    for what, need in NVML_STEPS:
         step = f"nvml {what}"
-        if cpu:
+        if c.cpu:
             c.add(step, "SKIP", "skipped: no GPU (CPU mode, no driver)")
             continue
         if not c.fits(step, need):
@@ -344,9 +344,10 @@ def main() -> int:
         except (OSError, ValueError, KeyError):
             c.add(step, "ERROR", f"exit {rc}: {tail}")
 
-    # 4. workloads
-    seconds = float(os.environ.get("GPU_CHECK_SECONDS") or (3 if cpu else 15))
-    busy_s = float(os.environ.get("GPU_CHECK_BUSY_SECONDS") or (seconds if cpu else 25))
+
+def workload_steps(c: Check, gpus: int) -> None:
+    seconds = float(os.environ.get("GPU_CHECK_SECONDS") or (3 if c.cpu else 15))
+    busy_s = float(os.environ.get("GPU_CHECK_BUSY_SECONDS") or (seconds if c.cpu else 25))
     wanted = [s.strip() for s in os.environ.get("GPU_CHECK_SCENARIOS", "").split(",")
               if s.strip()] or list(ORDER)
     for scn in wanted:
@@ -358,6 +359,18 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - one step's failure never stops the rest
             c.add(f"scenario {scn}", "ERROR", f"{type(exc).__name__}: {exc}")
 
+
+def main() -> int:
+    cpu = os.environ.get("GPU_CHECK_CPU", "") not in ("", "0")
+    out_root = os.environ.get("GPU_CHECK_OUT") or os.environ.get("OUT") or os.path.join(
+        ROOT, "bench", "results")
+    budget = float(os.environ.get("GPU_CHECK_BUDGET_S") or (600 if cpu else DEFAULT_BUDGET_S))
+    c = Check(out_root, cpu, budget, os.environ.get("GPU_CHECK_PYTHON") or sys.executable)
+    facts = probe(c.python, c.env)
+    environment_step(c, facts)
+    list_step(c)
+    nvml_steps(c)
+    workload_steps(c, int(facts.get("nvml_gpus") or 0))
     c.write_table()
     print()
     print(c.markdown())
