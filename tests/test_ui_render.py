@@ -1,5 +1,6 @@
 """The dashboard's screen: golden renders, marks, colour, layouts, frame cost."""
 import io
+import re
 import os
 from pathlib import Path
 
@@ -30,12 +31,14 @@ DEMO_TRUTH = Truth(scenario="data_starvation", verdict=DATA_STARVATION,
                   cause="cpu_preprocessing", straggler_gpu=None, gpus=(0, 1))
 MAKE_RUN_NOTE = "make run: no NVIDIA driver here, running the SIMULATED demo node"
 # The golden screens: a sync stall with its straggler and advice (4 and 8 GPUs), the demo with
-# its phase and true verdict, and a screen without a verdict yet.
+# its phase and true verdict, a screen without a verdict yet, and SM activity beside
+# utilization on a node where GPUs 0-1 have GPM and 2-3 do not.
 CASES = {
     "stall4": lambda: dashboard(4),
     "stall8": lambda: dashboard(8),
     "demo": lambda: dashboard(2, label="demo", truth=DEMO_TRUTH, note=MAKE_RUN_NOTE),
     "noverdict": lambda: dashboard(2, seconds=4),
+    "gpm4": lambda: dashboard(4, label="demo", gpm=(0, 1)),
 }
 SIZES = [(80, 24), (120, 40), (200, 50)]
 
@@ -126,6 +129,34 @@ def test_missing_values_are_dashes_not_zero():
     bare = Tick(time=gone.time + 1, gpus=gone.gpus, host=replace(gone.host, jobs=(), procs=()))
     d.update(bare, [])
     assert "job   processes unknown" in render_text(d.view(), 80, 30)
+
+
+def _row(text, gpu):
+    return next(line for line in text.splitlines() if line.startswith(f" {gpu} H100"))
+
+
+def test_sm_activity_beside_utilization_where_a_gpu_has_gpm():
+    text = render_text(dashboard(4, gpm=(0, 1)).view(), 120, 40)
+    assert " util smact last " in text
+    assert "100%    3% " in _row(text, 0)               # spinning: busy, few SMs at work
+    assert "100%   62% " in _row(text, 1)               # computing
+    assert "100%     - " in _row(text, 2)               # no GPM: "-", never 0
+    assert "smact" not in render_text(dashboard(4).view(), 120, 40)   # no GPU has GPM
+    for width in (40, 80, 200):                         # kept beside utilization at any width
+        assert "100%    3% " in _row(render_text(dashboard(4, gpm=(0, 1)).view(), width, 40), 0)
+
+
+def test_sm_column_stays_once_gpm_is_gone():
+    """A GPU whose GPM fails mid-run shows "-" from then on; the column does not come and go."""
+    from dataclasses import replace
+    t = ticks(2, 3, gpm=(0, 1))
+    d = Dashboard(infos(2), kind="sim")
+    d.update(t[0], [])
+    d.update(Tick(time=t[1].time, gpus=tuple(replace(s, sm_active_ratio=None)
+                                             for s in t[1].gpus), host=t[1].host), [])
+    v = d.view()
+    assert v.gpm and v.gpus[0].sm_active is None
+    assert re.search(r" \d+%     - ", _row(render_text(v, 80, 30), 0))
 
 
 def test_replay_label_lost_gpu_and_compact_rows():

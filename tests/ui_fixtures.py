@@ -22,7 +22,17 @@ def _util(gpu, k, straggler):
     return 100.0 if k % 9 else 93.0
 
 
-def ticks(n, seconds=30, straggler=1, truth=None):
+def _sm_active(gpu, k, straggler, gpm):
+    """SM activity where the GPU has GPM (``gpm``): the straggler's SMs work while it
+    computes, the others spin in a collective on a few SMs."""
+    if gpu not in gpm:
+        return None
+    if gpu == straggler:
+        return 0.62 if _util(gpu, k, straggler) else 0.0
+    return 0.03
+
+
+def ticks(n, seconds=30, straggler=1, truth=None, gpm=()):
     out = []
     for sec in range(seconds):
         t = T0 + sec + 1
@@ -40,7 +50,8 @@ def ticks(n, seconds=30, straggler=1, truth=None):
                     temp_c=61.0 + g if g != 3 else 88.0, pcie_rx_mbps=250.5, pcie_tx_mbps=3.2,
                     clock_events=CLOCK_EVENT_SW_THERMAL if g == 3 else 0, energy_j=1e5,
                     pids=(4100 + g,), proc_mem=((4100 + g, 40448.0 + 512 * g),),
-                    proc_util=((4100 + g, _util(g, kk, straggler)),)))
+                    proc_util=((4100 + g, _util(g, kk, straggler)),),
+                    sm_active_ratio=_sm_active(g, kk, straggler, gpm)))
         jobs = tuple(JobProcs(gpu=g, main_pid=4100 + g, main_cpu_pct=97.0 - g,
                               main_thread_max_pct=95.0, loader_workers=4,
                               loader_cpu_pct=180.0 + g, loader_busy=1) for g in range(n))
@@ -83,8 +94,9 @@ def diagnosis_at(sec, n, straggler=1):
 
 
 def dashboard(n, seconds=30, kind="sim", label="sync_stall:4", detector=True, truth=None,
-              note=""):
+              note="", gpm=()):
+    """``gpm``: the GPUs with GPM (SM activity readings)."""
     d = Dashboard(infos(n), kind=kind, label=label, interval=1.0, detector=detector, note=note)
-    for sec, t in enumerate(ticks(n, seconds, truth=truth)):
+    for sec, t in enumerate(ticks(n, seconds, truth=truth, gpm=gpm)):
         d.update(t, diagnosis_at(sec, n) if detector else [])
     return d

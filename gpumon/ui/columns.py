@@ -13,6 +13,9 @@ MISSING = "-"
 # GPU cells after the utilization sparkline, each one field or a "used/total" style pair.
 GPU_MAIN = (("mem_used_mib", "mem_total_mib"), ("power_w", "power_limit_w"))
 GPU_DETAIL = (("sm_clock_mhz",), ("temp_c",), ("pcie_rx_mbps", "pcie_tx_mbps"))
+# Beside utilization, where some GPU has GPM: the share of SMs with work (a collective that
+# spins reads 100% utilization at a few per cent of it), as a per cent.
+SM_ACTIVE = "sm_active_ratio"
 # Per-job cells (JobProcs) on the host panel.
 JOB_CELLS = ("main_cpu_pct", "main_thread_max_pct", "loader_workers", "loader_cpu_pct",
              "loader_busy")
@@ -36,6 +39,11 @@ def fmt(name: str, value: Any) -> str:
     if spec and isinstance(value, (int, float)):
         return format(value, spec)
     return str(value)
+
+
+def percent(value: Optional[float]) -> str:
+    """A 0-1 ratio as a whole per cent ("42%"); None (missing) as "-", never 0."""
+    return MISSING if value is None else f"{100 * value:.0f}%"
 
 
 def width(name: str) -> int:

@@ -64,6 +64,12 @@ def _held_down(s: Optional[GpuSample]) -> bool:
     return bool(held_down(share, frac))
 
 
+def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
+    """The mean of the known values; None where none is known (missing, never 0)."""
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
 def throttle_reasons(mask: Optional[int]) -> tuple[str, ...]:
     """The clock-event reasons that hold the clocks down (heat, power), not idleness."""
     if not mask:
@@ -79,6 +85,7 @@ class GpuView:
     util: Optional[float]             # mean utilization over the last interval
     spark: str                        # recent utilization, one character per driver sample
     spark_ascii: str                  # the same in ASCII, for terminals without unicode
+    sm_active: Optional[float] = None  # mean SM activity (0-1) over the interval; None: no GPM
     cold: bool = False
     throttle: tuple[str, ...] = ()
     lost: bool = False
@@ -106,6 +113,7 @@ class View:
     judged: Optional[tuple[int, ...]] = None   # judged GPUs (gpumon run: CMD's); None: all
     truth: Any = None                 # simulated sources: the phase running (sim Truth)
     note: str = ""                    # a line for the screen (why this source: `make run`)
+    gpm: bool = False                 # some GPU has given an SM activity reading so far
 
 
 class Dashboard:
@@ -124,6 +132,8 @@ class Dashboard:
         self._sparks = {i.index: Sparkline() for i in infos}
         self._latest: dict[int, GpuSample] = {}
         self._util: dict[int, Optional[float]] = {}
+        self._sm: dict[int, Optional[float]] = {}
+        self._gpm = False
         self._lost: set[int] = set()
         self._host: Optional[HostSample] = None
         self._judged: Optional[tuple[int, ...]] = None
@@ -154,14 +164,7 @@ class Dashboard:
             if self._first is None:
                 self._first = tick.time - self.interval
             for gpu, samples in by_gpu.items():
-                if gpu not in self._sparks:          # a GPU the infos did not name
-                    self._sparks[gpu] = Sparkline()
-                self._sparks[gpu].extend(s.util_gpu_pct for s in samples)
-                self._latest[gpu] = samples[-1]
-                utils = [s.util_gpu_pct for s in samples if s.util_gpu_pct is not None]
-                self._util[gpu] = sum(utils) / len(utils) if utils else None
-                if len(samples) >= 2 and samples[-1].time > samples[0].time:
-                    self._sample_s = (samples[-1].time - samples[0].time) / (len(samples) - 1)
+                self._take(gpu, samples)
             self._lost.update(tick.lost)
             self._judged = tick.judged
             if tick.host is not None:
@@ -169,23 +172,39 @@ class Dashboard:
             self._diagnoses = tuple(diagnoses)
             if tick.truth is not None:
                 self._truth = tick.truth
-            # No diagnosis and insufficient_data are one thing on screen: no verdict.
-            verdict = main.verdict if main else INSUFFICIENT_DATA
-            self._strip.append(STRIP_CHAR.get(verdict, "?"))
-            self._strip_verdicts.append(verdict)
-            if len(self._strip) > STRIP_KEEP:
-                del self._strip[:-STRIP_KEEP]
-                del self._strip_verdicts[:-STRIP_KEEP]
-            if verdict == INSUFFICIENT_DATA:
-                self.no_verdict_s += dt
-            else:
-                self.verdict_s[main.verdict] = self.verdict_s.get(main.verdict, 0.0) + dt
-                key = (main.verdict, main.cause)
-                self.cause_counts[key] = self.cause_counts.get(key, 0) + 1
-                self.last_by_key[key] = main
+            self._count(main, dt)
             self._time = tick.time
             self.ticks += 1
             self._version += 1
+
+    def _take(self, gpu: int, samples: list[GpuSample]) -> None:
+        """One GPU's samples of a tick: its sparkline, latest reading and interval means."""
+        if gpu not in self._sparks:          # a GPU the infos did not name
+            self._sparks[gpu] = Sparkline()
+        self._sparks[gpu].extend(s.util_gpu_pct for s in samples)
+        self._latest[gpu] = samples[-1]
+        self._util[gpu] = _mean([s.util_gpu_pct for s in samples])
+        self._sm[gpu] = _mean([s.sm_active_ratio for s in samples])
+        self._gpm = self._gpm or self._sm[gpu] is not None
+        if len(samples) >= 2 and samples[-1].time > samples[0].time:
+            self._sample_s = (samples[-1].time - samples[0].time) / (len(samples) - 1)
+
+    def _count(self, main: Optional[Diagnosis], dt: float) -> None:
+        """The tick's verdict on the strip and in the time per verdict (and per cause)."""
+        # No diagnosis and insufficient_data are one thing on screen: no verdict.
+        verdict = main.verdict if main else INSUFFICIENT_DATA
+        self._strip.append(STRIP_CHAR.get(verdict, "?"))
+        self._strip_verdicts.append(verdict)
+        if len(self._strip) > STRIP_KEEP:
+            del self._strip[:-STRIP_KEEP]
+            del self._strip_verdicts[:-STRIP_KEEP]
+        if main is None or verdict == INSUFFICIENT_DATA:
+            self.no_verdict_s += dt
+            return
+        self.verdict_s[verdict] = self.verdict_s.get(verdict, 0.0) + dt
+        key = (verdict, main.cause)
+        self.cause_counts[key] = self.cause_counts.get(key, 0) + 1
+        self.last_by_key[key] = main
 
     __call__ = update
 
@@ -202,7 +221,7 @@ class Dashboard:
                 util = self._util.get(index)
                 gpus.append(GpuView(
                     index=index, name=info.name if info else f"GPU {index}", sample=s,
-                    util=util, spark=self._sparks[index].text,
+                    util=util, sm_active=self._sm.get(index), spark=self._sparks[index].text,
                     spark_ascii=self._sparks[index].ascii,
                     cold=index in cold,
                     throttle=throttle_reasons(s.clock_events if s else None),
@@ -217,7 +236,7 @@ class Dashboard:
                 elapsed=(self._time - self._first) if self._time is not None else 0.0,
                 interval=self.interval, sample_s=self._sample_s, detector=self.detector,
                 version=self._version, ticks=self.ticks, judged=self._judged,
-                truth=self._truth, note=self.note)
+                truth=self._truth, note=self.note, gpm=self._gpm)
 
     @property
     def version(self) -> int:

@@ -173,27 +173,29 @@ def _marks(g: GpuView) -> list[tuple[str, str]]:
 class _Geometry:
     """Column widths for one terminal width; computed once per width and kept."""
 
-    def __init__(self, width: int, wide: bool):
+    def __init__(self, width: int, wide: bool, sm: bool = False):
         self.width = width
         self.wide = wide
+        self.sm_w = max(len(col.title(col.SM_ACTIVE)), 4) if sm else 0   # 0: no SM column
         self.name_w = NAME_W if width >= 100 else NAME_W_NARROW
         self.main = [(names, col.cell_width(names)) for names in col.GPU_MAIN]
         self.detail = [(names, col.cell_width(names)) for names in col.GPU_DETAIL] if wide else []
         self.cells = self.main + self.detail
         fixed = 2 + 1 + self.name_w + 1 + 4 + 1        # index, name, util
+        fixed += self.sm_w + 1 if sm else 0
         fixed += sum(w + 1 for _, w in self.cells) + 1 + MARK_W
         if wide:
             fixed += 1 + PIDS_W
         self.spark_w = max(MIN_SPARK, width - fixed - 1)
 
 
-_geometry_cache: dict[tuple[int, bool], _Geometry] = {}
+_geometry_cache: dict[tuple[int, bool, bool], _Geometry] = {}
 
 
-def geometry(width: int, wide: bool) -> _Geometry:
-    g = _geometry_cache.get((width, wide))
+def geometry(width: int, wide: bool, sm: bool = False) -> _Geometry:
+    g = _geometry_cache.get((width, wide, sm))
     if g is None:
-        g = _geometry_cache[(width, wide)] = _Geometry(width, wide)
+        g = _geometry_cache[(width, wide, sm)] = _Geometry(width, wide, sm)
     return g
 
 
@@ -205,6 +207,8 @@ def unit_text(u: str, ascii: bool) -> str:
 def gpu_header(v: View, geo: _Geometry, ascii: bool = False) -> Line:
     line = Line().add(" #", st.HEADER).add(" ").add("name".ljust(geo.name_w), st.HEADER)
     line.add(" ").add(col.title("util_gpu_pct").rjust(4), st.HEADER).add(" ")
+    if geo.sm_w:
+        line.add(col.title(col.SM_ACTIVE).rjust(geo.sm_w), st.HEADER).add(" ")
     if v.sample_s:
         span = f"last {geo.spark_w * v.sample_s:.0f} s, {1 / v.sample_s:.0f}/s"
     else:
@@ -229,13 +233,17 @@ def _pids(g: GpuView) -> str:
 
 
 def gpu_lines(g: GpuView, geo: _Geometry, ascii: bool, detail: bool) -> list[Line]:
-    s = g.sample
+    """A GPU's main line (utilization, SM activity, sparkline, cells, marks) and, with
+    ``detail``, its second line."""
     line = Line().add(f"{g.index:>2}", st.HEADER).add(" ")
     line.add(short_name(g.name, geo.name_w)).add(" ")
     util = col.fmt("util_gpu_pct", g.util)
     line.add((util + "%" if g.util is not None else util).rjust(4), st.HEADER).add(" ")
+    if geo.sm_w:
+        line.add(col.percent(g.sm_active).rjust(geo.sm_w)).add(" ")
     line.add((g.spark_ascii if ascii else g.spark)[-geo.spark_w:].rjust(geo.spark_w), st.SPARK)
-    line.add("".join(" " + col.cell_value(names, s).rjust(w) for names, w in geo.cells) + " ")
+    line.add("".join(" " + col.cell_value(names, g.sample).rjust(w) for names, w in geo.cells)
+             + " ")
     start = line.n
     for k, (mark, style) in enumerate(_marks(g)):
         line.add(" " if k else "").add(mark, style)
@@ -244,26 +252,28 @@ def gpu_lines(g: GpuView, geo: _Geometry, ascii: bool, detail: bool) -> list[Lin
         line.add(" ").add(_pids(g)[:PIDS_W], st.DIM)
         if g.throttle:
             line.add(" " + ",".join(g.throttle), st.MARK_THROTTLE)
-    lines = [line]
-    if detail:
-        d = Line().add(" " * (3 + geo.name_w if geo.width >= 100 else 4))
-        for names in col.GPU_DETAIL:
-            label = "/".join(col.title(n) for n in names)
-            unit = col.unit(names[0])
-            known = s is not None and any(getattr(s, n) is not None for n in names)
-            d.add(" ").add(label, st.DIM).add(" " + col.cell_value(names, s))
-            if known:
-                d.add(unit_text(unit, ascii) if unit == "C" else f" {unit}" if unit else "",
-                      st.DIM)
-            d.add(" ")
-            if names[0] == "temp_c" and g.throttle:
-                d.add(" throttle " + ",".join(g.throttle) + " ", st.MARK_THROTTLE)
-        pids = " " + _pids(g)
-        if d.n + 1 + len(col.title("pids")) + len(pids) > geo.width:
-            pids = " ..."       # the wide layout and the job line name them; never cut one
-        d.add(" ").add(col.title("pids"), st.DIM).add(pids)
-        lines.append(d)
-    return lines
+    return [line, _detail_line(g, geo, ascii)] if detail else [line]
+
+
+def _detail_line(g: GpuView, geo: _Geometry, ascii: bool) -> Line:
+    """The second line of a GPU: SM clock, temperature (and throttle reasons), PCIe, PIDs."""
+    s = g.sample
+    d = Line().add(" " * (3 + geo.name_w if geo.width >= 100 else 4))
+    for names in col.GPU_DETAIL:
+        label = "/".join(col.title(n) for n in names)
+        unit = col.unit(names[0])
+        known = s is not None and any(getattr(s, n) is not None for n in names)
+        d.add(" ").add(label, st.DIM).add(" " + col.cell_value(names, s))
+        if known:
+            d.add(unit_text(unit, ascii) if unit == "C" else f" {unit}" if unit else "",
+                  st.DIM)
+        d.add(" ")
+        if names[0] == "temp_c" and g.throttle:
+            d.add(" throttle " + ",".join(g.throttle) + " ", st.MARK_THROTTLE)
+    pids = " " + _pids(g)
+    if d.n + 1 + len(col.title("pids")) + len(pids) > geo.width:
+        pids = " ..."       # the wide layout and the job line name them; never cut one
+    return d.add(" ").add(col.title("pids"), st.DIM).add(pids)
 
 
 def host_lines(v: View, width: int, rows: int) -> list[Line]:
@@ -497,7 +507,7 @@ def _frame(v: View, width: int, height: int, ascii: bool,
     n = len(v.gpus)
     wide = width >= WIDE_COLS
     host_rows = 2 if 11 + n + 1 > height else 3     # (detail rows go first when short)
-    geo = geometry(width, wide)
+    geo = geometry(width, wide, v.gpm)
     out = [(P_TITLE, title_line(v, width))]
     if v.note:
         out.append((P_NOTE, Line().add(" " + _ascii_safe(v.note), st.WARN)))
