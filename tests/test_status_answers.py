@@ -84,6 +84,22 @@ def test_gpu_line_shortens_before_leaving_out():
     assert gpu_line(g, True, 40).startswith("[3] NVIDIA A") and len(gpu_line(g, True, 40)) <= 40
 
 
+def test_gpu_line_sm_activity_beside_utilization():
+    from gpumon.samples import GpuSample
+    from gpumon.ui.model import GpuView
+    from gpumon.ui.status import gpu_line
+    s = GpuSample(time=0.0, gpu=0, util_gpu_pct=100.0, mem_used_mib=100.0, mem_total_mib=800.0,
+                  power_w=100.0, power_limit_w=400.0, temp_c=60.0)
+    g = GpuView(index=0, name="NVIDIA H100 80GB HBM3", sample=s, util=100.0, spark="",
+                spark_ascii="", sm_active=0.034)
+    assert "| 100% | smact   3% | " in gpu_line(g, True, 120, sm=True)
+    assert "smact" not in gpu_line(g, True, 120)                       # no GPU has GPM
+    bare = GpuView(index=1, name="NVIDIA A100", sample=s, util=100.0, spark="", spark_ascii="")
+    assert "| 100% | smact    - | " in gpu_line(bare, True, 120, sm=True)   # "-", never 0
+    narrow = gpu_line(g, True, 60, sm=True)                            # temperature goes first
+    assert "smact   3%" in narrow and "60C" not in narrow and len(narrow) <= 60
+
+
 @pytest.mark.parametrize("flag", ["-1", "--once"])
 def test_nvitop_once_is_accepted(clean_env, flag):
     out = run(clean_env, "--sim", "busy:1", "--sample", "1", flag)

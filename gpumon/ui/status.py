@@ -14,6 +14,7 @@ from gpumon import __version__
 from gpumon.diagnosis import INSUFFICIENT_DATA, Diagnosis
 from gpumon.jsonlog import local_time
 from gpumon.samples import GPM_FIELDS, GpuSample
+from gpumon.ui import columns as col
 from gpumon.ui.columns import MISSING
 from gpumon.ui.model import GpuView, View
 from gpumon.ui.processes import ProcRow, proc_rows, text_lines
@@ -143,27 +144,31 @@ NAME_W, NAME_MIN = 24, 8
 DROP = ("temp", "power", "mem")
 
 
-def _gpu_cells(g: GpuView, ascii: bool) -> dict[str, str]:
-    """A GPU line's cells after its name: utilization, memory, power, temperature."""
+def _gpu_cells(g: GpuView, ascii: bool, sm: bool) -> dict[str, str]:
+    """A GPU line's cells after its name: utilization, SM activity (``sm``: where some GPU
+    has GPM; "-" on a GPU without), memory, power, temperature."""
+    cells = {"util": f"{_fmt(g.util, '%'):>4}"}
+    if sm:
+        cells["sm"] = f"{col.title(col.SM_ACTIVE)} {col.percent(g.sm_active):>4}"
     s = g.sample
     if s is None:
-        return {"util": f"{_fmt(g.util, '%'):>4}", "mem": f"{MISSING:>19}",
-                "power": f"{MISSING:>11}", "temp": f"{MISSING:>5}"}
+        return cells | {"mem": f"{MISSING:>19}", "power": f"{MISSING:>11}",
+                        "temp": f"{MISSING:>5}"}
     mem = f"{_fmt(s.mem_used_mib, '')} / {_fmt(s.mem_total_mib, ' MiB')}"
     power = f"{_fmt(s.power_w, '')} / {_fmt(s.power_limit_w, ' W')}"
     temp = _fmt(s.temp_c, "C" if ascii else "°C")
-    return {"util": f"{_fmt(g.util, '%'):>4}", "mem": f"{mem:>19}", "power": f"{power:>11}",
-            "temp": f"{temp:>5}"}
+    return cells | {"mem": f"{mem:>19}", "power": f"{power:>11}", "temp": f"{temp:>5}"}
 
 
-def gpu_line(g: GpuView, ascii: bool, width: int = 80) -> str:
-    """``[i] name | util | memory | power | temperature`` in ``width`` columns: the name
-    shortened, then the temperature, power and memory left out, as the width asks."""
+def gpu_line(g: GpuView, ascii: bool, width: int = 80, sm: bool = False) -> str:
+    """``[i] name | util | SM activity | memory | power | temperature`` in ``width``
+    columns: the name shortened, then the temperature, power and memory left out, as the
+    width asks (utilization and SM activity stay)."""
     head = f"[{g.index}] "
     if g.lost:
         return (head + f"{g.name[:NAME_W]:{NAME_W}}  lost (NVML: GPU is lost, it fell off "
                 "the bus)")[:width]
-    cells = _gpu_cells(g, ascii)
+    cells = _gpu_cells(g, ascii, sm)
     drop = list(DROP)
     while True:
         rest = "".join(" | " + c for c in cells.values())
@@ -209,7 +214,7 @@ def status_text(v: View, hostname: str, seconds: float, width: int,
     what = {"sim": f"  SIMULATED {v.label}", "replay": f"  REPLAYED {v.label}"}.get(v.kind, "")
     out = textwrap.wrap(f"gpumon {__version__}  {hostname}  {local_time(now, 'seconds')} "
                         f"(local){what}", width, subsequent_indent="  ")
-    out += [gpu_line(g, ascii, width) for g in v.gpus]
+    out += [gpu_line(g, ascii, width, sm=v.gpm) for g in v.gpus]
     out.append("")
     out += verdict_lines(v, seconds, width)
     out.append("")
