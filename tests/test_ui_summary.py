@@ -97,3 +97,14 @@ def test_plain_line_missing_and_lost():
     line = plain.line(t, [], infos(2))
     cells = line.split("|")
     assert cells[1].split() == ["-", "-"] and cells[2].strip() == "lost"
+
+
+def test_plain_line_has_sm_activity_where_the_node_has_gpm():
+    from dataclasses import replace
+    inf = [replace(i, supported=(("gpm", i.index < 1),)) for i in infos(2)]
+    head = plain.header(inf, "sim", "demo", 1.0)
+    assert head[1] == "time    |g0 util smact power|g1 util smact power|verdict"
+    line = plain.line(ticks(2, 20, gpm=(0,))[-1], [], inf)
+    g0, g1 = line.split("|")[1:3]
+    assert g0.split()[1:] == ["3%", "210W"] and g1.split()[1:] == ["-", "560W"]
+    assert len(g0) == len(head[1].split("|")[1])                       # columns line up

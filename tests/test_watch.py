@@ -27,7 +27,7 @@ def test_piped_prints_plain_lines_as_they_come(gpumon_cmd, clean_env):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env)
     head = [p.stdout.readline(), p.stdout.readline()]
     assert "2 SIMULATED GPUs (busy:2)" in head[0]
-    assert head[1].startswith("time    |g0 util power|g1 util power|verdict")
+    assert head[1].startswith("time    |g0 util smact power|g1 util smact power|verdict")
     first = p.stdout.readline()
     assert LINE.match(first), first
     assert p.poll() is None                       # flushed while still running
@@ -186,8 +186,9 @@ def test_live_screen_in_tmux(tmux, clean_env):
     text = tmux.wait_for(lambda s: "SYNC STALL" in s and len(spark.findall(s)) >= 4)
     lines = text.splitlines()
     assert "SIMULATED sync_stall:4" in lines[0], text
-    for g in range(4):
-        assert any(re.match(rf"\s*{g} \S", line) for line in lines), text
+    for g in range(4):        # utilization, then SM activity (every simulated GPU has GPM)
+        assert any(re.match(rf"\s*{g} \S.* \d+% +\d+% ", line) for line in lines), text
+    assert " util smact " in text, text
     assert "SYNC STALL" in text, text
     assert len(spark.findall(text)) >= 4                   # a sparkline per GPU
     assert all(len(line) <= 100 for line in lines)
@@ -225,8 +226,11 @@ def test_nvml_path_on_the_fake_library(gpumon_cmd, clean_env):
     assert "2 GPUs" in lines[0] and "SIMULATED" not in lines[0]
     data = [x.split("|") for x in lines if LINE.match(x)]
     assert len(data) >= 3
-    assert data[0][2].split()[1] == "-"                  # GPU 1 has no power reading: "-", not 0
-    assert re.fullmatch(r"\s*\d+W", data[0][1].split("%")[1])
+    assert lines[1].startswith("time    |g0 util smact power|g1 util smact power|")
+    assert data[0][2].split()[-1] == "-"                 # GPU 1 has no power reading: "-", not 0
+    assert re.fullmatch(r"\d+W", data[0][1].split()[-1])
+    assert data[0][1].split()[1] == "-"                  # no SM activity before two GPM samples
+    assert re.fullmatch(r"\d+%", data[1][1].split()[1])
     assert data[-1][2].strip() == "lost" and data[-1][1].strip() != "lost"
     assert lines[-1].startswith("gpumon watched 2 GPUs (0,1) for 0:00:0")
 
