@@ -422,6 +422,8 @@ class NvmlSource:
             try:
                 pci = g.query("pci", N.nvmlDeviceGetPciInfo)
                 limit = self._power_limit(g, time.monotonic())
+                if g.gpm is None and "gpm" not in g.unsupported:
+                    _gpm_start(g)       # asked now, so the info says whether it has GPM
             except GpuLost:
                 self._mark_lost(g)
         return GpuInfo(index=g.index, name=g.name, uuid=g.uuid,

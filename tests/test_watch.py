@@ -235,6 +235,20 @@ def test_nvml_path_on_the_fake_library(gpumon_cmd, clean_env):
     assert lines[-1].startswith("gpumon watched 2 GPUs (0,1) for 0:00:0")
 
 
+def test_plain_lines_without_gpm_have_no_sm_column(gpumon_cmd, clean_env):
+    """GPUs without GPM (before Hopper): NVML is asked before the header is written, so the
+    lines keep utilization and power only, no column of dashes."""
+    import fakenvml_env
+    why = fakenvml_env.skip_reason()
+    if why:
+        pytest.skip(why)
+    env = fakenvml_env.env(clean_env, gpus=2, unsupported={0: ["gpm"], 1: ["gpm"]})
+    r = subprocess.run(gpumon_cmd + ["watch", "--duration", "2"], capture_output=True, text=True,
+                       env=env, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1] == "time    |g0 util power|g1 util power|verdict"
+
+
 def test_every_gpu_lost_drops_the_verdict_and_says_so_once(gpumon_cmd, clean_env):
     """The last verdict does not stand for GPUs that are gone: the lines show "lost" and no
     verdict, one stderr line says no GPU is left, and watching goes on to the end."""
