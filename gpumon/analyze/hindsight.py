@@ -33,54 +33,40 @@ _UNKNOWN = CAUSES.index("unknown")
 
 @dataclass(kw_only=True)
 class Job(LogJob):
-    """One job's seconds (a detector LogJob) with what hindsight reads besides: ``duty``
-    (G, T), ``n``, ``u``: per-GPU duty and the job's sample count and busy sum per second;
-    ``sc``: pauses.scan of them; ``starving``: a rank's host starving where its loader
-    workers are known; ``power``: per-GPU mean power (G, T); ``dips``: pauses.one_off_dips;
-    ``rec``: pauses.recovered's marks of them; ``level``: the least busy GPU's duty (-inf
-    where one has no data or is cold beside the hottest); ``marks``: per rule, the seconds
-    it relabelled."""
-    duty: np.ndarray
-    n: np.ndarray
-    u: np.ndarray
+    """One job's seconds (a detector LogJob) with what hindsight reads besides: ``sc``:
+    pauses.scan of its seconds; ``starving``: a rank's host starving where its loader
+    workers are known; ``dips``: pauses.one_off_dips; ``rec``: pauses.recovered's marks of
+    them; ``marks``: per rule, the seconds it relabelled."""
     sc: object
     starving: np.ndarray
-    power: np.ndarray
     dips: list
     rec: np.ndarray
-    level: np.ndarray
     marks: dict = field(default_factory=dict)
 
     def bins(self, s: float) -> int:
         return int(round(s / BIN_S))
+
+    @property
+    def level(self) -> np.ndarray:
+        """Per second, the least duty of the job's GPUs (the table's ``full``: warm work on
+        every GPU), -inf where one has no data. A pause is over where it stays at busy_duty
+        for recover_s (back at full speed); a stall on one rank's host where it stays at
+        work_duty (the rank back at steady work)."""
+        t = self.table
+        with np.errstate(invalid="ignore"):
+            return np.where(np.isnan(t.duty).any(axis=0), -np.inf, t.full)
 
 
 def make(th: Thresholds, g: np.ndarray, table: SecondsTable, pause: np.ndarray,
          excl: np.ndarray, why: np.ndarray) -> Job:
     """The detector's LogJob of one job (its bins ``g``, its seconds ``table``, its pause
     flags) with what hindsight reads (the Detector calls this, then ``apply``)."""
-    duty, n, u = table.duty, table.n, table.u
     # (A rank's host starving where its loader workers are known.)
     starving = table.starving & ~np.isnan(table.workers)
-    dips = one_off_dips(duty, n, th, starving)
-    return Job(th=th, g=g, table=table, pause=pause, excl=excl, why=why, duty=duty, n=n, u=u,
-               sc=scan(duty, n, u, th), starving=starving, power=table.power, dips=dips,
-               rec=recovered(dips, len(n), th), level=_work_level(table, th))
-
-
-def _work_level(table: SecondsTable, th: Thresholds) -> np.ndarray:
-    """Per second, the least busy GPU's duty (-inf where a GPU has no data, or where power is
-    known and one is cold beside the hottest: spinning in a collective is not work). A
-    pause is over where it stays at busy_duty for recover_s (the job back at full speed:
-    its ramp seconds would read as starvation in the windows); a stall on one rank's host
-    where it stays at work_duty (the rank back at steady work: real jobs run at 88-92%
-    after a save, under busy_duty)."""
-    duty, pw = table.duty, table.power
-    with np.errstate(invalid="ignore", divide="ignore"):
-        level = np.where(np.isnan(duty), -np.inf, duty).min(axis=0)
-        top = np.nanmax(np.where(np.isnan(pw), -np.inf, pw), axis=0)
-        level[((pw / top) <= th.cold_power_ratio).any(axis=0)] = -np.inf
-    return level
+    dips = one_off_dips(table.duty, table.n, th, starving)
+    return Job(th=th, g=g, table=table, pause=pause, excl=excl, why=why,
+               sc=scan(table.duty, table.n, table.u, th), starving=starving, dips=dips,
+               rec=recovered(dips, len(table), th))
 
 
 @dataclass(frozen=True)
@@ -141,19 +127,20 @@ def _why_starved_stop(job: Job, a: int, b: int, d) -> str:
 
 def _not_one_off(job: Job) -> np.ndarray:
     unknown = job.why == _UNKNOWN
-    return not_one_off(job.pause, unknown, job.duty, job.n, job.u, job.th, sc=job.sc)
+    t = job.table
+    return not_one_off(job.pause, unknown, t.duty, t.n, t.u, job.th, sc=job.sc)
 
 
 def _why_not_one_off(job: Job, a: int, b: int, d) -> str:
-    after = int(job.sc.run_after[b]) if job.sc is not None and b < len(job.n) else 0
+    after = int(job.sc.run_after[b]) if job.sc is not None and b < len(job.table) else 0
     return (f"nothing on the host explains this {_secs(job, b - a)} stop and only "
             f"{_secs(job, after)} of steady work (at {job.th.work_duty:.0%} or more) "
             "followed it before the next: the next gap of a starving job, not a pause")
 
 
 def _two_sided(job: Job) -> np.ndarray:
-    return two_sided(job.duty, job.n, job.u, job.th, job.power, sc=job.sc,
-                     starving=job.starving)
+    t = job.table
+    return two_sided(t.duty, t.n, t.u, job.th, t.power, sc=job.sc, starving=job.starving)
 
 
 def _mark_pause(job: Job, m: np.ndarray) -> None:
@@ -164,7 +151,7 @@ def _mark_pause(job: Job, m: np.ndarray) -> None:
 def _why_two_sided(job: Job, a: int, b: int, d) -> str:
     th = job.th
     before = int(job.sc.run_before[a]) if job.sc is not None else 0
-    after = int(job.sc.run_after[b]) if job.sc is not None and b < len(job.n) else 0
+    after = int(job.sc.run_after[b]) if job.sc is not None and b < len(job.table) else 0
     return (f"the log shows steady work on either side of this {_secs(job, b - a)} stop "
             f"({_secs(job, before)} before, {_secs(job, after)} after; at least "
             f"{th.context_s:.0f} s and as long as the stop), back at the level before within "
@@ -214,7 +201,7 @@ def hindsight_lead(r: dict, flags: list, k: int) -> dict:
 
 
 def _lead_when(job: Job) -> np.ndarray:
-    return np.ones(len(job.n), bool)        # (hindsight_lead says which seconds lead)
+    return np.ones(len(job.table), bool)        # (hindsight_lead says which seconds lead)
 
 
 def _lead(job: Job, m: np.ndarray) -> None:
