@@ -213,17 +213,6 @@ def test_nvidia_smi_index_that_is_not_a_number_is_one_bad_line(tmp_path):
     assert log.samples.util[:4].tolist() == [5.0, 5.0, 95.0, 95.0]
 
 
-def test_segment_median_is_numpys():
-    import importlib
-    import numpy as np
-    T = importlib.import_module("gpumon.analyze.timeline")
-    rng = np.random.default_rng(3)
-    for _ in range(3000):
-        v = [round(float(x), 4) for x in rng.normal(0, 10.0 ** int(rng.integers(-3, 4)),
-                                                    int(rng.integers(1, 10)))]
-        assert T._median(v) == float(np.median(v)), v
-
-
 def test_sample_orders_are_lexsorts():
     """The shortcuts for samples already in order give np.lexsort((time, gpu)) exactly: ties,
     NaN times, GPUs out of order, a log's time-major rows."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from gpumon.diagnosis import CAUSES, PAUSED, VERDICTS
 from gpumon.analyze.pauses import (AFTER, DIP, LEAD, not_one_off, one_off_dips, recovered,
-                                   scan, two_sided)
+                                   runs, scan, two_sided)
 from gpumon.detect import LogJob
 from gpumon.detect.seconds import SecondsTable
 from gpumon.detect.thresholds import BIN_S, Thresholds
@@ -109,6 +109,28 @@ def _dip_at(job: Job, i: int) -> str:
 
 
 # --- pause flags ------------------------------------------------------------------------
+
+
+def _final(job: Job) -> np.ndarray:
+    """Per second, the cause its pause (its run of paused seconds) had at its last second."""
+    a, b = runs(job.pause)
+    last = np.repeat(b - 1, b - a)
+    out = np.full(len(job.why), -1, dtype=job.why.dtype)
+    out[job.pause] = job.why[last]
+    return out
+
+
+def _final_cause(job: Job) -> np.ndarray:
+    return job.pause & (job.why != _final(job))
+
+
+def _set_final(job: Job, m: np.ndarray) -> None:
+    job.why = np.where(m, _final(job), job.why)
+
+
+def _why_final_cause(job: Job, a: int, b: int, d) -> str:
+    return (f"a log holds the whole {_secs(job, b - a)} pause: what it turned out to be "
+            "names each of its seconds")
 
 
 def _starved_stop(job: Job) -> np.ndarray:
@@ -266,6 +288,7 @@ def _why_one_off(job: Job, a: int, b: int, d) -> str:
 
 
 HINDSIGHT: tuple[Hindsight, ...] = (
+    Hindsight("final_cause", "pause", None, _final_cause, _set_final, _why_final_cause),
     Hindsight("starved_stop", "pause", None, _starved_stop, _clear, _why_starved_stop),
     Hindsight("not_one_off", "pause", None, _not_one_off, _clear, _why_not_one_off),
     Hindsight("two_sided", "pause", _PAUSED, _two_sided, _mark_pause, _why_two_sided),
@@ -307,8 +330,7 @@ def relabelled(job: Job, a: int, b: int, verdict: int) -> Optional[tuple[str, in
 def long_runs(full: np.ndarray, need: float) -> np.ndarray:
     """``full`` where its run of True is ``need`` long or longer (marked at each such run's
     start and end, then summed: a starving job has tens of thousands of short runs)."""
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], full.astype(np.int8), [0]))))
-    a, b = edges[::2], edges[1::2]
+    a, b = runs(full)
     long = b - a >= need
     mark = np.zeros(len(full) + 1, np.int8)
     mark[a[long]] = 1

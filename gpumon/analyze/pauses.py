@@ -14,6 +14,7 @@ than ``loader_startup_s`` (host counters of a gpumon log) are starvation even th
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Optional
 
 import numpy as np
@@ -65,6 +66,12 @@ def fill_holes(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds
     return duty, n, u
 
 
+def runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The runs [a, b) of True in ``mask``: their starts and ends."""
+    e = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
+    return e[::2], e[1::2]
+
+
 def _window_sums(x: np.ndarray, w: int) -> np.ndarray:
     """s[i] = x[i:i + w].sum() for every i with i + w <= len(x) (float64)."""
     c = np.concatenate(([0.0], np.cumsum(x, dtype=np.float64)))
@@ -83,7 +90,7 @@ def _runs(good: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds,
-              power: Optional[np.ndarray] = None, sc: Optional["_Scan"] = None,
+              power: Optional[np.ndarray] = None, sc: Optional[SimpleNamespace] = None,
               starving: Optional[np.ndarray] = None) -> np.ndarray:
     """Bins (T,) of a job that are pauses judged with what followed them, from per-GPU duty
     (G, T), the job's sample count and busy sum per bin and per-GPU mean power per bin
@@ -113,7 +120,7 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds,
 
 def not_one_off(pause: np.ndarray, unknown: np.ndarray, duty: np.ndarray, n: np.ndarray,
                 u: np.ndarray, th: Thresholds,
-                sc: Optional["_Scan"] = None) -> np.ndarray:
+                sc: Optional[SimpleNamespace] = None) -> np.ndarray:
     """Bins (T,) of the live tracker's pauses (``pause``) that a log shows were no one-off
     stop: ``unknown`` (nothing on the host explains them) and followed by steady work
     (lone seconds allowed) shorter than the pause itself before the next stop, the log not
@@ -126,8 +133,7 @@ def not_one_off(pause: np.ndarray, unknown: np.ndarray, duty: np.ndarray, n: np.
     if not pause.any() or T < 2 * need + 1:
         return out
     run_after = (sc if sc is not None else scan(duty, n, u, th)).run_after
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], pause.astype(np.int8), [0]))))
-    for a, e in zip(edges[::2].tolist(), edges[1::2].tolist()):
+    for a, e in zip(*(r.tolist() for r in runs(pause))):
         if e < T and unknown[a:e].all() and run_after[e] < min(e - a, T - e):
             out[a:e] = True
     return out
@@ -138,12 +144,8 @@ def _need(th: Thresholds) -> int:
     return max(2, int(round(th.context_s / BIN_S)))
 
 
-class _Scan:
-    """Per bin of a job, what two_sided and not_one_off read (see scan)."""
-
-
 def scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
-         th: Thresholds) -> Optional[_Scan]:
+         th: Thresholds) -> Optional[SimpleNamespace]:
     """What two_sided and not_one_off read of a job's bins (per-GPU duty (G, T), sample count
     and busy sum per bin): computed once, it serves both. None where the job is too short
     for a dip with steady work on either side (both then find none)."""
@@ -151,7 +153,7 @@ def scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     need = _need(th)
     if T < 2 * need + 1:
         return None
-    sc = _Scan()
+    sc = SimpleNamespace()
     duty, n, u = fill_holes(duty, n, u, th)
     have, has, low, good = _seconds(duty, n, th)
     sc.good = good
@@ -194,7 +196,7 @@ def scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     return sc
 
 
-def _leads(sc: _Scan, need: int, lead_in: int) -> np.ndarray:
+def _leads(sc: SimpleNamespace, need: int, lead_in: int) -> np.ndarray:
     """Per possible dip start (``sc.first``): how many bins before it the steady work before
     it ended, the fewest up to ``lead_in``; -1 where none did (no dip starts there). Ranks
     stop one after another: the steady work may end a few seconds before all do. (All at
@@ -207,7 +209,7 @@ def _leads(sc: _Scan, need: int, lead_in: int) -> np.ndarray:
     return lead
 
 
-def _dip(sc: _Scan, s: int, lead: int, th: Thresholds, need: int
+def _dip(sc: SimpleNamespace, s: int, lead: int, th: Thresholds, need: int
          ) -> Optional[tuple[int, int]]:
     """The pause [start, end) whose first non-steady bin is ``s``, its steady work ending
     ``lead`` bins before it (_leads), or None: that work at work_duty or more, a
@@ -236,7 +238,7 @@ def _dip(sc: _Scan, s: int, lead: int, th: Thresholds, need: int
     return (s - lead, e) if _isolated(sc, s - lead, e, at_end, lead_in) else None
 
 
-def _isolated(sc: _Scan, a: int, e: int, at_end: bool, lead_in: int) -> bool:
+def _isolated(sc: SimpleNamespace, a: int, e: int, at_end: bool, lead_in: int) -> bool:
     """Steady work (lone seconds allowed) at least as long as the dip [a, e) on either side
     (after it, up to the end of the log where that comes first), and the ranks stopped
     together: one rank idle beside others at work for most of the dip, the same rank
@@ -301,9 +303,8 @@ def one_off_dips(duty: np.ndarray, n: np.ndarray, th: Thresholds,
     good = _seconds(duty, n, th)[3]
     if starving is not None:
         good &= ~starving
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], good.astype(np.int8), [0]))))
-    runs = list(zip(edges[::2].tolist(), edges[1::2].tolist()))    # steady [a, b)
-    return [(a0, b0, a, b) for (a0, b0), (a, b) in zip(runs, runs[1:])
+    steady = list(zip(*(r.tolist() for r in runs(good))))     # steady [a, b)
+    return [(a0, b0, a, b) for (a0, b0), (a, b) in zip(steady, steady[1:])
             if min(b0 - a0, b - a) >= max(need, int(th.isolation * (a - b0)))]
 
 

@@ -10,14 +10,15 @@ way, give its evidence and reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from statistics import median
 from typing import Optional
 
 import numpy as np
 
 from gpumon.diagnosis import CAUSES, IDLE, INSUFFICIENT_DATA, PAUSED, VERDICTS, Diagnosis
 from gpumon.detect import Detector
-from gpumon.detect.result import (CONFIDENCE_FACTOR, EVIDENCE_KEYS, advice, idle_diagnosis,
-                                  make_diagnosis)
+from gpumon.detect.result import (CONFIDENCE_FACTOR, EVIDENCE_KEYS, _named, advice,
+                                  idle_diagnosis, make_diagnosis)
 from gpumon.detect.rules import held
 from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
 from gpumon.logs.log import Log, runs
@@ -230,10 +231,7 @@ def _too_short(log: Log, rate: float, start: float, end: float) -> Timeline:
 
 def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
            conf: list[float], reason: tuple[str, str]) -> Diagnosis:
-    v, c, s = key
-    verdict = VERDICTS[v]
-    cause = CAUSES[c] if c >= 0 else None
-    strag = gpus[s] if s >= 0 else None
+    verdict, cause, strag = _named(key, gpus)
     quoted = _quoted(ds, verdict, cause)
     # The numbers its reason quotes, of the same window; else the middle of its windows'.
     ev = dict(quoted.evidence) if quoted is not None else {k: _middle(ds, k)
@@ -277,15 +275,7 @@ def _reason(ds: list[Diagnosis], key: tuple, job: H.Job, a: int, b: int, th: Thr
 def _middle(ds: list[Diagnosis], k: str) -> Optional[float]:
     """The median of evidence ``k`` over the windows ``ds`` that have it (None: none)."""
     vals = [d.evidence.get(k) for d in ds if d.evidence.get(k) is not None]
-    return round(_median(vals), 4) if vals else None
-
-
-def _median(vals: list) -> float:
-    """np.median of a few numbers (no NaN), without its per-call cost: the middle one, or
-    the mean of the two middle ones, (a + b) / 2, as np.median computes it."""
-    s = sorted(vals)
-    k = len(s) // 2
-    return float(s[k]) if len(s) % 2 else (float(s[k - 1]) + float(s[k])) / 2
+    return round(float(median(vals)), 4) if vals else None
 
 
 def summary(tl: Timeline) -> dict:

@@ -409,34 +409,29 @@ class PauseTracker:
 def pause_flags(table: SecondsTable, th: Thresholds = DEFAULT,
                 starts: Optional[np.ndarray] = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(pause, excluded, why) per bin of a job from its seconds table; ``why``: the pause's
-    cause (an index into diagnosis.CAUSES), -1 outside pauses.
+    """(pause, excluded, why) per bin of a job from its seconds table, each as the live
+    tracker knew it at that bin; ``why``: the pause's cause then (an index into
+    diagnosis.CAUSES), -1 outside pauses.
 
-    ``pause`` is what was known at each bin (the verdict there is busy); ``excluded`` drops
-    the bins of pauses later found to be starvation, so windows after that see the gaps.
-    ``starts``: bins at which the job is seen starting (PauseTracker.begin), as live.
+    ``pause``: the verdict there is busy; ``excluded`` drops the bins of pauses later found
+    to be starvation, so windows after that see the gaps. ``starts``: bins at which the job
+    is seen starting (PauseTracker.begin), as live.
     """
     tr = PauseTracker(th)
     begin = set() if starts is None else set(np.flatnonzero(starts).tolist())
-    step, paused = tr.step, []
-    ends: dict = {}          # first bin of each pause -> (its last bin, its cause then)
+    step, cause = tr.step, CAUSES.index
+    why = np.full(len(table), -1, dtype=np.int64)
     marks = []               # (unmark, lead_in) ranges where the tracker set them, in order
     for i, s in enumerate(table.rows()):
         if i in begin:
             tr.begin()
         if step(s):
-            paused.append(i)
-            ends[max(tr.start, 0)] = (i, tr.reason)
+            why[i] = cause(tr.reason)
         if tr.unmark or tr.lead_in:
             marks.append((tr.unmark, tr.lead_in))
-    out = np.zeros(len(table), dtype=bool)
-    out[paused] = True
+    out = why >= 0
     excl = out.copy()
     for unmark, lead_in in marks:
         excl[unmark.start:unmark.stop] = False
         excl[lead_in.start:lead_in.stop] = True
-    # (A log knows the whole pause: what it turned out to be names all its seconds.)
-    why = np.full(len(out), -1, dtype=np.int64)
-    for a, (b, reason) in ends.items():
-        why[a:b + 1] = np.where(out[a:b + 1], CAUSES.index(reason), -1)
     return out, excl, why
