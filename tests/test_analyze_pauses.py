@@ -618,3 +618,18 @@ def test_a_job_present_from_the_first_sample_was_not_seen_starting(tmp_path):
     assert not startup, startup
     assert _verdicts(tl, 5, 85) == {"idle"}
     assert _verdicts(tl, 110, 205) == {"busy"}
+
+
+def test_each_pause_of_a_log_reads_the_cause_it_turned_out_to_have():
+    """The tracker names a pause's cause as it learns it (unknown, then checkpoint once the
+    host shows writes); a log knows the whole pause: the rule final_cause names each of its
+    seconds by what it turned out to be, and only the seconds of that pause."""
+    from gpumon.detect.pauses import CAUSES
+    unk, ckpt, epoch = (CAUSES.index(c) for c in ("unknown", "checkpoint", "epoch_boundary"))
+    why = np.array([-1, unk, unk, ckpt, -1, -1, epoch, epoch, -1])
+    job = H.Job(th=DEFAULT, g=None, table=None, pause=why >= 0, excl=why >= 0, why=why,
+                sc=None, starving=None, dips=[], rec=None)
+    m = H.BY_NAME["final_cause"].when(job)
+    assert m.tolist() == [False, True, True] + [False] * 6
+    H.BY_NAME["final_cause"].apply(job, m)
+    assert job.why.tolist() == [-1, ckpt, ckpt, ckpt, -1, -1, epoch, epoch, -1]

@@ -2,12 +2,12 @@
 
 A live verdict judges the window that ends now; a log also holds what came after. Each rule
 below may relabel a job's seconds in one way, in this order: ``pause`` rules set or clear
-pause flags (before the windows are judged, so the windows leave those seconds out or take
-them in), the ``window`` rule picks which window a second reads, ``verdict`` rules relabel the
-rules' verdicts. Nothing else in `gpumon analyze` changes a verdict or a pause flag. A segment
-whose windows never gave its verdict, and whose seconds a rule giving that verdict relabelled,
-records that rule: its name and its reason, built from the numbers it used and the caller's
-thresholds.
+pause flags or their causes (before the windows are judged, so the windows leave those
+seconds out or take them in), the ``window`` rule picks which window a second reads,
+``verdict`` rules relabel the rules' verdicts. Nothing else in `gpumon analyze` changes a
+verdict, a pause flag or its cause. A segment whose windows never gave its verdict, and
+whose seconds a rule giving that verdict relabelled, records that rule: its name and its
+reason, built from the numbers it used and the caller's thresholds.
 """
 from __future__ import annotations
 
@@ -63,10 +63,10 @@ def make(th: Thresholds, g: np.ndarray, table: SecondsTable, pause: np.ndarray,
     flags) with what hindsight reads (the Detector calls this, then ``apply``)."""
     # (A rank's host starving where its loader workers are known.)
     starving = table.starving & ~np.isnan(table.workers)
-    dips = one_off_dips(table.duty, table.n, th, starving)
-    return Job(th=th, g=g, table=table, pause=pause, excl=excl, why=why,
-               sc=scan(table.duty, table.n, table.u, th), starving=starving, dips=dips,
-               rec=recovered(dips, len(table), th))
+    sc = scan(table.duty, table.n, table.u, th)
+    dips = one_off_dips(sc, th, starving)
+    return Job(th=th, g=g, table=table, pause=pause, excl=excl, why=why, sc=sc,
+               starving=starving, dips=dips, rec=recovered(dips, len(table), th))
 
 
 @dataclass(frozen=True)
@@ -85,12 +85,9 @@ class Hindsight:
 
 def _run(mask: np.ndarray, i: int) -> tuple[int, int]:
     """The run [a, b) of True in ``mask`` that holds bin ``i`` (empty at i if it is False)."""
-    if not (0 <= i < len(mask)) or not mask[i]:
-        return i, i
-    off = np.flatnonzero(~mask)
-    a = off[off < i]
-    b = off[off > i]
-    return (int(a[-1]) + 1 if len(a) else 0), (int(b[0]) if len(b) else len(mask))
+    a, b = runs(mask)
+    k = int(np.searchsorted(a, i, side="right")) - 1
+    return (int(a[k]), int(b[k])) if k >= 0 and i < b[k] else (i, i)
 
 
 def _secs(job: Job, k: int) -> str:
@@ -148,9 +145,7 @@ def _why_starved_stop(job: Job, a: int, b: int, d) -> str:
 
 
 def _not_one_off(job: Job) -> np.ndarray:
-    unknown = job.why == _UNKNOWN
-    t = job.table
-    return not_one_off(job.pause, unknown, t.duty, t.n, t.u, job.th, sc=job.sc)
+    return not_one_off(job.pause, job.why == _UNKNOWN, job.sc)
 
 
 def _why_not_one_off(job: Job, a: int, b: int, d) -> str:

@@ -118,23 +118,20 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds,
     return out
 
 
-def not_one_off(pause: np.ndarray, unknown: np.ndarray, duty: np.ndarray, n: np.ndarray,
-                u: np.ndarray, th: Thresholds,
-                sc: Optional[SimpleNamespace] = None) -> np.ndarray:
+def not_one_off(pause: np.ndarray, unknown: np.ndarray,
+                sc: Optional[SimpleNamespace]) -> np.ndarray:
     """Bins (T,) of the live tracker's pauses (``pause``) that a log shows were no one-off
     stop: ``unknown`` (nothing on the host explains them) and followed by steady work
     (lone seconds allowed) shorter than the pause itself before the next stop, the log not
     ending first. Such a stop is the next gap of a starving job; a checkpoint, validation
     pass or epoch boundary is followed by more work than it took (two_sided's isolation).
-    ``sc``: scan() of the same bins, where the caller has it already."""
-    T = len(n)
+    ``sc``: scan() of the job's bins (None: too short for either)."""
+    T = len(pause)
     out = np.zeros(T, dtype=bool)
-    need = _need(th)
-    if not pause.any() or T < 2 * need + 1:
+    if sc is None or not pause.any():
         return out
-    run_after = (sc if sc is not None else scan(duty, n, u, th)).run_after
     for a, e in zip(*(r.tolist() for r in runs(pause))):
-        if e < T and unknown[a:e].all() and run_after[e] < min(e - a, T - e):
+        if e < T and unknown[a:e].all() and sc.run_after[e] < min(e - a, T - e):
             out[a:e] = True
     return out
 
@@ -290,19 +287,18 @@ def _tail_return(good: np.ndarray, jd: np.ndarray, s: int, bar: float, tail: int
 DIP, LEAD, AFTER = 1, 2, 3
 
 
-def one_off_dips(duty: np.ndarray, n: np.ndarray, th: Thresholds,
+def one_off_dips(sc: Optional[SimpleNamespace], th: Thresholds,
                  starving: Optional[np.ndarray] = None) -> list[tuple[int, int, int, int]]:
-    """(a0, b0, a, b) per isolated dip [b0, a) of a job: steady work [a0, b0) before it and
-    [a, b) after it (every GPU at work_duty or more in every second, no rank's host
-    ``starving``: host_starving), each at least context_s long and ``isolation`` times as
-    long as the dip. Such a dip was a one-off (a rank's slow batch, a short save), where a
-    starving job stops again sooner; its windows would hold starvation for up to
+    """(a0, b0, a, b) per isolated dip [b0, a) of a job (``sc``: scan() of its bins): steady
+    work [a0, b0) before it and [a, b) after it (every GPU at work_duty or more in every
+    second, no rank's host ``starving``), each at least context_s long and ``isolation``
+    times as long as the dip. Such a dip was a one-off (a rank's slow batch, a short save),
+    where a starving job stops again sooner; its windows would hold starvation for up to
     context_s after it."""
+    if sc is None:          # (too short for steady work on either side of a dip)
+        return []
     need = _need(th)
-    duty, n, _ = fill_holes(duty, n, n, th)
-    good = _seconds(duty, n, th)[3]
-    if starving is not None:
-        good &= ~starving
+    good = sc.good if starving is None else sc.good & ~starving
     steady = list(zip(*(r.tolist() for r in runs(good))))     # steady [a, b)
     return [(a0, b0, a, b) for (a0, b0), (a, b) in zip(steady, steady[1:])
             if min(b0 - a0, b - a) >= max(need, int(th.isolation * (a - b0)))]

@@ -339,7 +339,7 @@ def hold(hy: Hysteresis, times: np.ndarray, v: np.ndarray, c: np.ndarray, s: np.
 @dataclass
 class LogJob:
     """One job's seconds of a log as the stages fill them in: its bins ``g`` and seconds
-    ``table``; the pause flags (``pause``: a pause as known then; ``excl``: left out of the
+    ``table``; the pause flags as known then (``pause``: a pause; ``excl``: left out of the
     windows; ``why``: the pause's cause, a CAUSES index); ``recent``: a kernel within
     idle_after_s; the rules' output ``r`` and its verdict, cause and straggler per second
     (``v``, ``c``, ``s``); the key held after each second (``held``, an index into

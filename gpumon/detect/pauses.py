@@ -419,16 +419,18 @@ def pause_flags(table: SecondsTable, th: Thresholds = DEFAULT,
     """
     tr = PauseTracker(th)
     begin = set() if starts is None else set(np.flatnonzero(starts).tolist())
-    step, cause = tr.step, CAUSES.index
-    why = np.full(len(table), -1, dtype=np.int64)
+    step, paused, causes = tr.step, [], []
     marks = []               # (unmark, lead_in) ranges where the tracker set them, in order
     for i, s in enumerate(table.rows()):
         if i in begin:
             tr.begin()
         if step(s):
-            why[i] = cause(tr.reason)
+            paused.append(i)
+            causes.append(tr.reason)
         if tr.unmark or tr.lead_in:
             marks.append((tr.unmark, tr.lead_in))
+    why = np.full(len(table), -1, dtype=np.int64)
+    why[paused] = [CAUSES.index(c) for c in causes]
     out = why >= 0
     excl = out.copy()
     for unmark, lead_in in marks:
