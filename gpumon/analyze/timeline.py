@@ -123,7 +123,9 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
         return _too_short(log, rate, start, end)
     det = Detector(_rate_th(th, rate))
     th = det.th
-    st, jobs = det.read_log(log.samples, log.jobs, log.host, log.kind in DRIVER_SAMPLED,
+    samples = log.samples if not log.gpm or "sm_active_ratio" not in log.gpm else replace(
+        log.samples, sm_active=log.gpm["sm_active_ratio"])
+    st, jobs = det.read_log(samples, log.jobs, log.host, log.kind in DRIVER_SAMPLED,
                             log.pids)
     start = st.bin_time(0)
     end = float(np.nanmax(log.samples.time))

@@ -46,6 +46,7 @@ GPU_FIELDS = (
     "age", "agen",  # age of the youngest loader worker (s)
     "pid",      # ticks that saw a process on this GPU
     "pidn",     # ticks that said whether a process was there
+    "sa", "san",  # SM activity (GPM, share of SMs with work), sum and count
 )
 HOST_FIELDS = ("io", "ion", "rd", "rdn", "wr", "wrn", "cpu", "cpun")
 GI = {name: i for i, name in enumerate(GPU_FIELDS)}
@@ -61,7 +62,7 @@ _PCAP = CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_POWER_BRAKE
 _SAMPLE_FIELDS = np.array([GI[k] for k in (
     "n", "u", "busy", "idle", "pw", "pl", "clk", "cmax", "mem", "pid",
     "pn", "pln", "cn", "cmaxn", "memn", "pidn", "en", "therm", "pcap", "hws",
-    "bt", "it", "bst", "gst")])
+    "bt", "it", "bst", "gst", "sa", "san")])
 
 
 def _gpu_time_order(gpu: np.ndarray, t: np.ndarray) -> Optional[np.ndarray]:
@@ -161,6 +162,7 @@ class SampleCols:
     events: Optional[np.ndarray] = None
     mem: Optional[np.ndarray] = None
     has_pid: Optional[np.ndarray] = None   # 1.0 a process is on the GPU, 0.0 none, NaN unknown
+    sm_active: Optional[np.ndarray] = None  # GPM SM activity, 0-1 (NaN: no GPM)
 
 
 @dataclass
@@ -319,7 +321,8 @@ class Store:
         self._make_room(int(b.min()), int(b.max()))
         slots = b - self.b0
         n = len(t)
-        cols = (s.util, s.power, s.power_limit, s.clock, s.clock_max, s.mem, s.has_pid, s.events)
+        cols = (s.util, s.power, s.power_limit, s.clock, s.clock_max, s.mem, s.has_pid, s.events,
+                s.sm_active)
         nan = np.full(n, np.nan) if any(a is None for a in cols) else None
         vals = np.array([nan if a is None else np.asarray(a, dtype=float) for a in cols])
         if order is not None:
@@ -344,7 +347,7 @@ class Store:
         m = [have_u, v0[0] / 100.0, have_u & (vals[0] >= th.seg_util_pct),
              have_u & (vals[0] <= th.idle_util_pct), *v0[1:7], *ok[1:7], ok[7],
              (bits & _THERMAL) != 0, (bits & _PCAP) != 0, (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0,
-             *tm]
+             *tm, v0[8], ok[8]]
         self._scatter(self.g, _SAMPLE_FIELDS, rows, slots, m)
         self._gap_runs(t, gpu, rows_u, util)
 
@@ -521,7 +524,7 @@ class Store:
 # Samples of a log binned at once (bounds the scratch arrays, not the store).
 STORE_CHUNK = 1 << 17
 _SAMPLE_COLS = ("time", "gpu", "util", "power", "power_limit", "clock", "clock_max", "events",
-                "mem", "has_pid")
+                "mem", "has_pid", "sm_active")
 
 
 def log_store(s: SampleCols, jobs: Optional[JobCols], host: Optional[HostCols],
@@ -578,7 +581,7 @@ def tick_columns(ticks: Sequence[Tick]):
         gs = tick.gpus
         grows += [(s.time, s.gpu, s.util_gpu_pct, s.power_w, s.power_limit_w, s.sm_clock_mhz,
                    s.sm_clock_max_mhz, s.clock_events, s.mem_used_mib,
-                   None if s.pids is None else bool(s.pids)) for s in gs]
+                   None if s.pids is None else bool(s.pids), s.sm_active_ratio) for s in gs]
         for s in gs:
             if s.pids is not None:
                 pids[s.gpu] = s.pids
@@ -599,7 +602,7 @@ def tick_columns(ticks: Sequence[Tick]):
                    j.loader_workers, j.loader_busy, j.loader_age_s) for j in host.jobs]
         for p in host.procs:
             ppid[p.pid] = p.ppid
-    G = _cols(grows, 10)
+    G = _cols(grows, 11)
     J = _cols(jrows, 8)
     H = _cols(hrows, 5)
     samples = SampleCols(G[0], G[1].astype(np.int64), *G[2:])
