@@ -20,7 +20,7 @@ from gpumon.detect import nanops as N
 from typing import Optional
 
 from gpumon.detect.bins import GI, HI
-from gpumon.detect.seconds import settled as settled_seconds
+from gpumon.detect.seconds import by_sm, settled as settled_seconds
 from gpumon.diagnosis import CAUSES
 from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds
 
@@ -34,7 +34,7 @@ _RATIO_FIELDS = {
     "pcap_share": ("pcap", "en"), "hws_share": ("hws", "en"),
     "mem_mib": ("mem", "memn"), "pid_share": ("pid", "pidn"),
     "loader_cpu": ("ld", "ldn"), "main_cpu": ("mc", "mcn"), "main_thread": ("mt", "mtn"),
-    "workers": ("wk", "wkn"), "loader_busy": ("lb", "lbn")}
+    "workers": ("wk", "wkn"), "loader_busy": ("lb", "lbn"), "sm_active": ("sa", "san")}
 _RATIOS = tuple(_RATIO_FIELDS)
 _RECENT = ("workers", "loader_cpu", "loader_busy", "main_cpu", "main_thread")
 _RECENT_NUM = [GI[_RATIO_FIELDS[k][0]] for k in _RECENT]
@@ -362,8 +362,12 @@ def _stall_features(full: np.ndarray, ends: np.ndarray, th: Thresholds,
 def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.ndarray,
                     ends: np.ndarray, th: Thresholds, ix_t: np.ndarray) -> dict:
     """Power in busy seconds: its fraction of the limit, relative to the hottest GPU once all
-    are settled at work (busy-but-cold), and the run of seconds all busy yet cold (a hang)."""
+    are settled at work (busy-but-cold), and the run of seconds all busy yet cold (a hang).
+    Where every GPU has SM activity (GPM), a GPU's work is compared by it instead (rel_sm:
+    no power lag to settle, no chip-to-chip spread of power), and a hang is every GPU
+    spinning (seconds.by_sm)."""
     bpw = N.div(g[GI["pw"]], g[GI["pn"]])            # mean power per bin (W), NaN if none
+    sm = N.div(g[GI["sa"]], g[GI["san"]])
     blim = N.div(g[GI["pl"]], g[GI["pln"]])
     busy_bin = (bduty >= th.busy_duty) & ~np.isnan(bpw) & keep
     pf = N.div(bpw, blim)                            # power / limit per bin
@@ -371,30 +375,57 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     settled = settled_seconds(all_busy, th)
     top = N.nanmax(np.where(busy_bin, bpw, np.nan), axis=0) if bpw.shape[0] else bpw[0]
     rel = np.where(settled, N.div(bpw, top), 0.0)
-    # The settled seconds with some GPU cold beside the hottest, and which GPU was the
-    # hottest in each (rel is exactly 1 there): a straggler is the same GPU every step.
-    cold_s = settled & (np.where(np.isnan(rel), np.inf, rel) <= th.cold_power_ratio).any(axis=0)
-    # The six window sums in one pass (rows: power fraction while busy, busy seconds,
+    rel_a, ok, by_sm_s = _relative(rel, settled, all_busy, sm)
+    # The compared seconds with some GPU cold beside the hottest, and which GPU was the
+    # hottest in each (rel_a is exactly 1 there): a straggler is the same GPU every step.
+    cold_s = ok & (np.where(np.isnan(rel_a), np.inf, rel_a) <= th.cold_power_ratio).any(axis=0)
+    # The window sums in one pass (rows: power fraction while busy, busy seconds,
     # power relative to the hottest GPU, settled seconds, hottest in a cold second, cold
-    # seconds).
-    sums = wsum(np.array([np.where(busy_bin, pf, 0.0), busy_bin, rel,
-                          np.broadcast_to(settled, rel.shape), cold_s & (rel >= 1.0),
-                          np.broadcast_to(cold_s, rel.shape)], dtype=float), W, ends)
+    # seconds; SM activity relative to the most active GPU, seconds it is compared).
+    rows = [np.where(busy_bin, pf, 0.0), busy_bin, rel, np.broadcast_to(settled, rel.shape),
+            cold_s & (rel_a >= 1.0), np.broadcast_to(cold_s, rel.shape)]
+    if by_sm_s is not None:
+        rows += [np.where(by_sm_s, rel_a, 0.0), np.broadcast_to(by_sm_s, rel.shape)]
+    sums = wsum(np.array(rows, dtype=float), W, ends)
     rs = sums[2:4]
     # (Rows 0 / 1 and 2 / 3 in one division; rel_power (G, E): power over the hottest's,
     # all busy.)
     f = dict(zip(("power_frac_busy", "rel_power"), N.div(sums[0:4:2], sums[1:4:2])))
+    f["rel_sm"] = (N.div(sums[6], sums[7]) if by_sm_s is not None
+                   else np.full(sums[0].shape, np.nan))
     f["hot_bins"] = sums[4]                        # (G, E) hottest in a cold second
     f["cold_bins"] = sums[5][0] if len(sums[5]) else np.zeros(len(ends))
     # Seconds in a row, up to each window's end, with every GPU busy and drawing at most
     # spin_power_frac of its limit (Thresholds.hang_s), read within hang_s + 1 bins.
-    cold = all_busy & (N.nanmax(pf, axis=0) <= th.spin_power_frac) \
+    cold = all_busy & _all_spin(pf, bduty, sm, th) \
         if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
     last_warm = np.maximum.accumulate(np.where(cold, -1, ix_t))
     f["cold_run"] = np.minimum(ends - last_warm[ends],
                                int(math.ceil(th.hang_s / BIN_S)) + 1)
     f["all_busy_bins"] = rs[1][0] if rs.shape[1] else np.zeros(len(ends))   # (settled ones)
     return f
+
+
+def _relative(rel: np.ndarray, settled: np.ndarray, all_busy: np.ndarray, sm: np.ndarray):
+    """(rel_a, ok, by_sm_s): each GPU's work relative to the busiest GPU's per second, and
+    the seconds compared: power (``rel``, in the ``settled`` seconds) where some GPU lacks SM
+    activity, SM activity over the most active GPU's (every GPU busy) where each has it, the
+    seconds of which are ``by_sm_s`` (None: no such second)."""
+    smk = ~np.isnan(sm).any(axis=0) if len(sm) else np.zeros(sm.shape[1], bool)
+    if not smk.any():
+        return rel, settled, None
+    by_sm_s = smk & all_busy
+    rel_sm = N.div(sm, N.nanmax(sm, axis=0))
+    return (np.where(by_sm_s, rel_sm, np.where(smk, 0.0, rel)),
+            np.where(smk, all_busy, settled), by_sm_s)
+
+
+def _all_spin(pf: np.ndarray, bduty: np.ndarray, sm: np.ndarray, th: Thresholds):
+    """(T,): every GPU spins (seconds.by_sm): by SM activity where it has it, else drawing at
+    most spin_power_frac of its limit (a GPU without a power fraction or SM activity: as the
+    others)."""
+    spin = by_sm(~(pf > th.spin_power_frac), bduty, sm, th)
+    return spin.all(axis=0) & (~np.isnan(pf) | ~np.isnan(sm)).any(axis=0)
 
 
 def data_run(g: np.ndarray, since: Optional[np.ndarray], ends: np.ndarray,

@@ -25,7 +25,7 @@ EVIDENCE_KEYS = (
     "power_frac", "power_frac_busy", "busy_cold_share", "rel_power_min", "clock_frac",
     "throttle_share", "loader_cpu_pct", "loader_workers", "loader_busy", "main_cpu_pct",
     "main_thread_max_pct", "iowait_pct", "disk_read_mbps", "disk_write_mbps", "samples_per_s",
-    "pause",
+    "pause", "sm_active",
 )
 
 
@@ -70,8 +70,15 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
         "samples_per_s": (float(N.nanmean(col("n_all"))) / float(f["window"][e])
                           if f["duty"].shape[0] and "n_all" in f else None),
         "pause": float(bool(f["pause"][e])),
+        "sm_active": _sm_active(f, e),
     }
     return {k: _num(ev[k]) for k in EVIDENCE_KEYS}
+
+
+def _sm_active(f: dict, e: int) -> Optional[float]:
+    """The job's mean SM activity (GPM) over window ``e``, where every GPU has it."""
+    a = f["sm_active"][:, e] if "sm_active" in f else np.zeros(0)
+    return float(a.mean()) if len(a) and not np.isnan(a).any() else None
 
 
 def _duty_runs(f: dict, e: int) -> dict:

@@ -60,6 +60,8 @@ class SecondsTable:
     u: np.ndarray = col("busy samples", "sum of the job's utilization shares in the second")
     power: np.ndarray = col("W", "per GPU: mean power of its samples in the second (NaN: "
                             "none)")
+    sm_active: np.ndarray = col("share", "per GPU: mean SM activity (GPM) of its samples in "
+                                "the second (NaN: no GPM)")
     has: np.ndarray = col("bool", "the job sent data (some GPU sampled)")
     stopped: np.ndarray = col("bool", "every GPU seen, all below trickle_duty or all in a "
                               "gap of stop_gap_s ending in the second: the job stopped")
@@ -68,13 +70,15 @@ class SecondsTable:
     lone_idle: np.ndarray = col("bool", "one GPU below trickle_duty, every other at "
                                 "on_duty or more")
     all_on: np.ndarray = col("bool", "every GPU seen at on_duty or more: all at work")
-    cold: np.ndarray = col("bool (G, T)", "per GPU: busy, at most cold_power_ratio of the "
+    cold: np.ndarray = col("bool (G, T)", "per GPU: spins (where it has SM activity); "
+                           "else busy, at most cold_power_ratio of the "
                            "hottest busy GPU's power now, power settled (POWER_LAG_S), "
                            "its clocks not held down (held_down): waiting, not computing")
     full: np.ndarray = col("share", "the least duty of a GPU seen; 0 where a GPU is cold "
                            "or none sent data: warm work on every GPU")
-    spinning: np.ndarray = col("bool", "one GPU stopped while every GPU at work draws at "
-                               "most stop_power_frac of its own highest power over the "
+    spinning: np.ndarray = col("bool", "one GPU stopped while every GPU at work spins "
+                               "(where it has SM activity), or draws at most "
+                               "stop_power_frac of its own highest power over the "
                                "context_s before: they spin in a collective")
     held: np.ndarray = col("bool", "lone_idle and spinning: one rank holds the others up")
     gap_stop: np.ndarray = col("bool", "every GPU sampled min_samples times or more, "
@@ -137,12 +141,15 @@ def seconds(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT,
         at = _any(cold, 0).nonzero()[0]
         if len(at):
             cold[:, at] &= ~_held_down_bins(gt[:, :, at], th)
+        sm = N.div(gt[GI["sa"]], gt[GI["san"]])
+        cold = by_sm(cold, duty, sm, th)
         n, u = _add(gt[GI["n"]], 0), _add(gt[GI["u"]], 0)
         gap = gap_stops(gt, th)
         spin = spin_seconds(g, th, first, duty)
         cols = _work(duty, n, u, th, gap, _any(cold, 0), spin)
         cols.update(_host(gt, h[:, first:], n, th))
-    return SecondsTable(duty=duty, n=n, u=u, power=power, cold=cold, spinning=spin,
+    return SecondsTable(duty=duty, n=n, u=u, power=power, sm_active=sm, cold=cold,
+                        spinning=spin,
                         gap_stop=gap, **cols)
 
 
@@ -186,6 +193,23 @@ def gap_stops(g: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
     return _all(one, 0) & (g.shape[1] > 0)
 
 
+# -- spins: busy with few SMs active (GPM); power where a GPU has no SM activity ------------
+
+def spins(duty, sm, th: Thresholds = DEFAULT):
+    """A GPU busy (busy_duty) with under spin_sm_active of its SMs active: it spins in a
+    collective (NCCL keeps a kernel on a few SMs while it waits), it does not compute. From
+    duty and SM activity (shares; NaN SM activity: False)."""
+    return (duty >= th.busy_duty) & (sm < th.spin_sm_active)
+
+
+def by_sm(by_power, duty, sm, th: Thresholds = DEFAULT):
+    """Whether a GPU spins: ``spins`` where its SM activity is known, else ``by_power`` (the
+    reading of its power, the fallback where a GPU has no GPM)."""
+    if not np.any(sm == sm):                # (no SM activity anywhere: power alone)
+        return by_power
+    return np.where(np.isnan(sm), by_power, spins(duty, sm, th))
+
+
 # -- cold: below the hottest GPU's power now --------------------------------------------------
 
 def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
@@ -206,19 +230,22 @@ def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
 
 def busy_cold(util_pct: Mapping[int, Optional[float]], power_w: Mapping[int, Optional[float]],
               limit_w: Mapping[int, Optional[float]], th: Thresholds = DEFAULT,
-              held: Optional[Mapping[int, bool]] = None) -> frozenset[int]:
+              held: Optional[Mapping[int, bool]] = None,
+              sm_active: Optional[Mapping[int, Optional[float]]] = None) -> frozenset[int]:
     """The GPUs the cold column marks on one set of readings (utilization %, power and
-    limit W; ``held``: whose clocks are held down (held_down); no seconds before them to
-    settle): the screen's COLD mark."""
+    limit W; ``held``: whose clocks are held down (held_down); ``sm_active``: SM activity
+    (GPM, 0-1) where known; no seconds before them to settle): the screen's COLD mark."""
     gpus = list(power_w)
-    if len(gpus) < 2:
+    if len(gpus) < 2 and not sm_active:     # (power compares two GPUs or more)
         return frozenset()
 
     def one(values, scale=1.0):
         return np.array([[np.nan if values.get(g) is None else values[g] / scale]
                          for g in gpus], dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
-        cold = _cold(one(util_pct, 100.0), one(power_w), one(limit_w), th)[:, 0]
+        duty = one(util_pct, 100.0)
+        cold = by_sm(_cold(duty, one(power_w), one(limit_w), th), duty,
+                     one(sm_active or {}), th)[:, 0]
     held = held or {}
     return frozenset(g for g, c in zip(gpus, cold) if c and not held.get(g, False))
 
@@ -281,9 +308,10 @@ def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT, first: int = 0,
                  duty: Optional[np.ndarray] = None) -> np.ndarray:
     """The spinning column of bins ``first`` on (T - first,): one GPU stopped (under
     trickle_duty) beside GPUs at work (busy_duty or more) that each draw at most
-    stop_power_frac of their own highest power over the context_s before: they spin in a
-    collective (NCCL keeps a kernel running while it waits, at a fraction of its computing
-    power), they do not compute. Power unknown: False. ``duty``: the per-GPU duty of bins
+    stop_power_frac of their own highest power over the context_s before (or, where a GPU
+    has SM activity, that ``spins``): they spin in a collective (NCCL keeps a kernel
+    running while it waits, at a fraction of its computing power), they do not compute.
+    Power and SM activity unknown: False. ``duty``: the per-GPU duty of bins
     ``first`` on, where the caller has it. Only bins with a GPU stopped beside one at work
     are read (a day-long log has few; a live second rarely is one)."""
     T = g.shape[-1]
@@ -295,15 +323,16 @@ def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT, first: int = 0,
     if not len(idx):
         return out
     power = N.div(g[GI["pw"]], g[GI["pn"]])
-    busy, idx = busy[:, idx], idx + first
-    idx, busy = idx[idx > 0], busy[:, idx > 0]
+    sm = N.div(g[GI["sa"]], g[GI["san"]])
+    busy, d, idx = busy[:, idx], duty[:, idx], idx + first
+    idx, busy, d = idx[idx > 0], busy[:, idx > 0], d[:, idx > 0]
     ctx = np.arange(1, max(1, int(round(th.context_s / BIN_S))) + 1)
     for a in range(0, len(idx), SPIN_CHUNK):
-        i, b = idx[a:a + SPIN_CHUNK], busy[:, a:a + SPIN_CHUNK]
+        i, b, di = idx[a:a + SPIN_CHUNK], busy[:, a:a + SPIN_CHUNK], d[:, a:a + SPIN_CHUNK]
         back = i[:, None] - ctx[None, :]                       # (k, ctx)
         before = np.where(back >= 0, power[:, np.maximum(back, 0)], np.nan)
         ref = np.fmax.reduce(before, axis=2)                   # (G, k): NaN where unknown
-        spin = power[:, i] <= th.stop_power_frac * ref
+        spin = by_sm(power[:, i] <= th.stop_power_frac * ref, di, sm[:, i], th)
         out[i - first] = _all(np.where(b, spin, True), 0)
     return out
 

@@ -83,6 +83,9 @@ class Thresholds:
                                 "working power has stopped, or spins.")
     spin_power_frac: float = th(0.35, "share of limit", "A busy GPU drawing at most this (or "
                                 "gaining at most this per unit of duty) spins, not computes.")
+    # --- SM activity (GPM: the share of SMs with work; where a GPU has none, power decides) ----
+    spin_sm_active: float = th(0.10, "share", "A busy GPU with fewer of its SMs active than "
+                               "this spins in a collective, not computes.")
     # --- throttling --------------------------------------------------------------------------
     throttle_share: float = th(0.3, "share", "Share of samples with a thermal, power-cap or "
                                "slowdown reason that throttles a GPU.")

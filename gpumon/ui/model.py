@@ -49,7 +49,9 @@ def cold_gpus(gpus: Sequence[tuple[int, Optional[float], Optional[GpuSample]]],
     out: set[int] = set()
     for group in groups or (tuple(util),):
         out |= busy_cold({g: util.get(g) for g in group}, {g: power.get(g) for g in group},
-                         {g: limit.get(g) for g in group}, held=held)
+                         {g: limit.get(g) for g in group}, held=held,
+                         sm_active={g: s.sm_active_ratio for g, _, s in gpus
+                                    if s is not None and g in group})
     return frozenset(out)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from gpumon.detect import nanops as N
 from gpumon.detect.hostview import CALM
 from gpumon.detect.rules import rule
-from gpumon.detect.rules.words import Window, gpu_list, pct
+from gpumon.detect.rules.words import Window, gpu_list, pct, sms
 from gpumon.detect.windows import C, Windows, clip, low_nan
 from gpumon.diagnosis import BUSY, SYNC_STALL
 from gpumon.detect.thresholds import BIN_S
@@ -62,8 +62,8 @@ def _rank_host(x: Window) -> str:
     s, o = x.srow, x.others()
     sd, od = x.mean("duty", [s]), x.mean("duty", o)
     pf, watts = x.mean("power_frac_busy", o), x.mean("power_w", o)
-    power = (f" drawing {pct(pf)} of their power limit" if not math.isnan(pf) else
-             f" drawing {watts:.0f} W" if not math.isnan(watts) else "")
+    power = sms(x, o) or (f" drawing {pct(pf)} of their power limit" if not math.isnan(pf)
+                          else f" drawing {watts:.0f} W" if not math.isnan(watts) else "")
     gs, og = x.gpus[s], gpu_list([x.gpus[i] for i in o])
     host = ("no host counters to tell its input pipeline from checkpointing or logging on it"
             if x.ev.get("loader_cpu_pct") is None and x.ev.get("main_cpu_pct") is None else
@@ -87,6 +87,11 @@ def rank_host(w: Windows) -> None:
 
 def _hang(x: Window) -> str:
     run, th = int(x.f["cold_run"][x.e]), x.th
+    if sms(x, range(len(x.gpus))):
+        return (f"{gpu_list(x.gpus)} busy ({pct(x.ev.get('duty_cycle'))})"
+                f"{sms(x, range(len(x.gpus)))} for {run} s or more, none computing (under "
+                f"{pct(th.spin_sm_active)} for {th.hang_s:.0f} s): a collective waiting for "
+                "a rank that is not coming")
     return (f"{gpu_list(x.gpus)} busy ({pct(x.ev.get('duty_cycle'))}) at "
             f"{pct(x.ev.get('power_frac_busy'))} of their power limit for {run} s or more, "
             f"none computing (at most {pct(th.spin_power_frac)} for {th.hang_s:.0f} s): "
@@ -104,6 +109,11 @@ def hang(w: Windows) -> None:
 def _busy_but_cold(x: Window) -> str:
     s = x.srow
     who = f"GPU {x.gpus[s]}" if s >= 0 else "GPU ?"
+    if sms(x, x.others()):
+        hot = f" against {pct(x.mean('sm_active', [s]))} on {who}" if s >= 0 else ""
+        return (f"{gpu_list([x.gpus[i] for i in x.others()])} at "
+                f"{pct(x.mean('duty', x.others()))} utilization{sms(x, x.others())}{hot}: "
+                f"they wait in a collective for {who}")
     hot, cold = (x.f[k][..., x.e] for k in ("hot_bins", "cold_bins"))
     turns = (f", the hottest in {hot[s] * BIN_S:.0f} of the {cold * BIN_S:.0f} s "
              "another was cold" if s >= 0 else "")
@@ -119,16 +129,26 @@ def busy_but_cold(w: Windows) -> None:
     """Every GPU reads ~100%, but the others draw a fraction of the hottest one's power, the
     same GPU the hottest in most seconds: they spin while it computes. Without a power limit
     (dmon) the ratio decides alone; power is a 1 s average, so a few seconds of every GPU at
-    work are needed to compare."""
+    work are needed to compare. Where every GPU has SM activity (GPM), it is compared
+    instead of power (chips of one model draw different power for the same work; SM
+    activity is the work), the most active GPU power_spread (as a share of its SMs) above
+    the others' mean."""
     if w.G < 2:
         return
     f, th = w.f, w.th
+    gpm = ~np.isnan(f["rel_sm"]).any(axis=0)     # (every GPU's SM activity compared)
     with CALM:
-        rel_min = np.where(np.isnan(f["rel_power"]), np.inf, f["rel_power"]).min(axis=0)
+        rel = np.where(gpm, f["rel_sm"], f["rel_power"])
+        rel_min = np.where(np.isnan(rel), np.inf, rel).min(axis=0)
     maybe = (rel_min <= th.cold_power_ratio) & (f["all_busy_bins"] >= th.recover_s / BIN_S)
     if not maybe.any():        # (no GPU cold in a window long enough to compare)
         return
     hot, gap = _hottest(w)
+    if gpm.any():      # (by SM activity: the most SMs active, power_spread above the others)
+        with CALM:
+            hot_sm = np.argmax(low_nan(f["sm_active"]), axis=0)
+            hot = np.where(gpm, hot_sm, hot)
+            gap = np.where(gpm, _above_others(f["sm_active"], hot_sm), gap)
     # The same GPU the hottest whenever another is cold: a straggler, not ranks taking turns.
     same = f["hot_bins"][hot, np.arange(w.E)] >= th.straggler_hot_share * f["cold_bins"]
     cold = (maybe & same & ((gap >= th.power_spread) | np.isnan(gap))
@@ -140,14 +160,19 @@ def busy_but_cold(w: Windows) -> None:
 def _hottest(w: Windows) -> tuple[np.ndarray, np.ndarray]:
     """(E,) each: the hottest GPU's row (without a power limit, by its power relative to the
     others) and how far its power fraction is above the others' mean."""
-    pfb, ar = w.f["power_frac_busy"], np.arange(w.E)
+    pfb = w.f["power_frac_busy"]
     with CALM:
         hot = np.where(np.isnan(pfb).all(axis=0), np.argmax(low_nan(w.f["rel_power"]), axis=0),
                        np.argmax(low_nan(pfb), axis=0))
-        top = pfb[hot, ar]
-        has = ~np.isnan(pfb)
-        # Mean power of the other GPUs (a median costs 20x more for the same answer).
-        med = (np.where(has, pfb, 0.0).sum(axis=0) - N.nan_to_num(top)) / np.maximum(
-            has.sum(axis=0) - 1, 1)
-        med = np.where(has.sum(axis=0) > 1, med, np.nan)
-    return hot, top - med
+        return hot, _above_others(pfb, hot)
+
+
+def _above_others(a: np.ndarray, hot: np.ndarray) -> np.ndarray:
+    """(E,): how far GPU row ``hot``'s ``a`` (G, E) is above the other GPUs' mean (NaN: fewer
+    than two known). Call under CALM."""
+    top = a[hot, np.arange(a.shape[1])]
+    has = ~np.isnan(a)
+    # Mean of the other GPUs (a median costs 20x more for the same answer).
+    med = (np.where(has, a, 0.0).sum(axis=0) - N.nan_to_num(top)) / np.maximum(
+        has.sum(axis=0) - 1, 1)
+    return top - np.where(has.sum(axis=0) > 1, med, np.nan)

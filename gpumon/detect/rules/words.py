@@ -40,6 +40,15 @@ def host_line(ev: dict) -> str:
     return ", ".join(parts) if parts else "no host counters"
 
 
+def sms(x: "Window", rows) -> str:
+    """" with N% of their SMs active" where the GPUs ``rows`` of window ``x`` all have SM
+    activity (GPM), else nothing: the reason then names power instead."""
+    a = x.col("sm_active")[list(rows)] if "sm_active" in x.f else np.zeros(0)
+    if not len(a) or np.isnan(a).any():
+        return ""
+    return f" with {pct(float(a.mean()))} of {'its' if len(a) == 1 else 'their'} SMs active"
+
+
 def rhythm(ev: dict) -> str:
     """", in bursts of B s and gaps of G s" where both were measured, else nothing."""
     b, g = ev.get("burst_s"), ev.get("gap_s")

@@ -1,0 +1,84 @@
+"""The detector reads SM activity (GPM) where a GPU has it: spinning is a busy GPU with few SMs
+active, power the fallback; hangs, small batches, the reasons and the screen's COLD."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpumon.detect import Detector
+from gpumon.detect.bins import SampleCols, log_store
+from gpumon.detect.seconds import busy_cold, seconds
+from gpumon.detect.thresholds import DEFAULT
+from gpumon.sim import simulate
+
+
+def _table(sm1: float, power1: float, secs: int = 20):
+    """Two GPUs at 100% utilization for ``secs`` s: GPU 0 at 300 W and 70% SM activity,
+    GPU 1 at ``power1`` W and ``sm1`` (NaN: no GPM)."""
+    t = np.repeat(np.arange(secs, dtype=float), 2) + 0.5
+    gpu = np.tile([0, 1], secs)
+    s = SampleCols(t, gpu, np.full(2 * secs, 100.0), np.tile([300.0, power1], secs),
+                   np.full(2 * secs, 400.0), sm_active=np.tile([0.7, sm1], secs))
+    st = log_store(s, None, None, DEFAULT, False)
+    g, h = st.view([st.rows[0], st.rows[1]], raw=True)
+    return seconds(g, h, DEFAULT)
+
+
+def test_a_busy_gpu_with_few_sms_active_is_cold_whatever_its_power():
+    tab = _table(0.03, 300.0)              # same power: power alone sees no wait
+    assert tab.cold[1, 5:].all() and not tab.cold[0].any()
+    assert np.allclose(tab.sm_active[1], 0.03)
+    tab = _table(0.3, 150.0)               # half the power, but its SMs compute
+    assert not tab.cold.any()
+
+
+def test_without_sm_activity_power_decides():
+    tab = _table(np.nan, 150.0)
+    assert np.isnan(tab.sm_active[1]).all()
+    assert tab.cold[1, 5:].all() and not tab.cold[0].any()
+    assert not _table(np.nan, 300.0).cold.any()
+
+
+def _last(name: str, gpm: str, gpus: int = 4, secs: float = 60, **params):
+    det, out = Detector(), []
+    for tk in simulate(name, gpus=gpus, seconds=secs, seed=3, params=dict(gpm=gpm, **params)):
+        out = det.update(tk) or out
+    return out[0]
+
+
+def test_a_hang_is_every_gpu_busy_with_few_sms_active_and_says_so():
+    d = _last("hang", "all")
+    assert (d.verdict, d.cause) == ("sync_stall", "hang")
+    assert "SMs active" in d.because and "power limit" not in d.because
+    d = _last("hang", "none")
+    assert (d.verdict, d.cause) == ("sync_stall", "hang")
+    assert "power limit" in d.because and "SMs" not in d.because
+
+
+def test_a_straggler_is_found_by_sm_activity_and_the_reason_says_so():
+    d = _last("sync_stall", "all")
+    assert (d.verdict, d.rule) == ("sync_stall", "busy_but_cold")
+    assert "of their SMs active against" in d.because and "power" not in d.because
+    d = _last("sync_stall", "none")
+    assert (d.verdict, d.rule) == ("sync_stall", "busy_but_cold")
+    assert "power" in d.because and "SMs" not in d.because
+
+
+def test_small_batches_are_busy_with_a_hint():
+    d = _last("busy", "all", sm_active_compute=0.25)
+    assert d.verdict == "busy", d.because
+    assert "small kernels or batches" in d.because
+    assert d.evidence["sm_active"] is not None and d.evidence["sm_active"] < 0.5
+    d = _last("busy", "none")
+    assert d.verdict == "busy" and "SMs" not in d.because
+    assert d.evidence["sm_active"] is None
+
+
+def test_cold_mark_reads_sm_activity_where_present():
+    util, power, limit = {0: 100.0, 1: 100.0}, {0: 300.0, 1: 300.0}, {0: 400.0, 1: 400.0}
+    assert busy_cold(util, power, limit) == frozenset()
+    assert busy_cold(util, power, limit, sm_active={0: 0.7, 1: 0.03}) == {1}
+    # GPU 1 without GPM: its power decides (half GPU 0's: cold).
+    assert busy_cold(util, {0: 300.0, 1: 150.0}, limit, sm_active={0: 0.7}) == {1}
+    assert busy_cold(util, {0: 300.0, 1: 150.0}, limit,
+                     sm_active={0: 0.7, 1: 0.3}) == frozenset()
