@@ -82,3 +82,20 @@ def test_cold_mark_reads_sm_activity_where_present():
     assert busy_cold(util, {0: 300.0, 1: 150.0}, limit, sm_active={0: 0.7}) == {1}
     assert busy_cold(util, {0: 300.0, 1: 150.0}, limit,
                      sm_active={0: 0.7, 1: 0.3}) == frozenset()
+
+
+@pytest.mark.parametrize("gpm,says", [("all", "SMs active"), ("none", "power limit")])
+def test_analyze_reads_sm_activity_from_a_gpumon_csv(tmp_path, gpm, says):
+    """`gpumon analyze` of a gpumon CSV with GPM columns judges the hang from SM activity
+    and says so; without them, from power."""
+    from gpumon.analyze import analyze_file
+    from gpumon.csvlog import CsvSink
+    path = str(tmp_path / "hang.csv")
+    sink = CsvSink(path)
+    for tk in simulate("hang", gpus=2, seconds=50, seed=0, interval=1.0,
+                       params={"gpm": gpm}):
+        sink.write(tk)
+    sink.close()
+    _, tl = analyze_file(path)
+    hang = [d for d in tl.segments if d.cause == "hang"]
+    assert hang and all(says in d.because for d in hang), [d.because for d in tl.segments]
