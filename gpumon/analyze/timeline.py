@@ -147,9 +147,9 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
 
 def _rate_th(th: Thresholds, rate: float) -> Thresholds:
     """The thresholds a log sampled ``rate`` times a second per GPU is judged with: under 2,
-    windows of window_1hz_s at least."""
+    windows twice as long, holding the samples a window holds at 2 a second."""
     if rate and rate < 2.0:
-        return replace(th, window_s=max(th.window_s, th.window_1hz_s))
+        return replace(th, window_s=2 * th.window_s)
     return th
 
 

@@ -28,7 +28,6 @@ class Thresholds:
     window_s: float = th(6.0, "s", "Span a live verdict is judged on.")
     context_s: float = th(20.0, "s", "The longest span read before a second: a stretched "
                           "window, the work before a stop, a job's start.")
-    window_1hz_s: float = th(12.0, "s", "Span judged where a log has under 2 samples a second.")
     idle_after_s: float = th(60.0, "s", "A stop or a hole this long ends the work: no kernel "
                              "this long is idle, no pause lasts longer, a log stopped.")
     hold_s: float = th(2.0, "s", "A new verdict must win this long to replace the shown one; "

@@ -76,8 +76,8 @@ class Log:
                                       # source column: "nvml", "sim", "replay")
     # GPM activity of each sample, where the log has it (gpumon's GPM columns, DCGM's
     # profiling fields): the CSV column's name (samples.GPM_FIELDS; DCGM's GRACT as
-    # "gr_active_ratio") -> 0-1 fractions aligned with ``samples``. Kept for the detector,
-    # which does not read it yet.
+    # "gr_active_ratio") -> 0-1 fractions aligned with ``samples``; the detector reads
+    # sm_active_ratio.
     gpm: Optional[dict] = None
 
     @property

@@ -99,7 +99,8 @@ def _hang(x: Window) -> str:
 
 
 @rule(SYNC_STALL, 120, "every GPU busy at {spin_power_frac:.0%} of its power limit or less "
-      "for {hang_s:.0f} s", _hang, cause="hang")
+      "(with SM activity: under {spin_sm_active:.0%} of its SMs active) for {hang_s:.0f} s",
+      _hang, cause="hang")
 def hang(w: Windows) -> None:
     """Every GPU busy but cold for hang_s, none computing: a collective never completes."""
     w.decide(hang, (w.G > 1) & (w.f["cold_run"] >= w.th.hang_s / BIN_S), c=C["hang"],
@@ -122,8 +123,9 @@ def _busy_but_cold(x: Window) -> str:
             "they spin in a collective while it computes")
 
 
-@rule(SYNC_STALL, 130, "every GPU busy, the others at a fraction of the hottest one's power, "
-      "the same GPU hottest in most seconds", _busy_but_cold,
+@rule(SYNC_STALL, 130, "every GPU busy, the others at a fraction of the hottest one's power "
+      "(with SM activity: of the most active one's SMs), the same GPU hottest in most seconds",
+      _busy_but_cold,
       cause="imbalance, dataparallel")
 def busy_but_cold(w: Windows) -> None:
     """Every GPU reads ~100%, but the others draw a fraction of the hottest one's power, the
