@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gpumon.detect import EVIDENCE_KEYS, Detector, diagnose
-from gpumon.detect.jobs import group
+from gpumon.detect.jobs import active, group_active
 from gpumon.detect.thresholds import DEFAULT, POWER_LAG_S, describe
 from gpumon.diagnosis import VERDICTS
 from gpumon.samples import (CLOCK_EVENT_SW_THERMAL, GpuSample, HostSample, JobProcs,
@@ -256,6 +256,12 @@ def test_two_jobs_under_two_launchers_get_one_verdict_each():
     ds = diagnose(ticks)
     assert [d.gpus for d in ds] == [(0, 1), (2, 3)]
     assert [d.verdict for d in ds] == ["busy", "data_starvation"]
+
+
+def group(gpus, pids, mem, kernels):
+    """Jobs of the GPUs that active() finds in use."""
+    return group_active([g for g in gpus if active(pids.get(g), mem.get(g, math.nan),
+                                                     kernels.get(g, math.nan))], pids)
 
 
 def test_group_rules():

@@ -1,5 +1,5 @@
 """The hold (detect/hold.py): a live verdict changes only once another has won hold_s of data
-in a row, with its named cases: first, stale, pause, host_confirmed, at_once, sticky; a new
+in a row, with its named cases: first, stale, pause, at_once, sticky; a new
 cause or straggler under the held verdict holds as a new verdict does."""
 import numpy as np
 import pytest
@@ -53,10 +53,10 @@ def test_hysteresis_takes_a_pause_and_its_end_at_once():
     assert hy.step(2, B) and hy.current == B
 
 
-def test_a_starvation_the_host_confirms_waits_host_hold_s():
-    """host_confirmed: busy to starvation with ``quick`` waits host_hold_s, not hold_s; a
+def test_a_starvation_the_host_confirms_takes_no_hold():
+    """at_once: busy to starvation with ``quick`` takes no hold; without it, hold_s; a
     stall with the same flag is no starvation: it waits the hold."""
-    hy = Hysteresis(3.0, 1.0, host_hold_s=0.0)
+    hy = Hysteresis(3.0, 1.0)
     hy.step(0, B)
     assert hy.step(1, S, quick=True) and hy.current == S
     slow = Hysteresis(3.0, 1.0)
@@ -129,15 +129,6 @@ def test_a_cause_not_shown_does_not_replace_one_shown():
     assert held[-1] == NONE_SHOWN             # (none shown for window_max_s: it goes)
     held = feed(hy, [IO] * 3, t0=200)
     assert held == [NONE_SHOWN, IO, IO]
-
-
-def test_settled_is_only_said_when_a_run_cannot_change_anything():
-    """A run of the held key may be skipped once the tally holds nothing else."""
-    hy = Hysteresis(2.0, 1.0, tally_s=5.0)
-    feed(hy, [CPU] + [IO] * 2)
-    assert hy.current == IO and not hy.settled(IO)
-    feed(hy, [IO] * 3, t0=3)
-    assert hy.settled(IO)
 
 
 def test_settle_gives_a_verdict_one_cause_in_hindsight():

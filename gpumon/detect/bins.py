@@ -465,17 +465,6 @@ class Store:
         m = np.array([gap, np.where(gap, length, 0.0)])
         self._scatter(self.g, _F_GAPS, rows, slots, m.astype(float))
 
-    def flush_runs(self) -> None:
-        """End every carried run (end of a log): it counts where its last sample was."""
-        c = self.carry
-        lend = c.last_end
-        for g in list(c.kind):
-            if g in lend and g in self.rows:
-                self._emit(np.array([self.rows[g]]), np.array([lend[g]]),
-                           np.array([c.kind[g]]), np.array([c.length[g]]))
-        c.kind.clear()
-        c.length.clear()
-
     def add_jobs(self, j: JobCols) -> None:
         if len(j.time) == 0:
             return

@@ -11,11 +11,8 @@ Its exceptions, each one named case of `Hysteresis` (a method of that name):
   row (a whole window with too few samples: the held verdict's data has left it).
 - ``pause``: a change into or out of ``paused`` is taken at once: the pause tracker decides a
   pause second by second with its own history, not from a window whose edge wobbles.
-- ``host_confirmed``: busy gives way to ``data_starvation`` after ``host_hold_s`` when the
-  host shows the cause now (the rules' ``quick`` on a starvation verdict): the GPUs waiting
-  and the loaders, main process or storage behind them agree.
-- ``at_once``: a rule that shows at once (the rules' ``shows_at_once``, also ``quick``) takes
-  over from busy, and busy from it, without the hold: evidence from two signals that agree.
+- ``at_once``: busy gives way at once to a rule that shows at once (the rules' ``quick``:
+  a starvation the host confirms, a stall of two signals that agree), and such a stall to busy.
 - ``sticky``: an established starvation verdict (held ``sticky_s``) is not given up for busy
   while its host cause persists (``sticky``): a starving job whose GPUs run flat out for a
   while is eating its prefetched batches, and will starve again.
@@ -54,12 +51,10 @@ class Hysteresis:
     """Keeps the current key (verdict, cause, straggler), codes as the rules give them, until
     another wins the hold (see the module's text for the named cases)."""
 
-    def __init__(self, hold_s: float, step_s: float = 1.0, host_hold_s: float = 0.0,
-                 sticky_s: float = 10.0, stale_s: float = DEFAULT.window_s,
-                 tally_s: float = DEFAULT.context_s):
+    def __init__(self, hold_s: float, step_s: float = 1.0, sticky_s: float = 10.0,
+                 stale_s: float = DEFAULT.window_s, tally_s: float = DEFAULT.context_s):
         self.hold_s = hold_s
         self.stale_s = max(stale_s, hold_s)
-        self.host_hold_s = min(host_hold_s, hold_s)
         self.step_s = step_s                     # time between two verdicts fed in
         self.sticky_s = sticky_s
         self.current: Optional[tuple] = None
@@ -74,15 +69,7 @@ class Hysteresis:
     @classmethod
     def of(cls, th: Thresholds) -> "Hysteresis":
         """The hold with the thresholds ``th`` (a verdict per BIN_S)."""
-        return cls(th.hold_s, BIN_S, 0.0, th.sticky_s, th.window_s,
-                   th.context_s)
-
-    def settled(self, key: tuple) -> bool:
-        """True when feeding ``key`` again changes nothing: it is the current verdict, no
-        other is waiting out its hold and the last window_max_s had no other cause (a run of
-        equal keys can then be skipped)."""
-        return (self.current == key and self._cand is None
-                and self._count.get(key[1:], 0) == self._recent.maxlen)
+        return cls(th.hold_s, BIN_S, th.sticky_s, th.window_s, th.context_s)
 
     def step(self, t: float, key: tuple, sticky: bool = False, quick: bool = False) -> bool:
         """Feed the raw key at time ``t``; True when ``current`` changed. ``sticky``: the host
@@ -127,13 +114,11 @@ class Hysteresis:
         """A change into or out of paused: no wait."""
         return _PAUSED in (key[0], self.current[0])
 
-    def host_confirmed(self, key: tuple, quick: bool) -> bool:
-        """Busy to a starvation the host confirms: it waits ``host_hold_s``."""
-        return quick and key[0] == _STARVED and self.current[0] == _BUSY
-
     def at_once(self, key: tuple, quick: bool) -> bool:
-        """Busy to a stall of a rule that shows at once, or that rule's end: no wait."""
-        return quick and {key[0], self.current[0]} == {_BUSY, _STALL}
+        """Busy to a starvation the host confirms or a stall of a rule that shows at once,
+        or that stall's end: no wait."""
+        return quick and (self.current[0] == _BUSY and key[0] in (_STARVED, _STALL)
+                          or (self.current[0], key[0]) == (_STALL, _BUSY))
 
     def outnumbers(self, key: tuple) -> bool:
         """A new cause or straggler under the held verdict, once it has won the hold,
@@ -156,8 +141,6 @@ class Hysteresis:
             return self.stale_s
         if self.pause(key) or self.at_once(key, quick):
             return 0.0
-        if self.host_confirmed(key, quick):
-            return self.host_hold_s
         return self.hold_s
 
     def _adopt(self, t: float, key: tuple) -> None:

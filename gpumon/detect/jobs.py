@@ -35,20 +35,10 @@ def active(pids: Optional[tuple], mem_mib: float, kernels: float,
     return kernels is not None and not math.isnan(kernels) and kernels >= th.active_duty
 
 
-def group(gpus: list[int], pids: Mapping[int, Optional[tuple]], mem: Mapping[int, float],
-          kernels: Mapping[int, float], ppid: Optional[Mapping[int, int]] = None,
-          th: Thresholds = DEFAULT) -> list[tuple[tuple[int, ...], bool]]:
-    """Jobs as (GPUs, shared_process) pairs, sorted by first GPU; ``shared_process`` is True
-    when one process uses every GPU of the job (the DataParallel picture). ``kernels``: per
-    GPU, the share of its samples that show a kernel (see active)."""
-    act = [g for g in gpus if active(pids.get(g), mem.get(g, math.nan),
-                                     kernels.get(g, math.nan), th)]
-    return group_active(act, pids, ppid)
-
-
 def group_active(act: list[int], pids: Mapping[int, Optional[tuple]],
                  ppid: Optional[Mapping[int, int]] = None) -> list[tuple[tuple[int, ...], bool]]:
-    """``group`` of the GPUs ``act`` already found active."""
+    """Jobs as (GPUs, shared_process) pairs, sorted by first GPU, of the GPUs ``act`` found
+    active; ``shared_process``: one process uses every GPU of the job (DataParallel)."""
     if not act:
         return []
     parent = {g: g for g in act}      # union-find over the active GPUs
@@ -106,7 +96,7 @@ def _process_keys(gpu_pids: tuple, ppid: Mapping[int, int]) -> list[tuple[str, i
 
 def _jobs(parent: dict, act: list[int], pids: Mapping[int, Optional[tuple]]
           ) -> list[tuple[tuple[int, ...], bool]]:
-    """The union-find's sets as sorted (GPUs, shared_process) pairs (see group)."""
+    """The union-find's sets as sorted (GPUs, shared_process) pairs (see group_active)."""
     jobs: dict[int, list[int]] = {}
     for g in act:
         jobs.setdefault(_find(parent, g), []).append(g)
