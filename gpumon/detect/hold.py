@@ -1,30 +1,11 @@
-"""The hold (the registered rule ``hold``; its reason text lives with the rules): a live
-verdict is (verdict, cause, straggler), and it changes only once another has won ``hold_s``
-of data in a row, so a noisy boundary does not flap. Verdicts come once per ``step_s``: a
-hold of 2 s is two verdicts in a row.
-
-Its exceptions, each one named case of `Hysteresis` (a method of that name):
-
-- ``first``: the first verdict, and the first with data after ``insufficient_data``, is
-  taken at once (there is nothing to hold).
-- ``stale``: ``insufficient_data`` displaces a verdict only once it has won ``stale_s`` in a
-  row (a whole window with too few samples: the held verdict's data has left it).
-- ``pause``: a change into or out of ``paused`` is taken at once: the pause tracker decides a
-  pause second by second with its own history, not from a window whose edge wobbles.
-- ``at_once``: busy gives way at once to a rule that shows at once (the rules' ``quick``:
-  a starvation the host confirms, a stall of two signals that agree), and such a stall to busy.
-- ``sticky``: an established starvation verdict (held ``sticky_s``) is not given up for busy
-  while its host cause persists (``sticky``): a starving job whose GPUs run flat out for a
-  while is eating its prefetched batches, and will starve again.
-- ``outnumbers``: a new cause or straggler under the held verdict wins the hold as a new
-  verdict does, and replaces the held one only if that was not seen in the last
-  ``window_max_s`` or the new one was seen more often there, a second whose cause the host
-  does not show (input_pipeline) counting for none: causes that take turns do not flip the
-  screen, and not seeing a cause does not outweigh seeing one.
-
-``settle`` is the hold's hindsight for a whole log (analyze): within one verdict, a cause held
-for less than ``window_max_s`` takes the one held longest, so a verdict is one segment with
-one cause.
+"""The hold (the registered rule ``hold``): a live verdict (verdict, cause, straggler) changes
+only once another has won ``hold_s`` of verdicts in a row, one per ``step_s``. Its named
+cases, each a method of `Hysteresis`: ``first`` (nothing held: taken at once), ``stale``
+(insufficient_data waits ``stale_s``), ``pause`` (into or out of paused: at once),
+``at_once`` (busy to a rule's ``quick`` verdict and a quick stall back: at once), ``sticky``
+(an established starvation keeps busy out while the host shows its cause), ``outnumbers`` (a
+new cause under the held verdict wins only if seen more in the last ``tally_s``).
+``settle`` is the hold's hindsight for a whole log: one segment, one cause.
 """
 from __future__ import annotations
 
@@ -121,11 +102,9 @@ class Hysteresis:
                           or (self.current[0], key[0]) == (_STALL, _BUSY))
 
     def outnumbers(self, key: tuple) -> bool:
-        """A new cause or straggler under the held verdict, once it has won the hold,
-        replaces the held one if that was not seen in the last ``tally_s``, or if the new
-        one was seen more often there; against another cause, a second whose cause the host
-        does not show (input_pipeline) counts for none: not seeing a cause does not outweigh
-        seeing one."""
+        """A new cause or straggler that won the hold replaces the held one if that was not
+        seen in the last ``tally_s`` or the new one was seen more; a cause the host does not
+        show (input_pipeline) counts for none against another."""
         cur, count = self.current, self._count.get
         held, new = count(cur[1:], 0), count(key[1:], 0)
         if held == 0:
@@ -176,11 +155,9 @@ def _weight(key: tuple, seconds: int) -> int:
 
 
 def settle(held: np.ndarray, keys: list, th: Thresholds) -> np.ndarray:
-    """Hindsight over a whole log: ``held`` (the key held after each verdict fed in, as an
-    index into ``keys``) with, within each run of one held verdict other than paused, every
-    cause or straggler held for less than ``window_max_s`` in a row replaced by the one held
-    longest over that run. Live, the first seconds of a verdict show the cause those seconds
-    show; a log tells the verdict's cause from all of them: one segment, one cause."""
+    """``held`` (per verdict fed in, an index into ``keys``) with, within each run of one held
+    verdict other than paused, each cause or straggler held less than context_s in a row
+    replaced by the one held longest over that run."""
     if len(held) == 0:
         return held
     span = th.context_s / BIN_S

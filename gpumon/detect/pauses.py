@@ -1,17 +1,5 @@
-"""Pauses of a healthy run (checkpoint, validation pass, epoch boundary) are not starvation.
-
-A pause starts when (almost) every GPU of a job stops after a stretch of steady work: the
-``context_s`` before it was busy (duty >= duty_starved) and had no such stop. It lasts while
-the job is not healthy again (a checkpoint's idle seconds, a validation pass's different
-rhythm, new loader workers starting), at most ``idle_after_s``; work is back at duty_starved,
-or at the job's own level before the pause where that is lower. An epoch boundary is one
-stop, then work at that level; starvation stops the GPUs again and again, or runs in bursts
-and gaps once they are back: a second all-idle stretch after every rank was back for hold_s,
-or (host known) work below the level after every rank came back, ends the "pause" at once,
-so a starving job is called starving one cycle later than it would be otherwise.
-
-``PauseTracker.step`` is fed one completed second at a time, live and offline alike, so both
-mark the same seconds.
+"""Pauses of a healthy run (checkpoint, validation pass, epoch boundary) are not starvation:
+``PauseTracker.step`` marks them one completed second at a time, live and offline alike.
 """
 from __future__ import annotations
 
@@ -46,24 +34,17 @@ class _Host:
 
     def _loader(self, workers: float, age: float, tr: "PauseTracker", th: Thresholds) -> None:
         """What the loader workers (known) say of the second."""
-        # More loader workers than in steady work: a validation DataLoader.
         self.changed = tr.workers is not None and workers - tr.workers >= 0.5
-        # Workers started when the GPUs stopped: a new DataLoader (an epoch boundary's).
         aged = not math.isnan(age) or workers < 0.5    # (no workers: none new)
         since = (tr.length if tr.in_pause else 0) * BIN_S
         self.fresh = aged and age <= since + th.stagger_s
-        # Something explains a stop: new or extra workers, checkpoint writes, or a main
-        # process busy with something other than waiting for batches (saving, evaluating).
         self.new_work = self.changed or self.writing or self.fresh
         self.explained = self.new_work or self.main_busy
-        # Saturated loaders that are not new behind GPUs that stopped, nothing else to explain
-        # it: the input pipeline cannot keep up. (Without worker ages, new workers at an
-        # epoch boundary look the same for up to loader_startup_s: only a longer stop says.)
+        # Saturated old loaders, nothing else to explain the stop: the input pipeline.
         self.starved_now = aged and self.starving and not self.explained
 
 
-# The view of a second in which no loader workers are known holds only the host's flags
-# (starving, writing, present, main_busy), nothing of the tracker: one view of each serves.
+# Without loader workers a second's view holds only the host's flags: one view of each serves.
 _UNKNOWN: dict = {}
 
 
@@ -84,21 +65,12 @@ _NONE = range(0)
 class PauseTracker:
     """Marks, one second at a time, the seconds of a job that are a pause of healthy work.
 
-    Two states (``in_pause``), one second with data at a time (``step``):
-    outside  the second joins the history a stop is judged against (``hist``: context_s of
-             work and stops). -> paused at a stop (every GPU idle; one rank alone at a trickle
-             two seconds; one rank idle beside the others while checkpoint-size writes go to
-             disk), or a new DataLoader, that is explained: by steady work for context_s with
-             no stop in it (a one-off: a starving job's gaps recur; not in a cooldown), by the
-             host (new or extra loader workers, checkpoint writes) or by one rank alone, after
-             resume_s of steady work; never behind saturated old loaders. ``begin`` (the job
-             seen starting) -> paused too, its cause "startup".
-    paused   -> outside when work is back at the job's level for resume_s, after idle_after_s,
-             when the job lets go of its GPUs, or when one rank stops while the others spin
-             (``held``: a stall, not a pause); "hungry" when, with nothing to explain it, work
-             comes back at a starved rhythm or every GPU stops again after being back: the
-             pause's seconds are unmarked (``unmark``) and no pause starts for
-             isolation (until bin ``calm``), unless context_s of steady work follows.
+    outside  -> paused at a stop, or a new DataLoader, that steady work before it or the host
+             explains (``_starts``); ``begin``: the job seen starting, cause "startup".
+    paused   -> outside when work is back at the job's level for resume_s (``_back_to_work``),
+             after idle_after_s, when the job lets go of its GPUs or one rank holds the others
+             up (``_held_up``); "hungry" (``_hungry``): the pause was starvation, its seconds
+             are unmarked (``unmark``) and none starts again before ``calm``.
     """
 
     def __init__(self, th: Thresholds = DEFAULT):
@@ -137,14 +109,12 @@ class PauseTracker:
         self.starved = th.duty_starved   # (read every second)
 
     def step(self, sec: Second) -> bool:
-        """Feed one second (a row of the seconds table); True when the second is part of a
-        pause."""
+        """Feed one second (a row of the seconds table); True when it is part of a pause."""
         has, idle, alone, lone_idle, all_on, full, n, u, held = sec[:9]
         self.i += 1
         self.unmark = self.lead_in = _NONE
         hv = _view(sec, self)
-        # A rank alone at a trickle for two seconds in a row: one second of it is also what a
-        # starved rank shows when its batch arrives at the end of the second.
+        # A rank alone at a trickle counts from its second second in a row.
         alone, self.alone = alone and self.alone, alone and has
         if not has:
             return self._no_data()
@@ -167,19 +137,15 @@ class PauseTracker:
         elif self._inside(duty, idle, alone, all_on, hv, full):
             self.hist.append((0.0, 0.0, True))
             self.last_stop = self.i
-            # A second of every GPU at warm work at the job's level before the pause
-            # (the table's full, the return bar) is work, whatever the tracker still waits to
-            # see (resume_s) before it ends the pause; not while a validation pass's extra
-            # DataLoader is there (its forward bursts).
+            # Every GPU at warm work at the job's level is work, not while an extra
+            # DataLoader is there.
             return not (full >= self.bar and not hv.changed)
         self._outside(n, u, duty, stop, all_on, hv)
         return False
 
     def _held_up(self, held: bool, hv: _Host) -> bool:
-        """One rank stopped while the others spin in a collective (``held``): no longer a stop
-        of the job but a rank holding the others up (rules.rank_host), unless checkpoint
-        writes show; in a start, only once every rank has worked hold_s (before, ranks come
-        up one by one and the first wait for the last). Ends the pause when so."""
+        """One rank stopped while the others spin (``held``), no checkpoint writes, past a
+        start's first hold_s: a rank holding the others up ends the pause."""
         if not held or hv.writing or (self.starting and self.run < self.back):
             return False
         self.in_pause = self.starting = False
@@ -187,11 +153,8 @@ class PauseTracker:
 
     def _outside(self, n: float, u: float, duty: float, stop: bool, all_on: bool,
                  hv: _Host) -> None:
-        """One more second outside a pause: the history a pause is judged against, and the
-        steady work in a row: context_s of it lifts the cooldown of a "pause" found to be
-        starvation (a choppy restart after an epoch boundary can look like one; a starving
-        job never runs that long at full duty)."""
-        # (A second with a GPU not at work is no steady work for a pause to follow.)
+        """One more second outside a pause: the history a pause is judged against; context_s
+        of steady work in a row lifts the cooldown (``calm``)."""
         self.hist.append((n, u, stop or not all_on))
         if stop or not all_on:
             self.last_stop = self.i
@@ -230,9 +193,7 @@ class PauseTracker:
         self.after.clear()
         self.on_bins = 0
         self.start = self.i
-        # The stop's own seconds before this one (it began inside a second, or a rank alone
-        # takes two seconds to tell): the bins just before, with data and outside a pause
-        # (n > 0 in hist), below the bar, back to resume_s.
+        # The stop's own seconds before this one: with data, below the bar, back to resume_s.
         lead = self.i
         for n, u, _ in reversed(self.hist):
             if lead - 1 <= self.gap or self.i - lead >= self.resume or not n or u / n >= self.bar:
@@ -266,14 +227,10 @@ class PauseTracker:
         return True
 
     def _track_return(self, duty: float, alone: bool, all_on: bool, hv: _Host) -> None:
-        """What the pause knows of work coming back: the rhythm since every rank returned
-        (``after``: from the second after the first with every rank at work, on_duty, which
-        is partial, ranks coming back within it; in a start, once every rank has run hold_s,
-        ranks coming up one by one), the seconds with every rank at work, and the pause's
-        cause."""
+        """What the pause knows of work coming back: the duty since every rank returned
+        (``after``), the seconds with every rank at work, and the pause's cause."""
         if self.extra and not hv.changed:
-            # The extra DataLoader (a validation pass's) is gone: training restarts now, its
-            # ramp-up is not a starved rhythm.
+            # The extra DataLoader is gone: training restarts now.
             self.on_bins = 0
             self.after.clear()
         self.extra = hv.changed
@@ -286,22 +243,17 @@ class PauseTracker:
         self.worked = self.worked or duty >= self.th.trickle_duty
 
     def _back_to_work(self, hv: _Host) -> bool:
-        """Steady work for resume_s at the job's level, every GPU at work (one rank still
-        stopped beside ranks spinning for it is not a return); not while the extra
-        DataLoader that came with the pause (a validation pass's) is still there: its first
-        batches come fast."""
+        """Steady work for resume_s at the job's level on every GPU, the pause's extra
+        DataLoader gone."""
         return (len(self.recent) == self.resume and not hv.changed
                 and sum(self.recent) / self.resume >= self.bar)
 
     def _hungry(self, idle: bool, alone: bool, hv: _Host) -> bool:
-        """The pause is starvation after all: work came back at a starved rhythm (host known;
-        at a job's start, host or not: a start has no validation rhythm to excuse), or every
-        GPU stopped again after every rank was back for hold_s (the next starvation gap; a
-        choppy restart, ranks and loaders coming back one by one, is not), or saturated old
-        loaders behind the stop; with nothing on the host or GPUs to explain it. Never
-        before the job's first GPU work since it started."""
+        """The pause is starvation after all, nothing explaining it: work back at a starved
+        rhythm, every GPU stopped again after every rank was back for hold_s, or saturated
+        old loaders behind the stop; never before the job's first GPU work."""
         if alone or not self.worked or self._explained(hv):
-            return False    # (before its first GPU work a job starts up: nothing to starve)
+            return False
         if idle and (self.on_bins >= self.back or hv.starved_now):
             return True
         if idle and hv.starving and self.length > self.startup:
@@ -309,36 +261,28 @@ class PauseTracker:
         return self._slow(hv) or self._running_slow()
 
     def _running_slow(self) -> bool:
-        """A job's start with every rank's GPU at work in each of its last context_s
-        seconds, the last resume_s at a starved rhythm: it runs, below the bar (a flat
-        plateau from its first kernel: a start has no level of its own to come back to)."""
+        """A start with every rank at work for context_s, its last resume_s below the bar."""
         return (self.starting and self.run >= self.started
                 and sum(self.first) / self.resume < self.bar)
 
     def _explained(self, hv: _Host) -> bool:
-        """The host explains the stop. New workers explain it while they start up (at most
-        loader_startup_s), not once every rank has been back at work (their first batches
-        came): a stop or a starved rhythm behind them then is the input pipeline."""
+        """The host explains the stop; new workers only while they start up (at most
+        loader_startup_s) and before every rank is back at work."""
         if self.starting or self.length > self.startup or self.after:
             return hv.known and (hv.changed or hv.writing or hv.main_busy)
         return hv.explained
 
     def _slow(self, hv: _Host) -> bool:
-        """Every rank back, at a starved rhythm since (``after``, up to its last resume_s):
-        an epoch boundary is one stop, then work at the job's level as soon as its new
-        loaders' first batches are in; starvation runs in bursts and gaps from then on. One
-        such second says so where the host starves the job (saturated loaders, storage);
-        otherwise, and at a job's start (its first steps warm up), resume_s of them."""
+        """Every rank back, below the bar since (``after``): one second of it where the host
+        starves the job, else (and in a start) resume_s."""
         need = 1 if hv.starving and not self.starting else self.resume
         if not (hv.known or self.starting) or len(self.after) < need:
             return False
         return sum(self.after) / len(self.after) < self.bar
 
     def _why(self, saving: bool, changed: bool, fresh: bool) -> None:
-        """What the current pause is, most specific first: a checkpoint (disk writes at
-        checkpoint rate, or one rank alone at a trickle while the others run nothing: copying
-        its state off the GPU, as real logs show), more loader workers than steady work had (a validation pass's own
-        DataLoader), new loader workers (an epoch boundary's)."""
+        """The pause's cause, most specific first: checkpoint (writes, or one rank alone at a
+        trickle), validation (more loader workers), epoch_boundary (new loader workers)."""
         if saving:
             self.reason = "checkpoint"
         elif changed and self.reason not in ("checkpoint",):
@@ -347,9 +291,7 @@ class PauseTracker:
             self.reason = "epoch_boundary"
 
     def begin(self) -> None:
-        """The job starts now (seen starting live): its first seconds, while ranks and loader
-        workers come up one by one, are a pause until work runs steady, as after an epoch
-        boundary, unless the ranks then run at a starved rhythm."""
+        """The job starts now: a pause ("startup") until work runs steady."""
         self.in_pause, self.starting, self.length = True, True, 0
         self.alone = False
         self.reason = "startup"
@@ -362,9 +304,8 @@ class PauseTracker:
         self.worked = False
 
     def _return_bar(self) -> float:
-        """Duty at which work is back after a pause: duty_starved, or the job's own level
-        before it less return_tol where that is lower (a job whose steady work sits below
-        duty_starved, its gaps the step's own uploads, comes back to that level)."""
+        """Duty at which work is back: duty_starved, or the job's level before the pause
+        less return_tol where that is lower."""
         sn = su = 0.0
         for n, u, stop in self.hist:
             if not stop:
@@ -374,9 +315,8 @@ class PauseTracker:
         return min(self.th.duty_starved, level - self.th.return_tol)
 
     def _steady_since_pause(self) -> bool:
-        """Work before this stop and since the last pause (or stop) ran at a steady duty
-        for resume_s. (This stop's own seconds so far are skipped: what explains a stop may
-        show in its second second, as a rank left alone copying a checkpoint does.)"""
+        """Work before this stop (its own seconds skipped) and since the last stop ran at
+        work_duty for resume_s."""
         recent = []
         h = list(self.hist)
         k = len(h)
@@ -391,9 +331,7 @@ class PauseTracker:
                 and sum(u for _, u in recent) / sn >= self.th.work_duty)
 
     def _healthy_context(self) -> bool:
-        """context_s of history (half of it at least) with no stop in it, at
-        work_duty. (A history holds one entry a second with data: where its newest
-        stop is fewer seconds back than it holds entries, the stop is in it.)"""
+        """context_s of history (half of it at least) with no stop in it, at work_duty."""
         h = self.hist
         if len(h) < self.ctx // 2 or self.i - self.last_stop <= len(h):
             return False
