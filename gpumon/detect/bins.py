@@ -84,6 +84,22 @@ def _gpu_time_order(gpu: np.ndarray, t: np.ndarray) -> Optional[np.ndarray]:
     return order
 
 
+def _per_gpu(gpu: np.ndarray, kind: np.ndarray, t: np.ndarray) -> Optional[tuple]:
+    """(kind, first, starts, ends, dt) of samples sorted by GPU then time: each GPU's first
+    sample and where its samples start and end, the time since the sample before (the
+    first's left for the caller); None without samples."""
+    n = len(t)
+    if n == 0:
+        return None
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    first[1:] = gpu[1:] != gpu[:-1]
+    starts = first.nonzero()[0]
+    dt = np.empty(n)
+    dt[1:] = t[1:] - t[:-1]
+    return kind, first, starts, np.append(starts[1:], n), dt
+
+
 def _flat_slots(arr: np.ndarray, rows: Optional[np.ndarray], slots: np.ndarray, m):
     """(idx, m) for Store._scatter: each sample's index into ``arr`` flattened past its first
     axis, and its values, without the samples that fall outside ``arr``."""
@@ -339,7 +355,8 @@ class Store:
             t, gpu, rows_u, util = t[have_u], gpu[have_u], rows[have_u], util[have_u]
         else:
             rows_u = rows
-        tm = self._time_runs(t, gpu, rows_u, util)
+        runs = _per_gpu(gpu, util >= th.seg_util_pct, t)
+        tm = self._time_runs(t, rows_u, runs)
         if len(rows_u) < n:
             full = np.zeros((len(tm), n))
             full[:, have_u] = tm
@@ -349,29 +366,17 @@ class Store:
              (bits & _THERMAL) != 0, (bits & _PCAP) != 0, (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0,
              *tm, v0[8], ok[8]]
         self._scatter(self.g, _SAMPLE_FIELDS, rows, slots, m)
-        self._gap_runs(t, gpu, rows_u, util)
+        self._gap_runs(t, gpu, rows_u, runs)
 
-    def _time_runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray
+    def _time_runs(self, t: np.ndarray, rows: np.ndarray, runs: Optional[tuple]
                    ) -> np.ndarray:
-        """Bursts and gaps as the windows read them (features.run_lengths): per GPU and bin,
-        the busy and idle seconds the samples measured (each sample the time since the one
-        before it) and the bursts and gaps (runs of samples at or above / below
-        seg_util_pct) that begin in it. A sample more than max_sample_gap_s after the one
-        before measures nothing: it is no part of a run, and the run after it begins anew.
-        Returns the four rows (bt, it, bst, gst) to add, one column per sample."""
-        n = len(t)
-        if n == 0:
+        """Per sample, the rows (bt, it, bst, gst) to add: the busy and idle seconds it
+        measured (the time since the sample before; none after a hole over
+        max_sample_gap_s) and whether a burst or gap (features.run_lengths) begins at it."""
+        if runs is None:
             return np.zeros((4, 0))
-        kind = util >= self.th.seg_util_pct
-        first = np.empty(n, dtype=bool)
-        first[0] = True
-        first[1:] = gpu[1:] != gpu[:-1]
-        dt = np.empty(n)
-        dt[1:] = t[1:] - t[:-1]
-        starts = first.nonzero()[0]
-        last = np.empty_like(starts)
-        last[:-1] = starts[1:] - 1
-        last[-1] = n - 1
+        kind, first, starts, ends, dt = runs
+        n, last, dt = len(t), ends - 1, dt.copy()
         pk = np.empty(n, dtype=bool)              # the sample before: its kind, ...
         pk[1:] = kind[:-1]
         pm0 = self._carried(t, rows, kind, starts, last, dt, pk)
@@ -399,19 +404,14 @@ class Store:
         pk[starts] = np.where(new, ~kind[starts], prev[1] > 0)
         return ~new & (prev[2] > 0)
 
-    def _gap_runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray
-                  ) -> None:
+    def _gap_runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray,
+                  runs: Optional[tuple]) -> None:
         """Bursts and gaps: runs of samples above / below seg_util_pct, per GPU, across calls."""
-        if len(t) == 0:
+        if runs is None:
             return
         th, c = self.th, self.carry
-        kind = util >= th.seg_util_pct
-        first = np.ones(len(t), dtype=bool)
-        first[1:] = gpu[1:] != gpu[:-1]
-        dt = np.empty(len(t))
-        dt[1:] = t[1:] - t[:-1]
-        starts = np.flatnonzero(first)
-        ends = np.append(starts[1:], len(t))
+        kind, first, starts, ends, dt = runs
+        dt = dt.copy()
         self._first_dt(t, gpu, starts, ends, dt)
         # Holes in the data are missing time, not work or idleness.
         dt = np.where(dt > th.max_sample_gap_s, 0.0, dt)
@@ -466,28 +466,26 @@ class Store:
         self._scatter(self.g, _F_GAPS, rows, slots, m.astype(float))
 
     def add_jobs(self, j: JobCols) -> None:
-        if len(j.time) == 0:
-            return
-        rows = self._row(np.asarray(j.gpu))
-        b = self._bins(np.asarray(j.time, dtype=float))
-        self._make_room(int(b.min()), int(b.max()))
-        age = j.loader_age if j.loader_age is not None else np.full(len(j.time), np.nan)
-        vals = np.array([np.asarray(a, dtype=float) for a in
-                         (j.loader_cpu, j.main_cpu, j.main_thread, j.workers, j.loader_busy,
-                          age)])
-        ok = ~np.isnan(vals)
-        self._scatter(self.g, _F_JOB, rows, b - self.b0,
-                      np.concatenate([np.where(ok, vals, 0.0), ok]))
+        if len(j.time):
+            age = j.loader_age if j.loader_age is not None else np.full(len(j.time), np.nan)
+            self._add_readings("g", _F_JOB, self._row(np.asarray(j.gpu)), j.time,
+                               (j.loader_cpu, j.main_cpu, j.main_thread, j.workers,
+                                j.loader_busy, age))
 
     def add_host(self, hc: HostCols) -> None:
-        if len(hc.time) == 0:
-            return
-        b = self._bins(np.asarray(hc.time, dtype=float))
+        if len(hc.time):
+            self._add_readings("h", _F_HOST, None, hc.time,
+                               (hc.iowait, hc.disk_read, hc.disk_write, hc.cpu))
+
+    def _add_readings(self, arr: str, fidx: np.ndarray, rows: Optional[np.ndarray],
+                      times, cols: tuple) -> None:
+        """Each reading's value (NaN: none) and its count into its bin of ``g`` or ``h``
+        (``arr``, named: making room may replace the array)."""
+        b = self._bins(np.asarray(times, dtype=float))
         self._make_room(int(b.min()), int(b.max()))
-        vals = np.array([np.asarray(a, dtype=float) for a in
-                         (hc.iowait, hc.disk_read, hc.disk_write, hc.cpu)])
+        vals = np.array([np.asarray(a, dtype=float) for a in cols])
         ok = ~np.isnan(vals)
-        self._scatter(self.h, _F_HOST, None, b - self.b0,
+        self._scatter(getattr(self, arr), fidx, rows, b - self.b0,
                       np.concatenate([np.where(ok, vals, 0.0), ok]))
 
     # -- reading ------------------------------------------------------------------------------
