@@ -109,9 +109,7 @@ def _jobs(parent: dict, act: list[int], pids: Mapping[int, Optional[tuple]]
 
 
 class GroupMemo:
-    """group_active's last answer, kept while what it reads (the active GPUs, their PIDs and
-    those PIDs' parents) is the same: the live detector asks once a second, and jobs rarely
-    change."""
+    """group_active's last answer, kept while the active GPUs, their PIDs and parents stay."""
 
     def __init__(self):
         self.key: Optional[tuple] = None
@@ -132,14 +130,10 @@ def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
                th: Thresholds = DEFAULT, memo: Optional[GroupMemo] = None,
                latest: bool = False, recent: frozenset = frozenset(),
                gone: frozenset = frozenset()):
-    """Jobs from the last ``w`` bins before ``stop`` (memory, activity) and the PIDs seen
-    (``memo``: a GroupMemo that keeps the grouping while its inputs stay the same). With
-    ``latest``, each GPU is read in its own last bin with samples among those (a GPU with
-    no sample in the last second is not thereby unused). ``recent``: GPUs that ran a kernel
-    within idle_after_s; without process or memory info they are in use (a slow loader's
-    job between its bursts), as no_kernels calls a job idle only after that long. ``gone``:
-    GPUs lost (NVML: GPU is lost): they have left every job (their missing samples are no
-    idle rank, and never a straggler)."""
+    """Jobs from the last ``w`` bins before ``stop`` (memory, activity) and the PIDs seen;
+    ``memo``: a GroupMemo; ``latest``: each GPU read in its own last bin with samples;
+    ``recent``: GPUs with a kernel within idle_after_s (in use without process or memory
+    info); ``gone``: GPUs lost, in no job."""
     lo = max(0, stop - w)
     s = store.g[_JOB_ROWS, :, lo:stop]
     if latest:
@@ -148,7 +142,6 @@ def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
         s = np.where(has.any(axis=1), s[:, np.arange(s.shape[1]), last], 0.0)
     else:
         s = s.sum(axis=2)
-    # (Python floats where the store is float64: the same quotients, computed faster.)
     n, quiet, memn, mem = s.tolist() if s.dtype == np.float64 else s
     act = [gpu for i, gpu in enumerate(store.gpus)
            if gpu not in gone and active(pids.get(gpu), mem[i] / memn[i] if memn[i] > 0 else NAN,
@@ -161,8 +154,7 @@ _JOB_ROWS = [GI["n"], GI["idle"], GI["memn"], GI["mem"]]
 
 
 def active_since(g: np.ndarray, th: Thresholds = DEFAULT) -> int:
-    """First bin of the last unbroken stretch in which every GPU of the job was in use
-    (processes, memory, or without either, a kernel within idle_after_s: store_jobs)."""
+    """First bin of the last unbroken stretch in which every GPU of the job was in use."""
     with np.errstate(invalid="ignore", divide="ignore"):
         pid = N.div(g[GI["pid"]], g[GI["pidn"]])
         mem = N.div(g[GI["mem"]], g[GI["memn"]])
