@@ -120,8 +120,7 @@ def _flat_slots(arr: np.ndarray, rows: Optional[np.ndarray], slots: np.ndarray, 
 
 def _add_log(flat: np.ndarray, fidx: np.ndarray, idx: np.ndarray, m) -> None:
     """flat[fidx[k], idx[i]] += m[k][i] for a log's many samples: one bincount per field."""
-    # Only over the slots the samples touch, and not for fields they leave at zero
-    # (adding zeros changes no sum): a log's chunk covers a few GPUs' rows.
+    # Only over the slots the samples touch, and not for fields they leave at zero.
     if bool((idx[1:] > idx[:-1]).all()):
         _add_one_per_slot(flat, fidx, idx, m)
         return
@@ -346,9 +345,7 @@ class Store:
         ok = ~np.isnan(vals)
         v0 = np.where(ok, vals, 0.0)
         util = vals[0]
-        # Only the fields samples feed (the others are the host's and the runs'), in the
-        # order of _SAMPLE_FIELDS: one row each, the values' own rows where they are the sums'
-        # terms as they stand (_scatter makes them one float array where it needs one).
+        # The fields samples feed, in the order of _SAMPLE_FIELDS.
         bits = v0[7].astype(np.int64)
         have_u = ok[0]
         if not have_u.all():          # (the runs are of the samples with a utilization)
@@ -519,15 +516,13 @@ def log_store(s: SampleCols, jobs: Optional[JobCols], host: Optional[HostCols],
     """A whole log's bins (float32: a day-long log's halve; the sums stay exact)."""
     st = Store(math.floor(float(np.nanmin(s.time))), th, dtype=np.float32,
                driver_samples=driver_samples)
-    # In time order per GPU, in chunks: bursts and gaps carry across chunks exactly as
-    # they carry across live ticks, and no chunk's scratch arrays grow with the log.
+    # In time order per GPU, in chunks: runs carry across chunks as across live ticks.
     order = _gpu_time_order(s.gpu, s.time)
     if order is None:
         order = np.arange(len(s.time))
     st.add_gpus(s.gpu)
     if len(order):
-        # All the bins at once (b0 from the first chunk, as adding it would set it): no
-        # copies of a growing store (a 72-hour log's is ~300 MB).
+        # All the bins at once (b0 from the first chunk): no copies of a growing store.
         st.reserve(float(np.nanmin(s.time[order[:STORE_CHUNK]])), float(np.nanmax(s.time)))
     scratch: dict = {}
     for a in range(0, len(order), STORE_CHUNK):
@@ -577,9 +572,7 @@ def tick_columns(ticks: Sequence[Tick]):
         host = tick.host
         if host is None:
             continue
-        # A host reading at tick time T describes the tick's interval, the seconds its GPU
-        # samples fill: date it inside them (at most half a second back), so it lands in the
-        # same per-second bin as the GPU samples it goes with, not the next one.
+        # A host reading describes the tick's interval: dated inside it (at most 0.5 s back).
         ht = host.time
         if gs:
             ht -= min(0.5, max(0.0, ht - min(s.time for s in gs)) / 2)

@@ -2,6 +2,7 @@
 over a job's windows (features.py's host columns)."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Optional
 
 import numpy as np
@@ -13,17 +14,8 @@ from gpumon.diagnosis import CAUSES
 C = {c: i for i, c in enumerate(CAUSES)}
 
 
-class Calm:
-    """A no-op context: judge() runs everything under one np.errstate(all="ignore")."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-CALM = Calm()
+# A no-op context: judge() runs everything under one np.errstate(all="ignore").
+CALM = nullcontext()
 
 
 # A rank's readings, in the order rank_starving takes them (and their "_recent" features).

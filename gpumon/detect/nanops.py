@@ -1,9 +1,5 @@
-"""Cheap exact stand-ins for numpy's NaN helpers on the detector's tiny arrays.
-
-``np.nan_to_num``, ``np.nanmean`` and friends wrap their ufuncs in several Python-level
-checks that cost more than the arithmetic on a (GPUs, 1) array; the live detector calls
-them hundreds of times per second. These give the same numbers with one or a few ufunc calls.
-"""
+"""Exact stand-ins for numpy's NaN helpers, without their Python-level checks (the live
+detector calls them hundreds of times a second on (GPUs, 1) arrays)."""
 from __future__ import annotations
 
 import numpy as np
@@ -35,10 +31,8 @@ def nanmin(a: np.ndarray, axis: int = 0) -> np.ndarray:
 
 
 def div(a: np.ndarray, b) -> np.ndarray:
-    """a / b where b > 0, else NaN (call under np.errstate(all="ignore")): the quotient, then
-    NaN where b is not > 0; the numbers of np.where(b > 0, a / np.where(b > 0, b, 1), NaN) in
-    two ufunc calls fewer. ``a`` or ``b`` must be an array (the result is written into); ``b``
-    may be a plain number."""
+    """a / b where b > 0, else NaN (call under np.errstate(all="ignore")); ``a`` or ``b`` an
+    array."""
     q = np.true_divide(a, b)
     np.copyto(q, np.nan, where=b <= 0)     # (b NaN: the quotient is NaN already)
     return q
