@@ -374,6 +374,19 @@ def test_gpm_section_scores_false_stalls_and_stall_recall():
         (1, 19, 15)
 
 
+def test_the_gpm_section_fails_the_bench_on_its_with_gpm_targets_only():
+    from bench.detect import gpm_section
+    t = [100.0 + i for i in range(40)]
+
+    def res(gpm, pred):
+        return {"name": "ddp_spread", "gpm": gpm, "seed": 1004, "change": 100.0, "t": t,
+                "truth": [("busy", None, False, False, False)] * 40, "a": pred}
+    calm, stalls = [("busy", None)] * 40, [("sync_stall", None)] * 40
+    lines, ok = gpm_section([res("all", calm), res("none", stalls)], (1,))
+    assert ok and any("| ddp_spread |" in x and "met" in x for x in lines)
+    assert not gpm_section([res("all", stalls), res("none", calm)], (1,))[1]
+
+
 def test_main_plan_leaves_the_gpm_only_scenarios_out():
     from bench.detect import GPM_ONLY, gpm_plan, plan
     runs = plan((1,))
