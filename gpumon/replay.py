@@ -68,10 +68,14 @@ class ReplaySource:
         def value(name: str, row: int) -> Optional[float]:
             v = float(cols.num(name)[row])
             return None if v != v else v
+        # A GPU had GPM where the log holds SM activity of it (the screen's smact column).
+        sm = ok & np.isfinite(cols.num("sm_active_ratio"))
+        gpm = set(np.unique(gpu[sm]).tolist())
         return [GpuInfo(index=int(g), name="logged GPU", uuid="",
                         mem_total_mib=value("mem_total_mib", r),
                         power_limit_w=value("power_limit_w", r),
-                        sm_clock_max_mhz=value("sm_clock_max_mhz", r))
+                        sm_clock_max_mhz=value("sm_clock_max_mhz", r),
+                        supported=(("gpm", g in gpm),))
                 for g, r in zip(index.tolist(), rows.tolist())]
 
     @property

@@ -289,3 +289,21 @@ def test_analyze_reads_the_gpm_columns_of_gpumon_csv_and_jsonl_logs(tmp_path):
         assert np.isnan(sm[gpu >= 2]).all(), fmt
         have = sm[(gpu < 2) & ~np.isnan(sm)]
         assert len(have) and ((have >= 0) & (have <= 1)).all() and have.max() > 0.1, fmt
+
+
+def test_a_replayed_log_shows_smact_for_the_gpus_it_logged_with_gpm(tmp_path):
+    """--replay --plain of a log with SM activity on GPUs 0-1 (the demo node) has the smact
+    column, a value for GPUs 0-1 and "-" for 2-3."""
+    log = tmp_path / "demo.csv"
+    run = [sys.executable, "-m", "gpumon"]
+    subprocess.run(run + ["log", "--sim", "demo", "--seed", "0", "--duration", "3", "-o",
+                          str(log)], check=True, capture_output=True, timeout=120)
+    out = subprocess.run(run + ["watch", "--replay", str(log), "--plain", "--speed", "1000"],
+                         capture_output=True, text=True, timeout=120).stdout.splitlines()
+    header = next(line for line in out if line.startswith("time"))
+    assert header.count("smact") == 4
+    row = out[out.index(header) + 1].split("|")
+    assert row[1].split()[1].endswith("%") and row[3].split()[1] == "-"
+    from gpumon.replay import ReplaySource
+    infos = ReplaySource(str(log)).gpu_infos()
+    assert [dict(i.supported).get("gpm") for i in infos] == [True, True, False, False]
