@@ -46,29 +46,25 @@ def _last(name: str, gpm: str, gpus: int = 4, secs: float = 60, **params):
     return out[0]
 
 
-def test_a_hang_is_every_gpu_busy_with_few_sms_active_and_says_so():
-    d = _last("hang", "all")
-    assert (d.verdict, d.cause) == ("sync_stall", "hang")
-    assert "SMs active" in d.because and "power limit" not in d.because
-    d = _last("hang", "none")
-    assert (d.verdict, d.cause) == ("sync_stall", "hang")
-    assert "power limit" in d.because and "SMs" not in d.because
-
-
-def test_a_straggler_is_found_by_sm_activity_and_the_reason_says_so():
-    d = _last("sync_stall", "all")
-    assert (d.verdict, d.rule) == ("sync_stall", "busy_but_cold")
-    assert "of their SMs active against" in d.because and "power" not in d.because
-    d = _last("sync_stall", "none")
-    assert (d.verdict, d.rule) == ("sync_stall", "busy_but_cold")
-    assert "power" in d.because and "SMs" not in d.because
+@pytest.mark.parametrize("name, attr, want, sm_words, power_words", [
+    ("hang", "cause", "hang", "SMs active", "power limit"),         # every GPU spins
+    ("sync_stall", "rule", "busy_but_cold", "of their SMs active against", "power"),
+])
+def test_the_stall_is_found_by_sm_activity_and_the_reason_says_so(name, attr, want,
+                                                                   sm_words, power_words):
+    d = _last(name, "all")
+    assert (d.verdict, getattr(d, attr)) == ("sync_stall", want)
+    assert sm_words in d.because and power_words not in d.because
+    d = _last(name, "none")
+    assert (d.verdict, getattr(d, attr)) == ("sync_stall", want)
+    assert power_words in d.because and "SMs" not in d.because
 
 
 def test_small_batches_are_busy_with_a_hint():
     d = _last("busy", "all", sm_active_compute=0.25)
     assert d.verdict == "busy", d.because
     assert "small kernels or batches" in d.because
-    assert d.evidence["sm_active"] is not None and d.evidence["sm_active"] < 0.5
+    assert d.evidence["sm_active"] is not None and d.evidence["sm_active"] < DEFAULT.few_sm_active
     d = _last("busy", "none")
     assert d.verdict == "busy" and "SMs" not in d.because
     assert d.evidence["sm_active"] is None

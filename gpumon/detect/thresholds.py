@@ -85,6 +85,9 @@ class Thresholds:
     # --- SM activity (GPM: the share of SMs with work; where a GPU has none, power decides) ----
     spin_sm_active: float = th(0.10, "share", "A busy GPU with fewer of its SMs active than "
                                "this spins in a collective, not computes.")
+    few_sm_active: float = th(0.5, "share", "Busy work with fewer of its SMs active than this "
+                              "leaves most idle: small kernels or batches (a hint, never a "
+                              "verdict; DCGM's guidance).")
     # --- throttling --------------------------------------------------------------------------
     throttle_share: float = th(0.3, "share", "Share of samples with a thermal, power-cap or "
                                "slowdown reason that throttles a GPU.")

@@ -16,17 +16,11 @@ def _busy(x: Window) -> str:
     if ev.get("power_frac_busy") is not None:
         s += f", at {pct(ev['power_frac_busy'])} of the power limit while busy"
     sm = ev.get("sm_active")
-    if sm is not None and sm < FEW_SMS:
+    if sm is not None and sm < x.th.few_sm_active:
         s += f"; SMs {pct(sm)} active: small kernels or batches leave most SMs idle"
     elif sm is not None:
         s += f", {pct(sm)} of their SMs active"
     return s
-
-
-# SM activity under this while busy: most SMs idle (DCGM's guidance: under 0.5 the GPU is
-# likely used ineffectively). A hint in the reason only, never a verdict: a GPU under
-# spin_sm_active spins (a sync stall).
-FEW_SMS = 0.5
 
 
 @rule(BUSY, 150, "none of the above", _busy)
