@@ -48,6 +48,16 @@ def test_no_kernel_for_a_minute_is_idle(tmp_path):
     assert summary(tl)["verdict"] == "idle", summary(tl)
 
 
+def test_a_steady_few_percent_with_no_sample_above_the_floor_is_idle(tmp_path):
+    """A GPU holding its memory whose every sample reads 6 % (monitoring and launch overhead,
+    under idle_util_pct) runs no kernel: idle (held), whatever its mean duty."""
+    _, tl = analyze_file(_log(tmp_path, every=1, interval=1, seconds=600, mem=True, burst=6))
+    assert summary(tl)["verdict"] == "idle", summary(tl)
+    idle = sum(d.end - d.start for d in tl.segments if d.verdict == "idle")
+    assert idle > 0.8 * (tl.end - tl.start), [(d.verdict, d.rule, d.end - d.start)
+                                              for d in tl.segments]
+
+
 def test_a_gpu_is_active_by_the_share_of_samples_with_a_kernel():
     # 3 % of the samples show a kernel, at a 1 % mean duty: active; monitoring noise (every
     # sample at 3 %, none above idle_util_pct) is no kernel.

@@ -106,7 +106,7 @@ def test_no_reason_reads_the_default_thresholds():
 def test_reasons_quote_the_thresholds_they_were_given():
     th = dataclasses.replace(DEFAULT, mem_active_mib=123.0, idle_after_s=45.0, hold_s=7.0,
                              duty_starved=0.55, hang_s=50.0, spin_power_frac=0.2,
-                             active_duty=0.33, idle_util_pct=12.0)
+                             idle_duty=0.33, idle_util_pct=12.0)
     assert "123 MiB" in R.BY_NAME["no_job"].because(th, False)
     assert "the last 45 s" in R.BY_NAME["no_job"].because(th, False)
     assert "12%" in R.BY_NAME["no_job"].because(th, False)

@@ -32,7 +32,7 @@ def active(pids: Optional[tuple], mem_mib: float, kernels: float,
         return mem_mib >= th.mem_active_mib
     if pids is not None:           # the process list is known and empty, memory unknown
         return False
-    return kernels is not None and not math.isnan(kernels) and kernels >= th.active_duty
+    return kernels is not None and not math.isnan(kernels) and kernels >= th.idle_duty
 
 
 def group_active(act: list[int], pids: Mapping[int, Optional[tuple]],

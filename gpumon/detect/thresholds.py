@@ -55,7 +55,8 @@ class Thresholds:
     min_samples: float = th(3.0, "samples", "Fewest samples (or burst+gap cycles) that show "
                             "a rhythm: per GPU in a window, per second for a gap stop.")
     # --- duty: the share of time a kernel ran --------------------------------------------------
-    idle_duty: float = th(0.05, "share", "Below this a GPU does no work.")
+    idle_duty: float = th(0.02, "share", "Below this a GPU does no work; kernels in this "
+                          "share of its samples make it part of a job.")
     trickle_duty: float = th(0.15, "share", "Below this a GPU has stopped (a stop may keep a "
                              "trickle of kernels).")
     on_duty: float = th(0.3, "share", "At or above this a GPU is back at work after a stop.")
@@ -67,8 +68,6 @@ class Thresholds:
                           "spinning in a collective.")
     return_tol: float = th(0.04, "share", "Work is back at the level before a stop, less "
                            "this.")
-    active_duty: float = th(0.02, "share", "Kernels in this share of a GPU's samples make it "
-                            "part of a job; other GPUs of a job idle less than this.")
     duty_spread: float = th(0.12, "share", "GPUs of one job this far apart in duty: one is "
                             "the odd one out.")
     # --- power -------------------------------------------------------------------------------

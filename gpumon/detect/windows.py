@@ -257,4 +257,4 @@ class Windows:
         amin = self.amin
         idle = N.nan_to_num(self.f["idle_share"])
         others = np.where(np.arange(self.G)[:, None] == amin[None, :], 0.0, idle).max(axis=0)
-        return np.where(others < self.th.active_duty, amin, -1)
+        return np.where(others < self.th.idle_duty, amin, -1)

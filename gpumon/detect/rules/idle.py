@@ -16,7 +16,7 @@ from gpumon.diagnosis import IDLE, INSUFFICIENT_DATA
 
 def _no_job(th: Thresholds, whole_log: bool) -> str:
     """``whole_log``: no job found over a whole log (analyze), not live."""
-    kernels = (f"{th.active_duty:.0%} or more of its samples show a kernel (above "
+    kernels = (f"{th.idle_duty:.0%} or more of its samples show a kernel (above "
                f"{th.idle_util_pct:.0f}%)" if whole_log else f"it ran a kernel (a sample above "
                f"{th.idle_util_pct:.0f}%) in the last {th.idle_after_s:.0f} s")
     return (f"no GPU is in use: none has a process or holds {th.mem_active_mib:.0f} MiB of "
@@ -109,12 +109,12 @@ def no_kernels(w: Windows) -> None:
     still holds its GPUs' memory). A job whose rare bursts recur (one every 20 s, a loader
     far too slow) still runs kernels: quiet_after_work decides."""
     f, th = w.f, w.th
-    quiet = (w.dmax < th.idle_duty) & ~(f["ctx_duty"] >= th.idle_duty) & ~f["kernel_recent"]
+    quiet = ~f["kernel_recent"]
 
     def held():
         return (f["mem_last"] >= th.mem_active_mib).any(axis=0) if w.G else np.zeros(w.E, bool)
     w.decide(no_kernels, quiet & ~w.feeding, c=lambda: np.where(held(), C["held"], -1),
-             cf=lambda: clip(0.7 + 0.3 * (th.idle_duty - w.dmax) / th.idle_duty, 0.5, 0.99))
+             cf=lambda: clip(1.0 - 30 * w.dmax / th.idle_util_pct, 0.5, 0.99))
 
 
 def _too_short(x: Window) -> str:
