@@ -15,12 +15,24 @@ NAN = math.nan
 
 
 def test_stopped_dead_and_all_on():
-    t = table_of([[0.0, 0.10, 0.9, 0.0, NAN, 0.35],
-                  [0.0, 0.02, 0.9, 0.2, 0.0, 0.30]])
-    assert t.stopped.tolist() == [True, True, False, False, False, False]
-    # (A GPU without a sample in the second is no stop, and no GPU away from work.)
-    assert t.all_on.tolist() == [False, False, True, False, False, True]
+    t = table_of([[0.0, 0.10, 0.9, 0.0, 0.35],
+                  [0.0, 0.02, 0.9, 0.2, 0.30]])
+    assert t.stopped.tolist() == [True, True, False, False, False]
+    assert t.all_on.tolist() == [False, False, True, False, True]
     assert t.has.all()
+
+
+def test_a_second_the_sampler_skipped_reads_as_the_one_before():
+    """A hole of a GPU (or of the whole job) within max_sample_gap_s of its last sample is
+    the sampler's jitter or interval: it reads as that sample. A longer hole stays empty: no
+    stop, and no GPU away from work."""
+    t = table_of([[0.9, NAN, 0.0, NAN, NAN, NAN, NAN],
+                  [0.9, 0.9, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    assert t.duty[0].tolist()[:4] == [0.9, 0.9, 0.0, 0.0]
+    assert t.stopped.tolist() == [False, False, True, True, True, False, False]
+    assert t.all_on.tolist() == [True, True, False, False, False, False, False]
+    hole = table_of([[0.9, NAN, NAN, 0.9]], n=[6, 0, 0, 6])
+    assert hole.has.all() and hole.n.tolist() == [6.0, 6.0, 6.0, 6.0]
 
 
 def test_a_gap_of_every_gpu_inside_a_busy_second_is_a_stop():
@@ -119,7 +131,7 @@ def test_present_and_a_hole_in_the_log_is_as_the_second_before():
     host(g, h, 3, mem=20000.0)
     t = seconds(g, h)
     assert t.present.tolist() == [True, False, False, True, True]
-    assert t.has.tolist() == [True, True, False, True, False]
+    assert t.has.all()              # (a one-second hole reads as the second before)
 
 
 def test_a_row_holds_python_values_by_name():

@@ -32,40 +32,6 @@ def _seconds(duty: np.ndarray, n: np.ndarray, th: Thresholds):
     return have, has, low, has & (low >= th.work_duty)
 
 
-def fill_holes(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-GPU duty (G, T) and the job's sample count and busy sum per bin (T,), with each
-    bin that has no sample (of a GPU; of the whole job) within max_sample_gap_s of the last
-    one that had read as that one: an empty second between two samples is the sampler's
-    jitter (a 1 s log drifting past a second) or its interval (a 2 s log), not a stop of
-    the work nor the end of a stretch of it. Longer holes stay empty."""
-    k = max(0, int(th.max_sample_gap_s / BIN_S))
-    T = len(n)
-    if not k or not T:
-        return duty, n, u
-    ar = np.arange(T)
-
-    def last_seen(ok):          # index of the last bin with data, -1 before the first
-        return np.maximum.accumulate(np.where(ok, ar, -1), axis=-1)
-
-    with np.errstate(invalid="ignore"):
-        have = ~np.isnan(duty)
-    if not have.all():
-        last = last_seen(have)
-        fill = ~have & (last >= 0) & (ar - last <= k)
-        if fill.any():
-            duty = np.where(fill, np.take_along_axis(duty, np.maximum(last, 0), axis=-1),
-                            duty)
-    empty = n == 0
-    if empty.any():
-        last = last_seen(~empty)
-        fill = empty & (last >= 0) & (ar - last <= k)
-        if fill.any():
-            src = np.where(fill, last, ar)
-            n, u = n[src], u[src]
-    return duty, n, u
-
-
 def runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The runs [a, b) of True in ``mask``: their starts and ends."""
     e = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
@@ -151,7 +117,6 @@ def scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     if T < 2 * need + 1:
         return None
     sc = SimpleNamespace()
-    duty, n, u = fill_holes(duty, n, u, th)
     have, has, low, good = _seconds(duty, n, th)
     sc.good = good
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -136,21 +136,43 @@ def seconds(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT,
         # Duty, power and limit of the bins and the lead that settles their power.
         duty, power, limit = N.div(g[_POWER_NUM, :, first - lead:], g[_POWER_DEN, :, first - lead:])
         cold = _cold_settled(duty, power, limit, th)[:, lead:]
-        duty, power = duty[:, lead:], power[:, lead:]
+        gl = g[:, :, first - lead:]
+        n_raw = _add(gl[GI["n"]], 0)
+        duty, n, u = fill_holes(duty, n_raw, _add(gl[GI["u"]], 0), th)
+        duty, power, n, u = duty[:, lead:], power[:, lead:], n[lead:], u[lead:]
         gt = g[:, :, first:]
         at = _any(cold, 0).nonzero()[0]
         if len(at):
             cold[:, at] &= ~_held_down_bins(gt[:, :, at], th)
         sm = N.div(gt[GI["sa"]], gt[GI["san"]])
         cold = by_sm(cold, duty, sm, th)
-        n, u = _add(gt[GI["n"]], 0), _add(gt[GI["u"]], 0)
         gap = gap_stops(gt, th)
         spin = spin_seconds(g, th, first, duty)
         cols = _work(duty, n, u, th, gap, _any(cold, 0), spin)
-        cols.update(_host(gt, h[:, first:], n, th))
+        cols.update(_host(gt, h[:, first:], n_raw[lead:], th))
     return SecondsTable(duty=duty, n=n, u=u, power=power, sm_active=sm, cold=cold,
                         spinning=spin,
                         gap_stop=gap, **cols)
+
+
+def fill_holes(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-GPU duty (G, T) and the job's sample count and busy sum per bin (T,), with each
+    bin that has no sample (of a GPU; of the whole job) within max_sample_gap_s of the last
+    one that had read as that one: an empty second between two samples is the sampler's
+    jitter (a 1 s log drifting past a second) or its interval (a 2 s log), not a stop of
+    the work nor the end of a stretch of it. Longer holes stay empty."""
+    k = int(th.max_sample_gap_s / BIN_S)
+    have = duty == duty                  # (NaN: no sample)
+    if k <= 0 or _all(have, None):
+        return duty, n, u
+    ar = np.arange(len(n))
+    last = np.maximum.accumulate(np.where(have, ar, -1), axis=-1)   # -1 before the first
+    fill = ~have & (last >= 0) & (ar - last <= k)
+    duty = np.where(fill, np.take_along_axis(duty, np.maximum(last, 0), axis=-1), duty)
+    seen = _any(have | fill, 0)
+    src = np.where(seen & (n == 0), np.maximum.accumulate(np.where(n > 0, ar, -1)), ar)
+    return duty, n[src], u[src]
 
 
 _POWER_NUM = [GI[k] for k in ("u", "pw", "pl")]
