@@ -9,6 +9,8 @@ import numpy as np
 
 from gpumon.analyze import analyze_file, summary
 from gpumon.analyze.pauses import two_sided
+from gpumon.detect.seconds import seconds
+from seconds_util import bins
 from gpumon.detect.thresholds import DEFAULT
 
 H = importlib.import_module("gpumon.analyze.hindsight")
@@ -78,18 +80,20 @@ def test_one_rank_stalling_again_and_again_is_not_a_pause(tmp_path):
     assert {"data_starvation", "sync_stall"} & _verdicts(tl, 40, len(util))
 
 
+def _two_sided(util, power=None):
+    return two_sided(seconds(*bins(util, power=power)), DEFAULT)
+
+
 def test_two_sided_marks_the_dip_only():
     util = np.array(_validation_run(ret=True), dtype=float).T / 100.0     # (G, T)
-    n = np.full(util.shape[1], 2.0)
-    u = util.sum(axis=0)
-    m = two_sided(util, n, u, DEFAULT)
+    m = _two_sided(util)
     idx = np.flatnonzero(m)
     assert idx[0] == 60 and idx[-1] < 100 and m[60:90].all(), idx
     assert not m[:60].any() and not m[100:].any()
     # The log ends 7 s after steady work came back: too short to know, nothing marked.
-    assert not two_sided(util[:, :100], n[:100], u[:100], DEFAULT).any()
+    assert not _two_sided(util[:, :100]).any()
     # It ends 12 s after (tail_min_s = 10): the return is seen, the dip is a pause.
-    m = two_sided(util[:, :105], n[:105], u[:105], DEFAULT)
+    m = _two_sided(util[:, :105])
     assert m[60:91].all() and not m[:60].any(), np.flatnonzero(m)
 
 
@@ -385,16 +389,14 @@ def test_a_dip_whose_gpus_keep_their_busy_power_is_not_a_pause():
     between two steps (an 8-GPU gloo job of the detector benchmark read as a pause): the
     dip is a stop only if a GPU's power fell with its utilization (stop_power_frac)."""
     util = np.array(_validation_run(ret=True), dtype=float).T / 100.0     # (G, T)
-    n = np.full(util.shape[1], 2.0)
-    u = util.sum(axis=0)
     busy_power = np.full(util.shape, 220.0)
-    assert not two_sided(util, n, u, DEFAULT, power=busy_power).any()
+    assert not _two_sided(util, power=busy_power).any()
     stopping = np.where(util < DEFAULT.on_duty, 70.0, 220.0)    # idle draws ~1/3
-    m = two_sided(util, n, u, DEFAULT, power=stopping)
+    m = _two_sided(util, power=stopping)
     assert m[60:90].all() and not m[:60].any(), np.flatnonzero(m)
     # Unknown power (a log without power.draw) reads as before: the utilization alone.
-    m_nan = two_sided(util, n, u, DEFAULT, power=np.full(util.shape, np.nan))
-    assert (m_nan == two_sided(util, n, u, DEFAULT)).all() and m_nan[60:90].all()
+    m_nan = _two_sided(util, power=np.full(util.shape, np.nan))
+    assert (m_nan == _two_sided(util)).all() and m_nan[60:90].all()
 
 
 def test_a_pause_ends_where_steady_work_came_back(tmp_path):

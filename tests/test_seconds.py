@@ -19,7 +19,11 @@ def test_stopped_dead_and_all_on():
                   [0.0, 0.02, 0.9, 0.2, 0.30]])
     assert t.stopped.tolist() == [True, True, False, False, False]
     assert t.all_on.tolist() == [False, False, True, False, True]
+    assert t.at_work.tolist() == [False, False, True, False, False]
     assert t.has.all()
+    # Steady work wants every GPU at work_duty, each seen (a GPU long without a sample: no).
+    w = table_of([[0.95, 0.72, 0.65, 0.9, NAN, NAN, NAN], [0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]])
+    assert w.at_work.tolist() == [True, True, False, True, True, True, False]
 
 
 def test_a_second_the_sampler_skipped_reads_as_the_one_before():

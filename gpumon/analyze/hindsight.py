@@ -63,7 +63,7 @@ def make(th: Thresholds, g: np.ndarray, table: SecondsTable, pause: np.ndarray,
     flags) with what hindsight reads (the Detector calls this, then ``apply``)."""
     # (A rank's host starving where its loader workers are known.)
     starving = table.starving & ~np.isnan(table.workers)
-    sc = scan(table.duty, table.n, table.u, th)
+    sc = scan(table, th)
     dips = one_off_dips(sc, th, starving)
     return Job(th=th, g=g, table=table, pause=pause, excl=excl, why=why, sc=sc,
                starving=starving, dips=dips, rec=recovered(dips, len(table), th))
@@ -156,8 +156,7 @@ def _why_not_one_off(job: Job, a: int, b: int, d) -> str:
 
 
 def _two_sided(job: Job) -> np.ndarray:
-    t = job.table
-    return two_sided(t.duty, t.n, t.u, job.th, t.power, sc=job.sc, starving=job.starving)
+    return two_sided(job.table, job.th, sc=job.sc, starving=job.starving)
 
 
 def _mark_pause(job: Job, m: np.ndarray) -> None:

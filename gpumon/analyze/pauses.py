@@ -19,18 +19,8 @@ from typing import Optional
 
 import numpy as np
 
+from gpumon.detect.seconds import SecondsTable
 from gpumon.detect.thresholds import BIN_S, Thresholds
-
-def _seconds(duty: np.ndarray, n: np.ndarray, th: Thresholds):
-    """Per bin of a job: which GPUs have data (G, T), whether the job has any (T,), the
-    least busy GPU's duty (a GPU without data reads 0) and whether that is steady work
-    (every GPU at work_duty or more)."""
-    with np.errstate(invalid="ignore"):
-        have = ~np.isnan(duty)
-        has = have.any(axis=0) & (n > 0)
-        low = np.where(have, duty, 0.0).min(axis=0)
-    return have, has, low, has & (low >= th.work_duty)
-
 
 def runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The runs [a, b) of True in ``mask``: their starts and ends."""
@@ -55,19 +45,17 @@ def _runs(good: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return nxt - idx, idx - prv - 1
 
 
-def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds,
-              power: Optional[np.ndarray] = None, sc: Optional[SimpleNamespace] = None,
+def two_sided(table: SecondsTable, th: Thresholds, sc: Optional[SimpleNamespace] = None,
               starving: Optional[np.ndarray] = None) -> np.ndarray:
-    """Bins (T,) of a job that are pauses judged with what followed them, from per-GPU duty
-    (G, T), the job's sample count and busy sum per bin and per-GPU mean power per bin
-    (G, T; NaN or None where unknown). ``sc``: scan() of the same bins, where the caller has
-    it already; ``starving``: per bin, a rank's host starving (None: no host counters)."""
-    T = len(n)
+    """Bins (T,) of a job that are pauses judged with what followed them, from its seconds
+    ``table``. ``sc``: scan() of the same table, where the caller has it already;
+    ``starving``: per bin, a rank's host starving (None: no host counters)."""
+    T = len(table)
     out = np.zeros(T, dtype=bool)
     need = _need(th)          # steady bins before and after a dip
     if T < 2 * need + 1:
         return out
-    sc = sc if sc is not None else scan(duty, n, u, th)
+    sc = sc if sc is not None else scan(table, th)
     startup = int(round(th.loader_startup_s / BIN_S))
     leads = _leads(sc, need, int(round(th.stagger_s / BIN_S)))
     has = leads >= 0
@@ -76,7 +64,7 @@ def two_sided(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds,
         if dip is None:
             continue
         a, e = dip
-        if not _stopped(duty[:, a:e], power, a, e, need, th):
+        if not _stopped(table.duty[:, a:e], table.power, a, e, need, th):
             continue
         if starving is not None and int((starving[s:e] & sc.drop[s:e]).sum()) > startup:
             continue
@@ -107,17 +95,17 @@ def _need(th: Thresholds) -> int:
     return max(2, int(round(th.context_s / BIN_S)))
 
 
-def scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
-         th: Thresholds) -> Optional[SimpleNamespace]:
-    """What two_sided and not_one_off read of a job's bins (per-GPU duty (G, T), sample count
-    and busy sum per bin): computed once, it serves both. None where the job is too short
-    for a dip with steady work on either side (both then find none)."""
-    T = len(n)
+def scan(table: SecondsTable, th: Thresholds) -> Optional[SimpleNamespace]:
+    """What two_sided and not_one_off read of a job's seconds ``table``: computed once, it
+    serves both. None where the job is too short for a dip with steady work on either side
+    (both then find none)."""
+    T = len(table)
     need = _need(th)
     if T < 2 * need + 1:
         return None
+    duty, n, u = table.duty, table.n, table.u
     sc = SimpleNamespace()
-    have, has, low, good = _seconds(duty, n, th)
+    have, has, good = ~np.isnan(duty), table.has, table.at_work
     sc.good = good
     with np.errstate(invalid="ignore", divide="ignore"):
         sc.jd = jd = np.where(has, u / np.where(n > 0, n, 1.0), 0.0)
@@ -152,7 +140,7 @@ def scan(duty: np.ndarray, n: np.ndarray, u: np.ndarray,
     # A dip: a second without steady work (a stop, a validation pass's rhythm, a rank that
     # fell behind for a moment) after one with it.
     sc.drop = drop = ~good
-    sc.deep = has & (low < th.on_duty)
+    sc.deep = has & ~(np.where(have, duty, 0.0) >= th.on_duty).all(axis=0)
     sc.run_after, sc.run_before = _runs(at_work)
     sc.first = np.flatnonzero(drop[need:] & ~drop[need - 1:-1]) + need
     return sc

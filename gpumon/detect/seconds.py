@@ -76,6 +76,8 @@ class SecondsTable:
                            "its clocks not held down (held_down): waiting, not computing")
     full: np.ndarray = col("share", "the least duty of a GPU seen; 0 where a GPU is cold "
                            "or none sent data: warm work on every GPU")
+    at_work: np.ndarray = col("bool", "steady work: every GPU seen at work_duty or more "
+                              "(warm or not: ``full`` says that)")
     spinning: np.ndarray = col("bool", "one GPU stopped while every GPU at work spins "
                                "(where it has SM activity), or draws at most "
                                "stop_power_frac of its own highest power over the "
@@ -196,6 +198,7 @@ def _work(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds, gap: n
     seen = nk == G
     lone_idle = (nk > 1) & (nstop == 1) & (_add(on, 0) == nk - 1)
     full = np.where(nk > 0, np.minimum.reduce(np.where(known, duty, 1.0), 0), 0.0)
+    at_work = seen & (full >= th.work_duty)
     full[cold] = 0.0
     return dict(
         has=_any(known, 0) & (n > 0),
@@ -203,7 +206,7 @@ def _work(duty: np.ndarray, n: np.ndarray, u: np.ndarray, th: Thresholds, gap: n
         stopped=((nstop == G) | gap) & seen,
         alone=(nk > 1) & (nlow == nk - 1) & (_add(stopped & ~low, 0) == 1),
         lone_idle=lone_idle, held=lone_idle & spin,
-        all_on=_all(on | ~known, 0), full=full)
+        all_on=_all(on | ~known, 0), full=full, at_work=at_work)
 
 
 def gap_stops(g: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
