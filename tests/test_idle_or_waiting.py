@@ -56,6 +56,9 @@ def test_a_steady_few_percent_with_no_sample_above_the_floor_is_idle(tmp_path):
     idle = sum(d.end - d.start for d in tl.segments if d.verdict == "idle")
     assert idle > 0.8 * (tl.end - tl.start), [(d.verdict, d.rule, d.end - d.start)
                                               for d in tl.segments]
+    said = [d.because for d in tl.segments if d.rule == "no_kernels"]
+    assert said and said[0].startswith("no sample of the GPUs above 10% (a kernel) in the "
+                                       "last 60 s: they read 6% over the last "), said
 
 
 def test_a_gpu_is_active_by_the_share_of_samples_with_a_kernel():

@@ -94,20 +94,20 @@ def _no_kernels(x: Window) -> str:
     mem = mem[~np.isnan(mem)]
     held = (f", holding {mem.max():.0f} MiB of memory" if len(mem) and
             mem.max() >= th.mem_active_mib else "")
-    return (f"the GPUs ran a kernel {pct(x.ev.get('duty_max'))} of the last {x.seconds()} s "
-            f"and {pct(x.f['ctx_duty'][x.e])} of the {th.context_s:.0f} s before "
-            f"(under {pct(th.idle_duty)}), no sample above {th.idle_util_pct:.0f}% in the "
-            f"last {th.idle_after_s:.0f} s{held}")
+    return (f"no sample of the GPUs above {th.idle_util_pct:.0f}% (a kernel) in the last "
+            f"{th.idle_after_s:.0f} s: they read {pct(x.ev.get('duty_max'))} over the last "
+            f"{x.seconds()} s and {pct(x.f['ctx_duty'][x.e])} over the "
+            f"{th.context_s:.0f} s before{held}")
 
 
-@rule(IDLE, 40, "no kernel in the window, none in the {context_s:.0f} s before, no sample "
-      "above {idle_util_pct:.0f}% in the last {idle_after_s:.0f} s; host not feeding",
+@rule(IDLE, 40, "no sample above {idle_util_pct:.0f}% (a kernel) in the last "
+      "{idle_after_s:.0f} s, the window included; host not feeding",
       _no_kernels, cause="`held` if memory is held")
 def no_kernels(w: Windows) -> None:
-    """No kernels in the window nor in the context before it (no sample there above
-    idle_util_pct, the duty under idle_duty), the host not feeding: idle (held when the job
-    still holds its GPUs' memory). A job whose rare bursts recur (one every 20 s, a loader
-    far too slow) still runs kernels: quiet_after_work decides."""
+    """No kernel (a sample above idle_util_pct) in the last idle_after_s, the host not
+    feeding: idle (held when the job still holds its GPUs' memory). A job whose rare bursts
+    recur (one every 20 s, a loader far too slow) still runs kernels: quiet_after_work
+    decides."""
     f, th = w.f, w.th
     quiet = ~f["kernel_recent"]
 
