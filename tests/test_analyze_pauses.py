@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from gpumon.analyze import analyze_file, summary
+from gpumon.analyze import pauses
 from gpumon.analyze.pauses import two_sided
 from gpumon.detect.seconds import seconds
 from seconds_util import bins
@@ -92,22 +93,23 @@ def test_two_sided_marks_the_dip_only():
     assert not m[:60].any() and not m[100:].any()
     # The log ends 7 s after steady work came back: too short to know, nothing marked.
     assert not _two_sided(util[:, :100]).any()
-    # It ends 12 s after (tail_min_s = 10): the return is seen, the dip is a pause.
+    # It ends 12 s after (half of context_s: 10): the return is seen, the dip is a pause.
     m = _two_sided(util[:, :105])
     assert m[60:91].all() and not m[:60].any(), np.flatnonzero(m)
 
 
-def test_a_validation_pass_just_before_the_log_ends_is_a_pause(tmp_path):
+def test_a_validation_pass_just_before_the_log_ends_is_a_pause(tmp_path, monkeypatch):
     """A simulated 2-GPU job (a tuning seed of the detector benchmark) runs a validation pass
     96-109 s into the scenario, its choppy forward-only rhythm read as starvation live; the
     log ends 11 s after steady work came back. That is a return too, though the log ends
-    before context_s of work after it: the pass is a pause (tail_min_s)."""
+    before context_s of work after it: half of it (10 s) to the log's end is a return, and
+    the pass is a pause."""
     tl, change = _sim_log(tmp_path, "validation", 2, 7018102, "mean")
     bad = [(d.verdict, d.start - change) for d in tl.segments
            if d.verdict not in ("busy", "paused") and d.end > change + 5]
     assert not bad, bad
-    tl2, _ = _sim_log(tmp_path, "validation", 2, 7018102, "mean",
-                      th=replace(DEFAULT, tail_min_s=1e9))
+    monkeypatch.setattr(pauses, "_tail_return", lambda *a: None)     # (no such return)
+    tl2, _ = _sim_log(tmp_path, "validation", 2, 7018102, "mean")
     assert "data_starvation" in {d.verdict for d in tl2.segments if d.end > change + 90}
 
 

@@ -181,8 +181,7 @@ def _dip(sc: SimpleNamespace, s: int, lead: int, th: Thresholds, need: int
     if not at_end:
         e = s + 1 + int(hit[0])
     else:
-        e = _tail_return(sc.good, sc.jd, s, bar, int(round(th.tail_min_s / BIN_S)), pmax,
-                         need)
+        e = _tail_return(sc.good, sc.jd, s, bar, pmax, need)
         if e is None:
             return None
     return (s - lead, e) if _isolated(sc, s - lead, e, at_end, lead_in) else None
@@ -219,10 +218,12 @@ def _stopped(duty: np.ndarray, power: Optional[np.ndarray], a: int, e: int, need
     return bool((low & (drop | np.isnan(power[:, a:e]) | ~known[:, None])).any())
 
 
-def _tail_return(good: np.ndarray, jd: np.ndarray, s: int, bar: float, tail: int,
-                 pmax: int, need: int):
+def _tail_return(good: np.ndarray, jd: np.ndarray, s: int, bar: float, pmax: int,
+                 need: int):
     """The bin at which steady work at ``bar`` or more resumed after the dip starting at
-    ``s`` and ran to the end of the log, at least ``tail`` bins of it; None if it did not."""
+    ``s`` and ran to the end of the log, at least half of context_s (``need``) of it, what
+    stands for a context where the log holds no more; None if it did not."""
+    tail = need // 2
     T = len(good)
     if T - s >= pmax + need:
         return None     # every return within pmax had need bins after it, and none held

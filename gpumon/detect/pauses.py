@@ -331,7 +331,8 @@ class PauseTracker:
                 and sum(u for _, u in recent) / sn >= self.th.work_duty)
 
     def _healthy_context(self) -> bool:
-        """context_s of history (half of it at least) with no stop in it, at work_duty."""
+        """context_s of history (half of it at least: what stands for a context where no
+        more is known) with no stop in it, at work_duty."""
         h = self.hist
         if len(h) < self.ctx // 2 or self.i - self.last_stop <= len(h):
             return False

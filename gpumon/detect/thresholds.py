@@ -27,7 +27,8 @@ class Thresholds:
     # --- spans of time -----------------------------------------------------------------------
     window_s: float = th(6.0, "s", "Span a live verdict is judged on.")
     context_s: float = th(20.0, "s", "The longest span read before a second: a stretched "
-                          "window, the work before a stop, a job's start.")
+                          "window, the work before a stop, a job's start; half of it stands "
+                          "for it where no more is known (a job's first, a log's last).")
     idle_after_s: float = th(60.0, "s", "A stop or a hole this long ends the work: no kernel "
                              "this long is idle, no pause lasts longer, a log stopped.")
     hold_s: float = th(2.0, "s", "A new verdict must win this long to replace the shown one; "
@@ -39,8 +40,6 @@ class Thresholds:
     resume_s: float = th(4.0, "s", "Steady work this long, at the level before, ends a pause.")
     sticky_s: float = th(10.0, "s", "Starvation held this long stays while its host cause "
                          "does.")
-    tail_min_s: float = th(10.0, "s", "Steady work to a log's end at least this long is a "
-                           "return after a stop.")
     loader_startup_s: float = th(30.0, "s", "New loader workers may start this long while "
                                  "the GPUs wait.")
     hang_s: float = th(30.0, "s", "Every GPU spinning this long, none computing, is a hang.")
