@@ -21,13 +21,13 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from gpumon.diagnosis import CAUSES, Diagnosis, INSUFFICIENT_DATA
+from gpumon.diagnosis import Diagnosis, INSUFFICIENT_DATA
 from gpumon.samples import Tick
 from gpumon.detect.bins import GI, Store, log_store, tick_columns
 from gpumon.detect.features import kernel_recent, last_kernel, view_bins, window_features
 from gpumon.detect.hold import Hysteresis, settle
 from gpumon.detect.jobs import GroupMemo, active_since, store_jobs
-from gpumon.detect.pauses import PauseTracker, pause_flags
+from gpumon.detect.pauses import PauseMarks, pause_flags
 from gpumon.detect.result import (EVIDENCE_KEYS, data_window, held_diagnosis, make_diagnosis,
                                   no_data_diagnosis, no_job_diagnoses)
 from gpumon.detect.rules import judge
@@ -150,7 +150,7 @@ class Detector:
             # (store_jobs): a start is not seen, and a slow job's return after a minute with
             # none is no new start.
             if since > 0 and bool(g[[GI["memn"], GI["pidn"]]].any()):
-                job.pauses.begin()
+                job.pauses.tr.begin()
         base = st.b0 + lo              # absolute bin of view index 0
         job.step_pauses(g, h, base, last)
         pause, excl, why, keep = job.arrays(base, st.b0 + stop)
@@ -367,10 +367,7 @@ class _Job:
     """Live state of one job: its pauses, when it started, its held verdict."""
 
     def __init__(self, th: Thresholds, since: int):
-        self.pauses = PauseTracker(th)
-        self.flags: dict[int, bool] = {}    # absolute bin -> pause (as known then)
-        self.excl: dict[int, bool] = {}     # absolute bin -> left out of the features
-        self.why: dict[int, int] = {}       # absolute bin -> the pause's cause (CAUSES index)
+        self.pauses = PauseMarks(th)        # the pause tracker and what it marked
         self.since = since                  # absolute bin the job was first seen in use
         self.next = since                   # next absolute bin to feed the pause tracker
         self.hyst = Hysteresis.of(th)
@@ -379,38 +376,18 @@ class _Job:
         self.th = th
 
     def step_pauses(self, g, h, base: int, last: int) -> None:
-        """Feed the pause tracker the bins it has not seen, up to ``last`` (absolute); the
-        view's index 0 is absolute bin ``base``. Forget bins older than the view."""
+        """Feed the pause tracker the bins it has not seen, up to ``last`` (absolute, the
+        view's last); the view's index 0 is absolute bin ``base``."""
         b_first = max(self.next, base)
         if b_first <= last:
-            i0 = b_first - base
             # (The bins before settle a second's power and are what a GPU spins below.)
-            table = seconds(g, h, self.th, i0)
-        tr = self.pauses
-        for b in range(b_first, last + 1):
-            k = b - base - i0
-            self.flags[b] = self.excl[b] = tr.step(table.row(k))
-            if self.flags[b]:
-                self.why[b] = CAUSES.index(tr.reason)
-            for j in tr.unmark:       # that "pause" was starvation after all
-                self.excl[b - tr.i + j] = False
-            for j in tr.lead_in:      # the stop began inside the bin before
-                self.excl[b - tr.i + j] = True
+            self.pauses.feed(seconds(g, h, self.th, b_first - base), b_first)
         self.next = last + 1
-        for b in [b for b in self.flags if b < base]:
-            del self.flags[b]
-            self.excl.pop(b, None)
-            self.why.pop(b, None)
 
     def arrays(self, base: int, end: int):
-        """(pause, excluded, why, keep) over absolute bins base..end-1."""
-        absr = range(base, end)
-        fl, ex, wy = self.flags.get, self.excl.get, self.why.get
-        pause = np.array([fl(b, False) for b in absr], dtype=bool)
-        excl = np.array([ex(b, False) for b in absr], dtype=bool)
-        why = np.array([wy(b, -1) for b in absr], dtype=np.int64)
-        keep = np.arange(base, end) >= self.since
-        return pause, excl, why, keep
+        """(pause, excluded, why, keep) over absolute bins base..end-1; the bins before
+        ``base`` are forgotten."""
+        return self.pauses.arrays(base, end) + (np.arange(base, end) >= self.since,)
 
     def feed(self, t: float, r: dict, e: int) -> None:
         """The rules' raw verdict of window ``e`` into the hysteresis."""

@@ -345,34 +345,76 @@ class PauseTracker:
         return sn > 0 and su / sn >= self.th.work_duty
 
 
+class PauseMarks:
+    """What the pause tracker marked, per absolute bin, as it knew it at that bin: ``pause``
+    (the verdict there is busy), ``excl`` (left out of the windows: a pause later found to
+    be starvation is taken back in, a stop's lead-in left out) and ``why`` (the pause's
+    cause, a diagnosis.CAUSES index; -1 outside pauses). One driver of the tracker: the live
+    detector feeds it a few seconds a tick, a log all of its seconds at once."""
+
+    def __init__(self, th: Thresholds = DEFAULT):
+        self.tr = PauseTracker(th)
+        self.lo = 0                                # absolute bin of the arrays' index 0
+        self.pause = np.zeros(0, bool)
+        self.excl = np.zeros(0, bool)
+        self.why = np.zeros(0, np.int64)
+
+    def feed(self, table: SecondsTable, first: int, begin: frozenset = frozenset()) -> None:
+        """Step the tracker over the seconds of ``table``, the first of them absolute bin
+        ``first``; ``begin``: the table's seconds at which the job is seen starting."""
+        tr, n = self.tr, len(table)
+        self._grow(first + n)
+        at = first - self.lo - tr.i - 1          # array index - tracker index
+        paused, causes, marks = [], [], []
+        for k, sec in enumerate(table.rows()):
+            if k in begin:
+                tr.begin()
+            if tr.step(sec):
+                paused.append(k)
+                causes.append(CAUSES.index(tr.reason))
+            if tr.unmark or tr.lead_in:
+                marks.append((tr.unmark, tr.lead_in))
+        k0 = first - self.lo
+        self.pause[k0:k0 + n] = self.excl[k0:k0 + n] = False
+        self.why[k0:k0 + n] = -1
+        idx = np.asarray(paused, np.int64) + k0
+        self.pause[idx] = self.excl[idx] = True
+        self.why[idx] = causes
+        for unmark, lead_in in marks:       # (each only reaches bins before its own)
+            self.excl[max(unmark.start + at, 0):max(unmark.stop + at, 0)] = False
+            self.excl[max(lead_in.start + at, 0):max(lead_in.stop + at, 0)] = True
+
+    def _grow(self, end: int) -> None:
+        extra = end - self.lo - len(self.pause)
+        if extra > 0:
+            self.pause = np.concatenate((self.pause, np.zeros(extra, bool)))
+            self.excl = np.concatenate((self.excl, np.zeros(extra, bool)))
+            self.why = np.concatenate((self.why, np.full(extra, -1, np.int64)))
+
+    def arrays(self, base: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(pause, excl, why) over absolute bins base..end-1 (bins never fed: none); the
+        bins before ``base`` are forgotten."""
+        if base > self.lo:
+            k = base - self.lo
+            self.pause, self.excl, self.why = self.pause[k:], self.excl[k:], self.why[k:]
+            self.lo = base
+        self._grow(end)
+        pad = self.lo - base
+        a, b = max(base - self.lo, 0), end - self.lo
+        out = (self.pause[a:b], self.excl[a:b], self.why[a:b])
+        if pad <= 0:
+            return out
+        return tuple(np.concatenate((np.full(pad, f, x.dtype), x))
+                     for f, x in zip((False, False, -1), out))
+
+
 def pause_flags(table: SecondsTable, th: Thresholds = DEFAULT,
                 starts: Optional[np.ndarray] = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pause, excluded, why) per bin of a job from its seconds table, each as the live
-    tracker knew it at that bin; ``why``: the pause's cause then (an index into
-    diagnosis.CAUSES), -1 outside pauses.
-
-    ``pause``: the verdict there is busy; ``excluded`` drops the bins of pauses later found
-    to be starvation, so windows after that see the gaps. ``starts``: bins at which the job
-    is seen starting (PauseTracker.begin), as live.
-    """
-    tr = PauseTracker(th)
-    begin = set() if starts is None else set(np.flatnonzero(starts).tolist())
-    step, paused, causes = tr.step, [], []
-    marks = []               # (unmark, lead_in) ranges where the tracker set them, in order
-    for i, s in enumerate(table.rows()):
-        if i in begin:
-            tr.begin()
-        if step(s):
-            paused.append(i)
-            causes.append(tr.reason)
-        if tr.unmark or tr.lead_in:
-            marks.append((tr.unmark, tr.lead_in))
-    why = np.full(len(table), -1, dtype=np.int64)
-    why[paused] = [CAUSES.index(c) for c in causes]
-    out = why >= 0
-    excl = out.copy()
-    for unmark, lead_in in marks:
-        excl[unmark.start:unmark.stop] = False
-        excl[lead_in.start:lead_in.stop] = True
-    return out, excl, why
+    tracker knew it at that bin (PauseMarks). ``starts``: bins at which the job is seen
+    starting (PauseTracker.begin), as live."""
+    m = PauseMarks(th)
+    m.feed(table, 0, frozenset() if starts is None else
+           frozenset(np.flatnonzero(starts).tolist()))
+    return m.pause, m.excl, m.why
