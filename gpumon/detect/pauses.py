@@ -106,11 +106,11 @@ class PauseTracker:
         self.worked = True        # the job has run GPU work since it started
         self.reason = "unknown"   # why the current pause (a cause of diagnosis.CAUSES)
         self.bar = th.duty_starved   # duty at which work is back (see _return_bar)
-        self.starved = th.duty_starved   # (read every second)
 
     def step(self, sec: Second) -> bool:
         """Feed one second (a row of the seconds table); True when it is part of a pause."""
-        has, idle, alone, lone_idle, all_on, full, n, u, held = sec[:9]
+        has, idle, alone, lone_idle, n, u = (sec.has, sec.stopped, sec.alone, sec.lone_idle,
+                                             sec.n, sec.u)
         self.i += 1
         self.unmark = self.lead_in = _NONE
         hv = _view(sec, self)
@@ -121,26 +121,25 @@ class PauseTracker:
         stop = idle or alone or (lone_idle and hv.writing)
         duty = u / n
         if self.in_pause:
-            return self._paused(n, u, duty, stop, idle, alone, all_on, full, held, hv)
+            return self._paused(sec, duty, stop, alone, hv)
         if (stop or hv.changed) and self._starts(stop, alone, hv):
             self._start(hv, alone)
             return True
-        self._outside(n, u, duty, stop, all_on, hv)
+        self._outside(sec, duty, stop, hv)
         return False
 
-    def _paused(self, n: float, u: float, duty: float, stop: bool, idle: bool, alone: bool,
-                all_on: bool, full: float, held: bool, hv: _Host) -> bool:
+    def _paused(self, sec: Second, duty: float, stop: bool, alone: bool, hv: _Host) -> bool:
         """A second with data in a pause: whether it is part of it."""
-        self.recent.append(duty if all_on else 0.0)    # (work is back on every GPU)
-        if self._held_up(held, hv):
+        self.recent.append(duty if sec.all_on else 0.0)    # (work is back on every GPU)
+        if self._held_up(sec.held, hv):
             stop = True
-        elif self._inside(duty, idle, alone, all_on, hv, full):
+        elif self._inside(duty, sec.stopped, alone, sec.all_on, hv, sec.full):
             self.hist.append((0.0, 0.0, True))
             self.last_stop = self.i
             # Every GPU at warm work at the job's level is work, not while an extra
             # DataLoader is there.
-            return not (full >= self.bar and not hv.changed)
-        self._outside(n, u, duty, stop, all_on, hv)
+            return not (sec.full >= self.bar and not hv.changed)
+        self._outside(sec, duty, stop, hv)
         return False
 
     def _held_up(self, held: bool, hv: _Host) -> bool:
@@ -151,20 +150,19 @@ class PauseTracker:
         self.in_pause = self.starting = False
         return True
 
-    def _outside(self, n: float, u: float, duty: float, stop: bool, all_on: bool,
-                 hv: _Host) -> None:
+    def _outside(self, sec: Second, duty: float, stop: bool, hv: _Host) -> None:
         """One more second outside a pause: the history a pause is judged against; context_s
-        of steady work in a row lifts the cooldown (``calm``)."""
-        self.hist.append((n, u, stop or not all_on))
-        if stop or not all_on:
+        of steady work (the table's at_work) in a row lifts the cooldown (``calm``)."""
+        self.hist.append((sec.n, sec.u, stop or not sec.all_on))
+        if stop or not sec.all_on:
             self.last_stop = self.i
-        if stop or duty < self.starved:
+        if stop or not sec.at_work:
             self.steady = 0
         else:
             self.steady += 1
             if self.steady >= self.ctx and self.calm > self.i:
                 self.calm = self.i
-        if hv.known and duty >= self.starved:
+        if hv.known and sec.at_work:
             self.workers = hv.workers              # the loader of steady work
 
     def _no_data(self) -> bool:

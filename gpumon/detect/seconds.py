@@ -42,6 +42,7 @@ class Second(NamedTuple):
     present: bool
     loader_age: float
     main_busy: bool
+    at_work: bool
 
 
 @dataclass
@@ -126,7 +127,7 @@ class SecondsTable:
 # Second from a tuple of its fields, in C (Second._make checks the length in Python).
 _SECOND = partial(tuple.__new__, Second)
 _ROW_COLS = (["has", "stopped", "alone", "lone_idle", "all_on", "full", "n", "u", "held",
-              "workers", "starving", "writing", "present", "loader_age", "main_busy"])
+              "workers", "starving", "writing", "present", "loader_age", "main_busy", "at_work"])
 
 
 def seconds(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT,
