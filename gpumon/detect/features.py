@@ -28,19 +28,18 @@ from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds
 _CTX_FIELDS = np.array([GI[k] for k in ("n", "u", "bt", "it", "bst", "gst")])
 # Per-GPU window ratios: feature name -> (numerator field, denominator field).
 _RATIO_FIELDS = {
-    "duty": ("u", "n"), "busy_share": ("busy", "n"), "idle_share": ("idle", "n"),
+    "duty": ("u", "n"), "idle_share": ("idle", "n"),
     "power_w": ("pw", "pn"), "power_limit": ("pl", "pln"), "clock": ("clk", "cn"),
     "clock_max": ("cmax", "cmaxn"), "therm_share": ("therm", "en"),
     "pcap_share": ("pcap", "en"), "hws_share": ("hws", "en"),
-    "mem_mib": ("mem", "memn"), "pid_share": ("pid", "pidn"),
     "loader_cpu": ("ld", "ldn"), "main_cpu": ("mc", "mcn"), "main_thread": ("mt", "mtn"),
     "workers": ("wk", "wkn"), "loader_busy": ("lb", "lbn"), "sm_active": ("sa", "san")}
 _RATIOS = tuple(_RATIO_FIELDS)
 _RECENT = ("workers", "loader_cpu", "loader_busy", "main_cpu", "main_thread")
 _RECENT_NUM = [GI[_RATIO_FIELDS[k][0]] for k in _RECENT]
 _RECENT_DEN = [GI[_RATIO_FIELDS[k][1]] for k in _RECENT]
-_HNUM = [HI[k] for k in ("io", "rd", "wr", "cpu")]
-_HDEN = [HI[k] for k in ("ion", "rdn", "wrn", "cpun")]
+_HNUM = [HI[k] for k in ("io", "rd", "wr")]
+_HDEN = [HI[k] for k in ("ion", "rdn", "wrn")]
 _HIO_NUM = [HI[k] for k in ("io", "rd")]
 _HIO_DEN = [HI[k] for k in ("ion", "rdn")]
 _NUM = np.array([GI[a] for a, _ in _RATIO_FIELDS.values()])
@@ -62,7 +61,7 @@ def view_bins(th: Thresholds = DEFAULT) -> int:
     """Bins a view must hold before (and including) a window's last bin for its features to
     be those of the whole history: the longest window or context, one bin before it (where
     a stall began) and POWER_LAG_S more (whether its first seconds' power settled)."""
-    return int(math.ceil(max(th.window_s, th.context_s, th.context_s, th.hang_s)
+    return int(math.ceil(max(th.window_s, th.context_s, th.hang_s)
                          / BIN_S)) + 1 + _bins(POWER_LAG_S, th)
 
 
@@ -319,8 +318,8 @@ def _gpu_ratios(g: np.ndarray, C: np.ndarray, pos: np.ndarray, L: int, ix: dict,
 def _sync_features(bduty: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.ndarray,
                    th: Thresholds, ix_t: np.ndarray) -> dict:
     """How the GPUs' per-second duty (``bduty``, (G, T)) compares across GPUs over each
-    window, in the seconds where every GPU has data (``have``): gap synchrony, job idleness,
-    seconds below steady work, duty spread, and the stall before the window's end."""
+    window, in the seconds where every GPU has data (``have``): gap synchrony, seconds below
+    steady work, duty spread, and the stall before the window's end."""
     # (Where every GPU has data, ``bduty`` is a number: no NaN to replace.)
     bidle = np.where(have, 1.0 - bduty, 0.0)
     mean_idle = np.add.reduce(bidle, axis=0) / bidle.shape[0]   # (bidle.mean(axis=0))
@@ -329,9 +328,7 @@ def _sync_features(bduty: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.
     least = 1.0 - bidle.max(axis=0)                 # the least busy GPU's duty per second
     low = have & (least < th.work_duty)
     sm = wsum(np.array([min_idle, mean_idle, have, low], dtype=float), W, ends)
-    gap_sync, job_idle = N.div(sm[0:2], sm[1:3])    # (rows 0 / 1 and 1 / 2 in one division)
-    f = {"gap_sync": gap_sync, "job_idle": job_idle, "bins": sm[2],
-         "low_bins": sm[3]}
+    f = {"gap_sync": N.div(sm[0], sm[1]), "bins": sm[2], "low_bins": sm[3]}
     f.update(_stall_features(have & (least >= th.busy_duty), ends, th, ix_t))
     # Seconds of steady work (every GPU at work_duty or more) up to the window's end,
     # read within context_s as full_run is (wm + 1 for longer).
@@ -446,12 +443,12 @@ def data_run(g: np.ndarray, since: Optional[np.ndarray], ends: np.ndarray,
 
 def _host_features(h: np.ndarray, keep: np.ndarray, W: np.ndarray, ends: np.ndarray,
                    th: Thresholds) -> dict:
-    """The host's iowait, disk rates and CPU over each window, storage also over its last
+    """The host's iowait and disk rates over each window, storage also over its last
     hold_s."""
     Ch = csum(h * keep)                             # (one pass for both spans)
     H = wsum_c(Ch, W, ends)
     f = {}
-    f["iowait"], f["disk_read"], f["disk_write"], f["host_cpu"] = N.div(H[_HNUM], H[_HDEN])
+    f["iowait"], f["disk_read"], f["disk_write"] = N.div(H[_HNUM], H[_HDEN])
     # Storage over the last seconds too (as the loaders' _recent readings, _gpu_ratios).
     Hr = wsum_c(Ch, min(_bins(th.hold_s, th), int(W.min())), ends, _HIO_NUM + _HIO_DEN)
     f["iowait_recent"], f["disk_read_recent"] = N.div(Hr[:2], Hr[2:])

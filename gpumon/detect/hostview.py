@@ -2,7 +2,6 @@
 over a job's windows (features.py's host columns)."""
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Optional
 
 import numpy as np
@@ -14,46 +13,36 @@ from gpumon.diagnosis import CAUSES
 C = {c: i for i, c in enumerate(CAUSES)}
 
 
-# A no-op context: judge() runs everything under one np.errstate(all="ignore").
-CALM = nullcontext()
-
-
 # A rank's readings, in the order rank_starving takes them (and their "_recent" features).
 _RANK = ("workers", "loader_cpu", "loader_busy", "main_cpu", "main_thread")
 
 
 class Host:
-    """Host counters of a job's windows, read once per judge() call."""
+    """Host counters of a job's windows, read once per judge() call: each rank's readings
+    (rank_starving's order) and storage, over the window and over its last seconds."""
 
     def __init__(self, f: dict, th: Thresholds):
         self.th = th
+        # (2, 5, G, E): the ranks' readings over the window, then over its last seconds.
+        self.views = np.array([[f[k] for k in _RANK], [f[k + "_recent"] for k in _RANK]])
+        self.ranks = rank_starving(*self.views.swapaxes(0, 1), th)             # (2, G, E)
+        self.storage = storage_bound(np.array([f["iowait"], f["iowait_recent"]]),
+                                     np.array([f["disk_read"], f["disk_read_recent"]]), th)
+        self.starving = self.storage | self.ranks.any(axis=1)                  # (2, E)
         self._whole: Optional[np.ndarray] = None
-        self._storage: Optional[np.ndarray] = None       # (see storage_window)
-        self._storage_any: Optional[np.ndarray] = None   # (see storage)
-        self.workers, self.loader = f["workers"], f["loader_cpu"]
-        self.lbusy, self.main, self.thread = f["loader_busy"], f["main_cpu"], f["main_thread"]
-        self.io, self.rd = f["iowait"], f["disk_read"]
-        self.io_r, self.rd_r = f.get("iowait_recent"), f.get("disk_read_recent")
-        # The ranks' readings over the window and (where the features have them) over its
-        # last seconds, stacked (views, 5, G, E): each view is judged in the same pass.
-        names = [_RANK] + ([tuple(k + "_recent" for k in _RANK)] if "workers_recent" in f
-                           else [])
-        self.views = np.array([[f[k] for k in v] for v in names])
-        self._ranks: Optional[np.ndarray] = None
-        self._ranks_any: Optional[np.ndarray] = None
         self._starved: Optional[np.ndarray] = None
 
-    def ranks(self) -> np.ndarray:
-        """(views, G, E): rank_starving of each view (computed once)."""
-        if self._ranks is None:
-            self._ranks = rank_starving(*self.views.swapaxes(0, 1), self.th)
-        return self._ranks
-
     def starved(self) -> np.ndarray:
-        """(views, G, E): starved_ranks of each view (computed once)."""
+        """(G, E): each rank's host starving over the window or its last seconds (computed
+        once)."""
         if self._starved is None:
             v = self.views
-            self._starved = starved_ranks(v[:, 0], v[:, 3], v[:, 4], self.ranks(), self.th)
+            # 1.0 where a rank's host starves (as starving_any reads it, or its main thread
+            # at a core beside loaders: its collation holds it up), 0.0, NaN where its job
+            # processes are unknown.
+            s = np.where(np.isnan(v[:, 0]) & np.isnan(v[:, 3]), np.nan,
+                         (self.ranks | (v[:, 4] >= self.th.core_busy_pct)).astype(float))
+            self._starved = np.fmax(s[0], s[1])
         return self._starved
 
     @property
@@ -61,38 +50,16 @@ class Host:
         """(5, E): the busiest reading of any of the job's GPUs (rank_starving's order), per
         window (read by cause() only: computed on its first call)."""
         if self._whole is None:
-            if self.workers.shape[0]:
+            if self.views.shape[2]:
                 self._whole = np.fmax.reduce(self.views[0], axis=1)
             else:
-                self._whole = np.full((len(_RANK),) + self.io.shape, np.nan)
+                self._whole = np.full(self.views.shape[1:2] + self.views.shape[3:], np.nan)
         return self._whole
-
-    def storage(self) -> np.ndarray:
-        """(E,): storage feeds the job, over the window or over its last seconds."""
-        if self._storage_any is None:
-            out = self.storage_window()
-            if self.io_r is not None:
-                out = out | storage_bound(self.io_r, self.rd_r, self.th)
-            self._storage_any = out
-        return self._storage_any.copy()
-
-    def storage_window(self) -> np.ndarray:
-        """(E,): storage feeds the job over the window (computed once: the caller copies it
-        before changing it)."""
-        if self._storage is None:
-            self._storage = storage_bound(self.io, self.rd, self.th)
-        return self._storage
 
     def starving_any(self, recent: bool = True) -> np.ndarray:
         """(E,): any rank's host shows starvation (loaders saturated, main at a core, storage),
         over the window or (``recent``) over its last seconds."""
-        out = self.storage() if recent else self.storage_window().copy()
-        if self.workers.shape[0]:
-            if self._ranks_any is None:
-                self._ranks_any = self.ranks().any(axis=1)     # (views, E)
-            for hit in (self._ranks_any if recent else self._ranks_any[:1]):
-                out |= hit
-        return out
+        return self.starving[0] | self.starving[1] if recent else self.starving[0].copy()
 
     def cause(self, col: np.ndarray) -> np.ndarray:
         """Cause of starvation per window, from the rank at row ``col`` (the straggler), or
@@ -111,9 +78,8 @@ class Host:
         # (rank_starving's two halves, told apart.)
         cpu = loaders_saturated(workers, loader, lbusy, th)
         by_main = main_bound(workers, main, thread, th)
-        with CALM:
-            thread_bound = thread >= th.core_busy_pct
-            storage = self.storage()
+        thread_bound = thread >= th.core_busy_pct
+        storage = self.storage[0] | self.storage[1]
         # The first that holds, in this order (np.select's answer, in fewer calls).
         return _first([(by_main, C["main_process"]), (storage & ~cpu, C["io_fetch"]),
                        (cpu, C["cpu_preprocessing"]), (thread_bound, C["main_process"]),
@@ -129,21 +95,9 @@ def _first(cases: list, default: int) -> np.ndarray:
     return out
 
 
-def starved_ranks(w: np.ndarray, main: np.ndarray, thread: np.ndarray, ranks: np.ndarray,
-                  th: Thresholds) -> np.ndarray:
-    """Per rank, NaN where its job processes are unknown, else 1.0 (its host starves) or 0.0,
-    from its workers, main CPU and main thread readings and their rank_starving
-    (``ranks``), of any shape."""
-    # (As starving_any reads a rank, and its main thread at a core beside loaders too: the
-    # rank's collation holds it up, whichever rank it is.)
-    with CALM:
-        starving = ranks | (thread >= th.core_busy_pct)
-    return np.where(np.isnan(w) & np.isnan(main), np.nan, starving.astype(float))
-
-
 def host_straggler(hs: np.ndarray) -> np.ndarray:
     """(E,): the row of the only GPU whose rank's host starves, or -1, from ``hs`` (G, E):
-    starved_ranks of each GPU's rank."""
+    Host.starved."""
     G = hs.shape[0]
     if G < 2:
         return np.full(hs.shape[1], -1)

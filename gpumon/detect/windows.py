@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumon.detect import nanops as N
-from gpumon.detect.hostview import CALM, Host, host_straggler
+from gpumon.detect.hostview import Host, host_straggler
 from gpumon.detect.thresholds import BIN_S, POWER_LAG_S, Thresholds
 from gpumon.diagnosis import BUSY, CAUSES, VERDICTS
 
@@ -112,8 +112,7 @@ class Windows:
         f = self.f
         if not self.G:
             return np.full(self.E, np.nan)
-        with CALM:     # (duty is NaN wherever n is 0: nanops.div)
-            return N.nanmean(f["duty"], axis=0)
+        return N.nanmean(f["duty"], axis=0)
 
     @cached_property
     def duty_lo(self) -> np.ndarray:
@@ -167,17 +166,10 @@ class Windows:
         return (~(np.isnan(self.f["workers"]) & np.isnan(self.f["main_cpu"]))).any(axis=0)
 
     @cached_property
-    def starved_any(self) -> np.ndarray:
-        """(G, E): each rank's host starving over the window or over its last seconds (as
-        ``feeding`` reads the job's)."""
-        s = self.host.starved()
-        return s[0] if len(s) == 1 else np.fmax(s[0], s[1])
-
-    @cached_property
     def hs(self) -> np.ndarray:
         """The row of the only GPU whose rank's host starves (over the window or its last
         seconds), or -1."""
-        return host_straggler(self.starved_any)
+        return host_straggler(self.host.starved())
 
     # -- a lone stall that is over ----------------------------------------------------------
     @cached_property
@@ -224,16 +216,15 @@ class Windows:
         """The busier GPUs compute (rather than spin while they wait for the idler ones)."""
         f, th, G, duty = self.f, self.th, self.G, self.f["duty"]
         hi = duty >= ((self.dmax + self.dmin) / 2.0)[None, :]
-        with CALM:
-            # The mean power fraction and duty of the busier and the idler GPUs (nanmean
-            # over each half, the four in one pass).
-            x = np.array([f["power_frac"], f["power_frac"], duty, duty])
-            part = np.array([hi, ~hi, hi, ~hi]) & ~np.isnan(x)
-            p_hi, p_lo, d_hi, d_lo = np.where(part, x, 0.0).sum(axis=1) / part.sum(axis=1)
-            self.slope = (p_hi - p_lo) / np.maximum(d_hi - d_lo, 1e-6)
-            # Without power: a single busier GPU against several idler ones computes.
-            nhi = hi.sum(axis=0)
-            lone_hi = nhi == 1
+        # The mean power fraction and duty of the busier and the idler GPUs (nanmean
+        # over each half, the four in one pass).
+        x = np.array([f["power_frac"], f["power_frac"], duty, duty])
+        part = np.array([hi, ~hi, hi, ~hi]) & ~np.isnan(x)
+        p_hi, p_lo, d_hi, d_lo = np.where(part, x, 0.0).sum(axis=1) / part.sum(axis=1)
+        self.slope = (p_hi - p_lo) / np.maximum(d_hi - d_lo, 1e-6)
+        # Without power: a single busier GPU against several idler ones computes.
+        nhi = hi.sum(axis=0)
+        lone_hi = nhi == 1
         if self.shared:                       # one process drives every GPU (DataParallel)
             return d_hi >= th.busy_duty
         out = np.where(np.isnan(self.slope), lone_hi & (G > 2),
@@ -246,9 +237,7 @@ class Windows:
         # Unless the idler ranks' own hosts starve (loaders saturated, main process at a
         # core): then they wait for input, and the busy one spins in the collective waiting
         # for them (a data-starved NCCL job's ranks drift apart).
-        starved_g = self.starved_any
-        with CALM:
-            lo_starve = N.nanmax(np.where(~hi, starved_g, np.nan), axis=0)
+        lo_starve = N.nanmax(np.where(~hi, self.host.starved(), np.nan), axis=0)
         return out & ~(lo_starve >= 1.0)
 
     @cached_property

@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 
-from gpumon.detect.hostview import CALM
 from gpumon.detect.rules import Rule, rule
 from gpumon.detect.rules.words import Window, gpu_list, no_util_text, pct
 from gpumon.detect.thresholds import BIN_S, Thresholds
@@ -46,9 +45,8 @@ def job_gone(w: Windows) -> None:
     than mem_active_mib: the seconds the pause tracker counts the job absent): idle, however
     few of the window's seconds are left to judge (a job that ends during a pause has every
     second of its last windows set aside; one that is still starting has none yet)."""
-    with CALM:
-        gone = (w.f["mem_last"] < w.th.mem_active_mib).any(axis=0) if w.G else \
-            np.zeros(w.E, bool)
+    gone = (w.f["mem_last"] < w.th.mem_active_mib).any(axis=0) if w.G else \
+        np.zeros(w.E, bool)
     w.decide(job_gone, gone, cf=0.9)
 
 
@@ -149,8 +147,7 @@ def too_short(w: Windows) -> None:
     need = power_need(th)
     if w.G < 2 or (f["data_run"].min() >= th.hang_s / BIN_S and f["window"].min() >= need):
         return                  # (a job seen long enough: every live window after its first)
-    with CALM:
-        rel_min = np.where(np.isnan(f["rel_power"]), np.inf, f["rel_power"]).min(axis=0)
+    rel_min = np.where(np.isnan(f["rel_power"]), np.inf, f["rel_power"]).min(axis=0)
     agree = (f["all_busy_bins"] >= 1) & (rel_min > th.cold_power_ratio)
     short = np.minimum(f["data_run"], f["window"]) < need
     w.decide(too_short, short_hang(f, th) | (short & ~agree), cf=0.0)

@@ -7,7 +7,6 @@ import math
 import numpy as np
 
 from gpumon.detect import nanops as N
-from gpumon.detect.hostview import CALM
 from gpumon.detect.rules import rule
 from gpumon.detect.rules.words import Window, gpu_list, pct, sms
 from gpumon.detect.windows import C, Windows, clip, low_nan
@@ -139,18 +138,16 @@ def busy_but_cold(w: Windows) -> None:
         return
     f, th = w.f, w.th
     gpm = ~np.isnan(f["rel_sm"]).any(axis=0)     # (every GPU's SM activity compared)
-    with CALM:
-        rel = np.where(gpm, f["rel_sm"], f["rel_power"])
-        rel_min = np.where(np.isnan(rel), np.inf, rel).min(axis=0)
+    rel = np.where(gpm, f["rel_sm"], f["rel_power"])
+    rel_min = np.where(np.isnan(rel), np.inf, rel).min(axis=0)
     maybe = (rel_min <= th.cold_power_ratio) & (f["all_busy_bins"] >= th.recover_s / BIN_S)
     if not maybe.any():        # (no GPU cold in a window long enough to compare)
         return
     hot, gap = _hottest(w)
     if gpm.any():      # (by SM activity: the most SMs active, power_spread above the others)
-        with CALM:
-            hot_sm = np.argmax(low_nan(f["sm_active"]), axis=0)
-            hot = np.where(gpm, hot_sm, hot)
-            gap = np.where(gpm, _above_others(f["sm_active"], hot_sm), gap)
+        hot_sm = np.argmax(low_nan(f["sm_active"]), axis=0)
+        hot = np.where(gpm, hot_sm, hot)
+        gap = np.where(gpm, _above_others(f["sm_active"], hot_sm), gap)
     # The same GPU the hottest whenever another is cold: a straggler, not ranks taking turns.
     same = f["hot_bins"][hot, np.arange(w.E)] >= th.straggler_hot_share * f["cold_bins"]
     cold = (maybe & same & ((gap >= th.power_spread) | np.isnan(gap))
@@ -163,15 +160,14 @@ def _hottest(w: Windows) -> tuple[np.ndarray, np.ndarray]:
     """(E,) each: the hottest GPU's row (without a power limit, by its power relative to the
     others) and how far its power fraction is above the others' mean."""
     pfb = w.f["power_frac_busy"]
-    with CALM:
-        hot = np.where(np.isnan(pfb).all(axis=0), np.argmax(low_nan(w.f["rel_power"]), axis=0),
-                       np.argmax(low_nan(pfb), axis=0))
-        return hot, _above_others(pfb, hot)
+    hot = np.where(np.isnan(pfb).all(axis=0), np.argmax(low_nan(w.f["rel_power"]), axis=0),
+                   np.argmax(low_nan(pfb), axis=0))
+    return hot, _above_others(pfb, hot)
 
 
 def _above_others(a: np.ndarray, hot: np.ndarray) -> np.ndarray:
     """(E,): how far GPU row ``hot``'s ``a`` (G, E) is above the other GPUs' mean (NaN: fewer
-    than two known). Call under CALM."""
+    than two known)."""
     top = a[hot, np.arange(a.shape[1])]
     has = ~np.isnan(a)
     # Mean of the other GPUs (a median costs 20x more for the same answer).
