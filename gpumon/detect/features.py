@@ -1,12 +1,6 @@
-"""Small named features over windows of per-second bins (see bins.py).
-
-Every function takes arrays and returns arrays; windows end at the bin indices ``ends`` (one
-index live, every bin of a log offline) so live and offline verdicts are the same numbers.
-
-Per GPU (shape (G, E)): duty cycle, busy/idle sample shares, power fraction, power fraction in
-busy seconds, power relative to the hottest GPU while all are busy (busy-but-cold), clock
-fraction, clock-event shares, mean burst and gap length, host counters of that GPU's job.
-Per job (shape (E,)): synchrony of gaps, iowait and disk rates, seconds of data.
+"""Named features over windows of a job's per-second bins (bins.py): per GPU (G, E) and per
+job (E,), for windows ending at the bin indices ``ends`` (one live, every bin of a log), so
+live and offline verdicts are the same numbers.
 """
 from __future__ import annotations
 
@@ -20,6 +14,7 @@ from gpumon.detect import nanops as N
 from typing import Optional
 
 from gpumon.detect.bins import GI, HI
+from gpumon.detect.jobs import kernels
 from gpumon.detect.seconds import by_sm, settled as settled_seconds
 from gpumon.diagnosis import CAUSES
 from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds
@@ -177,15 +172,10 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
                     excluded: Optional[np.ndarray] = None,
                     why: Optional[np.ndarray] = None,
                     recent: Optional[np.ndarray] = None) -> dict:
-    """Features of one job's GPUs (rows of ``g``) over the windows ending at ``ends``.
-    ``recent``: per bin, whether a kernel ran within idle_after_s before it (kernel_recent
-    over a longer history than ``g``); without it, judged within ``g``.
-
-    Pause bins (and bins where ``keep`` is False) are left out of every sum. The window is
-    ``w`` bins if given; otherwise ``window_s``, stretched to ``min_samples`` cycles of
-    burst and gap (as seen over ``context_s``) up to ``context_s``, so a job with 2 s steps
-    is judged on several of them.
-    """
+    """Features of one job's GPUs (rows of ``g``) over the windows ending at ``ends``, the
+    ``excluded`` (else ``pause``) bins and those not ``keep`` left out of every sum; the
+    window ``w`` bins, else _window_bins'. ``recent``: kernel_recent over a longer history
+    than ``g``."""
     out = pause if excluded is None else excluded
     since = keep
     keep = ~out if keep is None else (~out & keep)
@@ -220,7 +210,7 @@ def last_kernel(g: np.ndarray, before: float = -math.inf,
     some GPU had a sample showing a kernel (above idle_util_pct), bins ``out`` (a pause, a
     start-up: their kernels are no rhythm of the job's work) left out; ``before`` for bins
     before the first such one (the last such bin before ``g``, on its index scale)."""
-    k = (g[GI["n"]] - g[GI["idle"]]).sum(axis=0) > 0
+    k = np.logical_or.reduce(kernels(g), axis=0)
     if out is not None:
         k &= ~out
     return np.maximum.accumulate(np.where(k, np.arange(k.shape[-1], dtype=float), before))
@@ -247,18 +237,10 @@ def _runs_of(S: np.ndarray):
     return t, np.maximum(S[2:], t > 0)
 
 
-def _runs_features(S: np.ndarray) -> dict:
-    """Per GPU (G, E), over each window's own seconds (its sums ``S`` of bins bt, it, bst,
-    gst): busy and idle time (run_t) and the mean lengths of the bursts and gaps in it
-    (burst_s, gap_s: run_lengths of _runs_of)."""
-    t, k = _runs_of(S)
-    b, gp = run_lengths(t, k)
-    return {"run_t": t, "burst_s": b, "gap_s": gp}
-
-
 def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: int):
-    """(W, ctx_duty): each window's length in bins (see _window_features) and the job's duty
-    over the context_s before its end, from the running sums ``C`` (rows ``ix``)."""
+    """(W, ctx_duty): each window's length in bins (``w``, else window_s, stretched up to
+    context_s to min_samples cycles of burst and gap) and the job's duty over the context_s
+    before its end, from the running sums ``C`` (rows ``ix``)."""
     ctx = max(1, int(round(th.context_s / BIN_S)))
     Sc = wsum_c(C, ctx, ends, ix["ctx"])            # (6, G, E)
     tot = Sc.sum(axis=1)                            # (6, E)
@@ -267,12 +249,8 @@ def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: i
         return np.full(len(ends), int(w)), ctx_duty
     w0 = max(1, int(round(th.window_s / BIN_S)))
     wmax = max(w0, int(round(th.context_s / BIN_S)))
-    # Stretch only for a job whose context already looked starved before the last
-    # window_s: a busy job's rare short dips, or a change of regime within the last
-    # window_s, would otherwise stretch the window back over the old regime and slow
-    # the answer at an onset.
-    # And only while the last window_s itself is below steady work: a job at full work
-    # for all of it shows no slow rhythm to stretch over (it recovered, or a new regime).
+    # Stretched only where the context before the last window_s and that window itself
+    # are both under duty_starved.
     last = wsum_c(C, w0, ends, ix["ctx"]).sum(axis=1)
     t0 = tot - last
     old_duty = N.div(t0[1], t0[0])
@@ -295,7 +273,10 @@ def _gpu_ratios(g: np.ndarray, C: np.ndarray, pos: np.ndarray, L: int, ix: dict,
     f = {"n": S[pos[GI["n"]]],
          # Samples in the window, pauses included: whether there is enough data at all.
          "n_all": wsum(g[GI["n"]], W, ends)}
-    f.update(_runs_features(S[pos[_CTX_FIELDS[2:]]]))
+    # Busy and idle time (run_t) and the mean lengths of the bursts and gaps (G, E).
+    t, k = _runs_of(S[pos[_CTX_FIELDS[2:]]])
+    f["run_t"] = t
+    f["burst_s"], f["gap_s"] = run_lengths(t, k)
     # Every per-GPU ratio in one division (a few numpy calls instead of twenty).
     R = _ratios(S, ix["num"], ix["den"], L)         # (len(_RATIOS), G, E)
     for i, name in enumerate(_RATIOS):

@@ -29,6 +29,8 @@ class Host:
         self.storage = storage_bound(np.array([f["iowait"], f["iowait_recent"]]),
                                      np.array([f["disk_read"], f["disk_read_recent"]]), th)
         self.starving = self.storage | self.ranks.any(axis=1)                  # (2, E)
+        # (2, G, E): a rank's job processes unknown (neither loader workers nor main process).
+        self.unknown = np.isnan(self.views[:, 0]) & np.isnan(self.views[:, 3])
         self._whole: Optional[np.ndarray] = None
         self._starved: Optional[np.ndarray] = None
 
@@ -36,12 +38,10 @@ class Host:
         """(G, E): each rank's host starving over the window or its last seconds (computed
         once)."""
         if self._starved is None:
-            v = self.views
             # 1.0 where a rank's host starves (as starving_any reads it, or its main thread
-            # at a core beside loaders: its collation holds it up), 0.0, NaN where its job
-            # processes are unknown.
-            s = np.where(np.isnan(v[:, 0]) & np.isnan(v[:, 3]), np.nan,
-                         (self.ranks | (v[:, 4] >= self.th.core_busy_pct)).astype(float))
+            # at a core beside loaders: its collation holds it up), 0.0, NaN where unknown.
+            s = np.where(self.unknown, np.nan, (self.ranks | (
+                self.views[:, 4] >= self.th.core_busy_pct)).astype(float))
             self._starved = np.fmax(s[0], s[1])
         return self._starved
 

@@ -153,12 +153,18 @@ def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
 _JOB_ROWS = [GI["n"], GI["idle"], GI["memn"], GI["mem"]]
 
 
+def kernels(g: np.ndarray) -> np.ndarray:
+    """(G, T): whether each GPU had a sample showing a kernel (above idle_util_pct) in each
+    of the bins ``g``."""
+    return (g[GI["n"]] - g[GI["idle"]]) > 0
+
+
 def active_since(g: np.ndarray, th: Thresholds = DEFAULT) -> int:
     """First bin of the last unbroken stretch in which every GPU of the job was in use."""
     with np.errstate(invalid="ignore", divide="ignore"):
         pid = N.div(g[GI["pid"]], g[GI["pidn"]])
         mem = N.div(g[GI["mem"]], g[GI["memn"]])
-    k = (g[GI["n"]] - g[GI["idle"]]) > 0                 # (G, T): a kernel in the bin
+    k = kernels(g)
     at = np.arange(k.shape[-1])
     since_k = at - np.maximum.accumulate(np.where(k, at, -(1 << 30)), axis=-1)
     ran = since_k < int(round(th.idle_after_s / BIN_S))

@@ -26,10 +26,6 @@ def nanmax(a: np.ndarray, axis: int = 0) -> np.ndarray:
     return np.fmax.reduce(a, axis=axis)
 
 
-def nanmin(a: np.ndarray, axis: int = 0) -> np.ndarray:
-    return np.fmin.reduce(a, axis=axis)
-
-
 def div(a: np.ndarray, b) -> np.ndarray:
     """a / b where b > 0, else NaN (call under np.errstate(all="ignore")); ``a`` or ``b`` an
     array."""

@@ -177,23 +177,23 @@ def make_diagnosis(f: dict, r: dict, e: int, gpus: Sequence[int], start: Optiona
                      rule=rule, because=why)
 
 
+def said(r, gpus: Sequence[int], start, end, confidence: float, because: str) -> Diagnosis:
+    """Rule ``r``'s verdict of ``gpus`` said without a window (no evidence)."""
+    return Diagnosis(verdict=r.verdict, gpus=tuple(gpus), confidence=confidence,
+                     evidence=dict.fromkeys(EVIDENCE_KEYS), advice=advice(r.verdict, None, None),
+                     start=start, end=end, rule=r.name, because=because)
+
+
 def idle_diagnosis(gpus: Sequence[int], start, end, th: Thresholds = DEFAULT,
                    whole_log: bool = False) -> Diagnosis:
-    """No job on these GPUs (store_jobs found none): the rule ``no_job``; ``whole_log``: found
-    over a whole log (analyze), not live."""
-    return Diagnosis(verdict=no_job.verdict, gpus=tuple(gpus), confidence=0.9,
-                     evidence={k: None for k in EVIDENCE_KEYS},
-                     advice=advice(no_job.verdict, None, None), start=start, end=end,
-                     rule=no_job.name, because=no_job.because(th, whole_log))
+    """No job on these GPUs (store_jobs found none; ``whole_log``: over a whole log)."""
+    return said(no_job, gpus, start, end, 0.9, no_job.because(th, whole_log))
 
 
 def no_data_diagnosis(gpus: Sequence[int], start, end,
                       because: str = NO_SAMPLES) -> Diagnosis:
     """A window in which no GPU of the job sent a sample: the rule ``too_few_samples``."""
-    return Diagnosis(verdict=too_few_samples.verdict, gpus=tuple(gpus), confidence=0.0,
-                     evidence={k: None for k in EVIDENCE_KEYS},
-                     advice=advice(too_few_samples.verdict, None, None), start=start,
-                     end=end, rule=too_few_samples.name, because=because)
+    return said(too_few_samples, gpus, start, end, 0.0, because)
 
 
 def no_job_diagnoses(store: Store, lo: int, stop: int, start, end, th: Thresholds = DEFAULT,

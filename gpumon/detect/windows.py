@@ -160,10 +160,8 @@ class Windows:
 
     @cached_property
     def known(self) -> np.ndarray:
-        """Some GPU of the job has host counters."""
-        if not self.G:
-            return np.zeros(self.E, dtype=bool)
-        return (~(np.isnan(self.f["workers"]) & np.isnan(self.f["main_cpu"]))).any(axis=0)
+        """Some GPU of the job has host counters (over the window)."""
+        return ~self.host.unknown[0].all(axis=0)
 
     @cached_property
     def hs(self) -> np.ndarray:
@@ -175,11 +173,7 @@ class Windows:
     @cached_property
     def lone_stall(self) -> np.ndarray:
         """A stall of at most window_s after which every GPU has run at full speed for
-        recover_s, with host counters that show no cause over the window. One slow batch
-        stalls a rank for seconds; its window (stretched up to context_s) would hold
-        starvation, or a stall naming the rank that spun meanwhile, for that long after.
-        (Loaders saturated only in the last seconds are refilling the prefetch queue the
-        stall drained.) Starvation that recurs shows on the host, or in the next stall."""
+        recover_s, with host counters that show no cause over the window."""
         f, th = self.f, self.th
         run, stall = f["full_run"], f["stall_bins"]
         # (The stall ends inside the window and began within the last context_s, which

@@ -11,25 +11,7 @@ registry is every Rule those modules define, in order. To add a rule, define it 
 family's module with ``@rule(...)`` (or ``Rule(...)`` for one decided elsewhere): nothing
 here lists it.
 
-Order, and why:
-- no job on the GPUs -> idle; the job let go of its GPUs -> idle; too few samples ->
-  insufficient_data; a stop after steady work (pauses.py) -> paused; no kernels -> idle
-  (held with memory), or right after work -> data_starvation.
-- clock-event reasons with the SM clock held down -> throttled (not while every GPU waits for
-  input its host cannot supply); with several GPUs and not all throttled, the throttled one
-  is the straggler.
-- GPUs of one job at different duty cycles: one is the odd one out. Whether the busier GPUs
-  compute or spin decides who waits for whom: a rank waiting in an NCCL collective keeps a
-  kernel running at low power (NVIDIA/nccl #968, #199, #1550; pytorch #36285). A computing
-  busier GPU is the straggler (imbalance; DataParallel's GPU 0). Spinning busier GPUs wait
-  for an idle rank held up on its host: its own host counters decide (starving: starvation
-  on it; otherwise, and always without host counters, rank_host).
-- every GPU below duty_starved together -> data_starvation; cause from host counters.
-- every GPU busy and cold for hang_s, none computing -> sync_stall (hang).
-- every GPU ~100% but some at a fraction of the hottest one's power -> sync_stall.
-- fewer seconds of data than the two rules before need (a job's first seconds, a short
-  status sample), and nothing seen that rules them out -> insufficient_data.
-- otherwise busy; a live verdict the hold kept from the seconds before -> hold.
+The order, each rule's verdict and when it fires: ``table()`` (the README's rule table).
 """
 from __future__ import annotations
 

@@ -41,10 +41,7 @@ def _job_gone(x: Window) -> str:
 
 @rule(IDLE, 10, "one of the job's GPUs holds less than {mem_active_mib:.0f} MiB", _job_gone)
 def job_gone(w: Windows) -> None:
-    """The job does not hold its GPUs (one of them, where its memory is known, holds less
-    than mem_active_mib: the seconds the pause tracker counts the job absent): idle, however
-    few of the window's seconds are left to judge (a job that ends during a pause has every
-    second of its last windows set aside; one that is still starting has none yet)."""
+    """The job does not hold its GPUs: idle, however few of the window's seconds are left."""
     gone = (w.f["mem_last"] < w.th.mem_active_mib).any(axis=0) if w.G else \
         np.zeros(w.E, bool)
     w.decide(job_gone, gone, cf=0.9)
@@ -75,10 +72,8 @@ def _too_few(x: Window) -> str:
 @rule(INSUFFICIENT_DATA, 20, "fewer than {min_samples:.0f} utilization samples per GPU in "
       "the window, or samples further apart than {max_sample_gap_s:g} s", _too_few)
 def too_few_samples(w: Windows) -> None:
-    """Fewer than min_samples per GPU in the window, or a GPU whose samples measured no time
-    (a few snapshots' duty is no rhythm). (A pause leaves its seconds out of the window:
-    whether the window had samples at all is counted with them, so a log sampled every 15 s
-    is never "paused".)"""
+    """Too few samples, or samples that measured no time; a pause's seconds count as
+    sampled."""
     f, th = w.f, w.th
     insufficient = ((w.nmin < th.min_samples) | (f["bins"] < 1) | np.isnan(w.jduty)
                     | (_unmeasured(f) if w.G else False))
@@ -103,9 +98,7 @@ def _no_kernels(x: Window) -> str:
       _no_kernels, cause="`held` if memory is held")
 def no_kernels(w: Windows) -> None:
     """No kernel (a sample above idle_util_pct) in the last idle_after_s, the host not
-    feeding: idle (held when the job still holds its GPUs' memory). A job whose rare bursts
-    recur (one every 20 s, a loader far too slow) still runs kernels: quiet_after_work
-    decides."""
+    feeding: idle (held with memory)."""
     f, th = w.f, w.th
     quiet = ~f["kernel_recent"]
 
@@ -138,11 +131,8 @@ def _too_short(x: Window) -> str:
       "{hang_s:.0f} s, or the GPUs' power not yet compared over {recover_s:.0f} s",
       _too_short)
 def too_short(w: Windows) -> None:
-    """Busy so far, but the job's data is shorter than a rule that could overturn busy needs
-    (a job's first seconds, a short `gpumon status` sample): every GPU busy at a hang's low
-    power since the data began, for less than hang_s; or GPUs whose power could not be
-    compared over recover_s settled seconds (power_need) and was not seen to agree in the
-    seconds there are. No verdict yet (insufficient_data), never a confident busy."""
+    """Busy so far, on fewer seconds than hang or busy_but_cold need (short_hang,
+    power_need), the GPUs' power not seen to agree: no verdict yet."""
     f, th = w.f, w.th
     need = power_need(th)
     if w.G < 2 or (f["data_run"].min() >= th.hang_s / BIN_S and f["window"].min() >= need):

@@ -46,10 +46,7 @@ def _stall_over(x: Window) -> str:
       "long)", _stall_over,
       shows_at_once=True)      # (it waited recover_s of steady work itself)
 def stall_over(w: Windows) -> None:
-    """The busier GPUs spun while one rank idled, but every GPU has been back at steady work
-    (work_duty) for recover_s, or for one second after a stall of recover_s or more (a
-    save ends once; short stalls recur, and need recover_s to be seen over): that rank's
-    stall is over, whatever the window still holds of it."""
+    """One rank idled beside spinning ones, but every GPU is back at steady work: over."""
     if w.G > 1 and w.asym.any():
         rec = w.th.recover_s / BIN_S
         back = (w.f["steady_run"] >= rec) | ((w.f["steady_run"] >= 1)
@@ -76,9 +73,7 @@ def _rank_host(x: Window) -> str:
       "(or no host counters)", _rank_host, cause="rank_host",
       shows_at_once=True)      # (two signals agree: its duty, the others' power)
 def rank_host(w: Windows) -> None:
-    """The busier GPUs spin while one rank idles, and its host shows no starved input (or
-    there are no host counters): the cause is on that rank's host but cannot be told (its
-    input, a checkpoint or logging on it)."""
+    """One rank idles beside spinning ones, its host shows no starved input."""
     if w.G > 1 and w.asym.any():
         w.decide(rank_host, w.asym & (w.lone_idler >= 0) & ~w.feeding, c=C["rank_host"],
                  s=w.lone_idler, cf=lambda: np.minimum(w.asym_conf, 0.7))
@@ -127,13 +122,8 @@ def _busy_but_cold(x: Window) -> str:
       _busy_but_cold,
       cause="imbalance, dataparallel")
 def busy_but_cold(w: Windows) -> None:
-    """Every GPU reads ~100%, but the others draw a fraction of the hottest one's power, the
-    same GPU the hottest in most seconds: they spin while it computes. Without a power limit
-    (dmon) the ratio decides alone; power is a 1 s average, so a few seconds of every GPU at
-    work are needed to compare. Where every GPU has SM activity (GPM), it is compared
-    instead of power (chips of one model draw different power for the same work; SM
-    activity is the work), the most active GPU power_spread (as a share of its SMs) above
-    the others' mean."""
+    """Every GPU busy, the others cold beside the same hottest one (by SM activity where
+    every GPU has it): they spin while it computes."""
     if w.G < 2:
         return
     f, th = w.f, w.th

@@ -21,8 +21,7 @@ def _quiet_after_work(x: Window) -> str:
       "that was not steady, or a slow loader's rare bursts)", _quiet_after_work,
       cause="from the host")
 def quiet_after_work(w: Windows) -> None:
-    """No kernels now right after work, or rare bursts between long gaps, and no pause: a
-    long gap of a starving job."""
+    """No kernel now right after work, and no pause: a long gap of a starving job."""
     w.decide(quiet_after_work, w.dmax < w.th.idle_duty,
              c=lambda: w.host.cause(np.full(w.E, -1)), cf=0.6)
 
@@ -37,8 +36,7 @@ def _rank_host_starved(x: Window) -> str:
 @rule(DATA_STARVATION, 80, "one GPU idles beside spinning ones, and its own rank's host "
       "starves", _rank_host_starved, cause="on it, from its host")
 def rank_host_starved(w: Windows) -> None:
-    """The busier GPUs spin while one rank idles, and that rank's own host starves
-    (loaders saturated, main process at a core, storage): starvation on it."""
+    """One rank idles beside spinning ones, and its own host starves."""
     if w.G > 1 and w.asym.any():
         w.decide(rank_host_starved, w.asym & (w.hs >= 0), c=lambda: w.host.cause(w.hs),
                  s=w.hs, cf=w.asym_conf)
@@ -60,11 +58,8 @@ def _duty_low(x: Window) -> str:
 @rule(DATA_STARVATION, 110, "every GPU under {duty_starved:.0%} duty together", _duty_low,
       cause="from the host")
 def duty_low(w: Windows) -> None:
-    """Every GPU below duty_starved together (or ranks idling in turn with no rank to name):
-    the job waits for input. With host counters that show no cause (loaders not saturated,
-    no main process at a core, no iowait), a mild dip is the step's own uploads and
-    launches; without host counters, every GPU steady in every second is too (at
-    work_duty or more, or at work_duty or more and flat to the second)."""
+    """The job's duty under duty_starved (under work_duty where its host is known and calm;
+    steady seconds without host counters are no starvation), or ranks idling in turn."""
     f, th = w.f, w.th
     if w.G > 1:
         w.decide(duty_low, w.asym, c=lambda: w.host.cause(np.full(w.E, -1)),

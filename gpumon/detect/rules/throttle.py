@@ -21,8 +21,7 @@ def _throttle(x: Window) -> str:
       "clock under {throttle_clock_frac:.0%} of its maximum (and the host not starving GPUs "
       "that wait)", _throttle, cause="thermal, power_cap, hw_slowdown")
 def throttle(w: Windows) -> None:
-    """Clock-event reasons with the clock really held down; not while every GPU waits for
-    input its host cannot supply (a slow clock is not what holds the job back then)."""
+    """Clock-event reasons with the clock held down, unless the GPUs wait for input."""
     f, th, G, E = w.f, w.th, w.G, w.E
     share = N.throttle_share(f["therm_share"], f["pcap_share"], f["hws_share"])
     clock_low = np.where(np.isnan(f["clock_frac"]), True,

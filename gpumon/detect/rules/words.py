@@ -28,18 +28,6 @@ def known(x) -> bool:
     return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
-def host_line(ev: dict) -> str:
-    """The host counters of the evidence ``ev`` that were measured."""
-    parts = []
-    if ev.get("loader_cpu_pct") is not None:
-        parts.append(f"loader workers {ev['loader_cpu_pct']:.0f}% CPU")
-    if ev.get("main_cpu_pct") is not None:
-        parts.append(f"main process {ev['main_cpu_pct']:.0f}%")
-    if ev.get("iowait_pct") is not None:
-        parts.append(f"iowait {ev['iowait_pct']:.1f}%")
-    return ", ".join(parts) if parts else "no host counters"
-
-
 def sms(x: "Window", rows) -> str:
     """" with N% of their SMs active" where the GPUs ``rows`` of window ``x`` all have SM
     activity (GPM), else nothing: the reason then names power instead."""
@@ -88,4 +76,12 @@ class Window:
         return [i for i in range(len(self.gpus)) if i != self.srow]
 
     def host_line(self) -> str:
-        return host_line(self.ev)
+        """The host counters of the evidence that were measured."""
+        ev, parts = self.ev, []
+        if ev.get("loader_cpu_pct") is not None:
+            parts.append(f"loader workers {ev['loader_cpu_pct']:.0f}% CPU")
+        if ev.get("main_cpu_pct") is not None:
+            parts.append(f"main process {ev['main_cpu_pct']:.0f}%")
+        if ev.get("iowait_pct") is not None:
+            parts.append(f"iowait {ev['iowait_pct']:.1f}%")
+        return ", ".join(parts) if parts else "no host counters"
