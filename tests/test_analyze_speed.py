@@ -19,14 +19,6 @@ from gpumon.detect.thresholds import DEFAULT
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _same(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        x, y = np.asarray(a[k]), np.asarray(b[k])
-        assert x.dtype == y.dtype and x.shape == y.shape, k
-        assert np.array_equal(x, y, equal_nan=True), k
-
-
 def _bins(G: int, T: int, seed: int, dead=("ld", "ldn", "mc", "mcn", "pid", "pidn")):
     rng = np.random.default_rng(seed)
     g = np.round(rng.random((len(GPU_FIELDS), G, T)) * 6, 1)
@@ -37,22 +29,6 @@ def _bins(G: int, T: int, seed: int, dead=("ld", "ldn", "mc", "mcn", "pid", "pid
     pause = rng.random(T) < 0.05
     excl = pause | (rng.random(T) < 0.05)
     return g, h, pause, excl
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_window_features_sparse_and_slices_match_plain(monkeypatch, seed):
-    g, h, pause, excl = _bins(4, 3000, seed)
-    assert g.size >= F.SPARSE_MIN
-    ends = np.arange(20, 3000)                        # consecutive: slices
-    pts = np.sort(np.random.default_rng(seed).choice(3000, 200, replace=False))   # gathered
-    fast = [F.window_features(g, h, e, pause, DEFAULT, excluded=excl) for e in (ends, pts)]
-    fast.append(F.window_features(g, h, ends, pause, DEFAULT, w=12, excluded=excl))
-    monkeypatch.setattr(F, "SPARSE_MIN", 1 << 62)
-    monkeypatch.setattr(F, "SPAN_MIN", 1 << 62)
-    plain = [F.window_features(g, h, e, pause, DEFAULT, excluded=excl) for e in (ends, pts)]
-    plain.append(F.window_features(g, h, ends, pause, DEFAULT, w=12, excluded=excl))
-    for a, b in zip(fast, plain):
-        _same(a, b)
 
 
 def test_window_features_host_sums_without_host_counters_are_zeros():

@@ -39,9 +39,8 @@ _HIO_NUM = [HI[k] for k in ("io", "rd")]
 _HIO_DEN = [HI[k] for k in ("ion", "rdn")]
 _NUM = np.array([GI[a] for a, _ in _RATIO_FIELDS.values()])
 _DEN = np.array([GI[b] for _, b in _RATIO_FIELDS.values()])
-_ALL = np.arange(len(GI))
-# Rows of the running sums read by name, when every field has its own (see _live_sums).
-_DENSE_ROWS = {"ctx": np.array(_CTX_FIELDS), "num": _NUM, "den": _DEN,
+# Fields of the bins read by name, by the rows of the running sums (see _live_sums).
+_ROWS = {"ctx": np.array(_CTX_FIELDS), "num": _NUM, "den": _DEN,
                "recent": np.array(_RECENT_NUM + _RECENT_DEN)}
 
 
@@ -80,62 +79,30 @@ def csum(a: np.ndarray) -> np.ndarray:
 
 def wsum_c(c: np.ndarray, w, ends: np.ndarray, rows=None) -> np.ndarray:
     """wsum from running sums ``c = csum(a)`` (of the rows ``rows`` of c's first axis only,
-    when given)."""
-    if len(ends) == 1:
-        return _wsum_one(c, w, int(ends[0]), rows)
-    lo = np.maximum(ends + 1 - w, 0)
-    if len(ends) < SPAN_MIN:
-        if rows is not None:
-            c = c[rows]
-        return c[..., ends + 1] - c[..., lo]
-    # Many windows (a log): consecutive ends (and starts) are read as slices, not gathered.
+    when given). Consecutive ends (and starts) are read as slices, not gathered."""
     r = slice(None) if rows is None else rows
+    lo = np.maximum(ends + 1 - w, 0)
     a, b = _span(ends + 1), _span(lo)
     hi = c[r, ..., a] if a is not None else np.take(c[r], ends + 1, axis=-1)
-    if b is not None:
-        return hi - c[r, ..., b]
-    return hi - np.take(c[r], lo, axis=-1)
-
-
-def _wsum_one(c: np.ndarray, w, end: int, rows=None) -> np.ndarray:
-    """wsum_c of one window (the live detector's) ending at ``end``: its two columns of the
-    running sums read as slices (no gather of the whole array), the same numbers."""
-    hi = end + 1
-    lo = max(hi - int(w[0] if isinstance(w, np.ndarray) and w.ndim else w), 0)
-    a, b = c[..., hi:hi + 1], c[..., lo:lo + 1]
-    if rows is not None:
-        a, b = a[rows], b[rows]
-    return a - b
-
-
-# Windows (ends) from which wsum_c looks for runs of consecutive indices to read as slices
-# (the same numbers; a live call has one window, where the check would only cost).
-SPAN_MIN = 64
+    return hi - (c[r, ..., b] if b is not None else np.take(c[r], lo, axis=-1))
 
 
 def _span(idx: np.ndarray) -> Optional[slice]:
     """The slice equal to ``idx`` when it is consecutive integers, else None."""
-    i0 = int(idx[0])
-    if int(idx[-1]) - i0 != len(idx) - 1 or not bool((np.diff(idx) == 1).all()):
+    n = len(idx)
+    i0 = int(idx[0]) if n else 0
+    if n > 1 and (int(idx[-1]) - i0 != n - 1 or not bool((np.diff(idx) == 1).all())):
         return None
-    return slice(i0, i0 + len(idx))
-
-
-# Arrays of bins with at least this many values skip the fields that hold no data (an
-# nvidia-smi log has no host or process fields): their sums are zeros either way, so the
-# numbers are the same, for about half the work. A live window is too small to gain.
-SPARSE_MIN = 1 << 16
+    return slice(i0, i0 + n)
 
 
 def _live_sums(g: np.ndarray, keep: np.ndarray):
-    """(C, pos, L): csum(g * keep) of the fields that hold data, then a row of zeros;
-    ``pos[field]`` is that field's row in C (the zero row, L, for a field without data)."""
-    F = g.shape[0]
-    if g.size < SPARSE_MIN:
-        return _keep_csum(g, keep, F), _ALL, F
-    live = np.flatnonzero(g.any(axis=tuple(range(1, g.ndim))))
+    """(C, pos, L): csum(g * keep) of the fields that hold data (an nvidia-smi log has no
+    host or process fields), then a row of zeros; ``pos[field]`` is that field's row in C
+    (the zero row, L, for a field without data)."""
+    live = np.flatnonzero(np.logical_or.reduce(g, axis=tuple(range(1, g.ndim))))
     L = len(live)
-    pos = np.full(F, L)
+    pos = np.full(g.shape[0], L)
     pos[live] = np.arange(L)
     return _keep_csum(g[live], keep, L + 1), pos, L
 
@@ -153,8 +120,6 @@ def _keep_csum(g: np.ndarray, keep: np.ndarray, rows: int) -> np.ndarray:
 def _ratios(S: np.ndarray, num: np.ndarray, den: np.ndarray, L: int) -> np.ndarray:
     """N.div(S[num], S[den]), row by row; rows whose denominator is S's zero row ``L`` (no
     data) are NaN without dividing."""
-    if L == len(S):                  # every field has a row of its own (no zero row)
-        return N.div(S[num], S[den])
     ok = den < L
     if ok.all():
         return N.div(S[num], S[den])
@@ -180,7 +145,7 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     since = keep
     keep = ~out if keep is None else (~out & keep)
     C, pos, L = _live_sums(g, keep)                 # running sums, shared by the windows
-    ix = _DENSE_ROWS if pos is _ALL else {k: pos[v] for k, v in _DENSE_ROWS.items()}
+    ix = {k: pos[v] for k, v in _ROWS.items()}
     W, ctx_duty = _window_bins(C, ix, ends, th, w)
     f = _gpu_ratios(g, C, pos, L, ix, W, ends, th)
     # Per-bin quantities compared across GPUs, then summed over the window.
@@ -284,7 +249,7 @@ def _gpu_ratios(g: np.ndarray, C: np.ndarray, pos: np.ndarray, L: int, ix: dict,
     # The host over the last seconds only: at an onset the window's mean lags the change.
     k = len(_RECENT)
     rr = ix["recent"]
-    if L == len(S) or (rr[k:] < L).any():
+    if (rr[k:] < L).any():
         Sr = wsum_c(C, min(_bins(th.hold_s, th), int(W.min())), ends, rr)
         Rr = N.div(Sr[:k], Sr[k:])
     else:                                           # no host readings: all NaN, as divided

@@ -68,7 +68,7 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
         # (Over the whole window, pauses included: a pause leaves its seconds out of the
         # other sums, not out of what the driver delivered.)
         "samples_per_s": (float(N.nanmean(col("n_all"))) / float(f["window"][e])
-                          if f["duty"].shape[0] and "n_all" in f else None),
+                          if f["duty"].shape[0] else None),
         "pause": float(bool(f["pause"][e])),
         "sm_active": _sm_active(f, e),
     }
@@ -77,7 +77,7 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
 
 def _sm_active(f: dict, e: int) -> Optional[float]:
     """The job's mean SM activity (GPM) over window ``e``, where every GPU has it."""
-    a = f["sm_active"][:, e] if "sm_active" in f else np.zeros(0)
+    a = f["sm_active"][:, e]
     return float(a.mean()) if len(a) and not np.isnan(a).any() else None
 
 
@@ -138,16 +138,12 @@ def missing_signals(f: dict, e: int) -> tuple[str, ...]:
     # apart.)
     if len(n) and n.sum() > 0 and (bins == 0 or float(n.mean()) / bins < 2.0):
         out.append("subsecond_util")
-    def seen(k):     # (an array when analyze joined the features of several chunks)
-        v = f["seen_" + k]
-        return v if v.__class__ is bool else bool(np.any(v))
-
-    if not seen("power"):
+    if not f["seen_power"]:
         out.append("power")
-    elif not seen("power_limit"):
+    elif not f["seen_power_limit"]:
         out.append("power_limit")
     out += [k for k in ("clocks", "clock_events", "processes", "memory", "job_processes",
-                        "host") if not seen(k)]
+                        "host") if not f["seen_" + k]]
     return tuple(out)
 
 
@@ -168,9 +164,9 @@ def make_diagnosis(f: dict, r: dict, e: int, gpus: Sequence[int], start: Optiona
     cause = CAUSES[c] if c >= 0 else None
     strag = gpus[s] if s >= 0 else None
     ev = evidence(f, e, s, th)
-    rule = RULES[int(r["rule"][e])] if "rule" in r else ""
+    rule = RULES[int(r["rule"][e])]
     with np.errstate(all="ignore"):
-        why = BY_NAME[rule].because(Window(f, e, gpus, s, ev, th)) if rule else ""
+        why = BY_NAME[rule].because(Window(f, e, gpus, s, ev, th))
     return Diagnosis(verdict=v, gpus=tuple(gpus), cause=cause, straggler_gpu=strag,
                      confidence=round(conf, 3), evidence=ev,
                      advice=advice(v, cause, strag), start=start, end=end, missing=missing,

@@ -73,7 +73,6 @@ class Windows:
         self.rule = np.full(E, rules.index("busy"))
         self.open = np.ones(E, dtype=bool)   # windows not decided yet
         self.all_decided = E == 0          # every window decided (updated by decide)
-        self.slope = np.full(E, np.nan)
 
     def decide(self, rule, mask, c=None, s=None, cf=None) -> None:
         """Windows not decided yet where ``mask`` holds get the verdict of ``rule`` (a
@@ -92,18 +91,13 @@ class Windows:
         self.all_decided = not self.open.any()
 
     def result(self) -> dict:
-        f, th, feeding = self.f, self.th, self.feeding
+        """The decisions, and the hold's ``sticky``: a starvation verdict is kept through a
+        flat-out stretch while the host still starves the job and its context starved."""
+        f, th = self.f, self.th
         return {"verdict": self.verdict, "cause": self.cause, "straggler": self.strag,
-                "confidence": self.conf, "rule": self.rule, "duty": self.jduty,
-                "spread": self.spread, "slope": self.slope, "host_starving": feeding,
-                # Keep a starvation verdict through a flat-out stretch only while the host
-                # still starves it and the recent context starved too.
-                "sticky": feeding & (N.nan_to_num(f["ctx_duty"], nan=1.0) < th.duty_starved),
-                # The host shows the cause now, in a job that has run without a pause for
-                # context_s (after an epoch boundary new loader workers refill their queue
-                # flat out, however well they keep up later): Hysteresis.step's ``quick``
-                # (rules.judge adds the rules that show at once).
-                "quick": feeding & (f["since_pause"] > th.context_s / BIN_S)}
+                "confidence": self.conf, "rule": self.rule,
+                "sticky": self.feeding & (N.nan_to_num(f["ctx_duty"], nan=1.0)
+                                          < th.duty_starved)}
 
     # -- the job's duty cycle ----------------------------------------------------------------
     @cached_property
@@ -215,14 +209,13 @@ class Windows:
         x = np.array([f["power_frac"], f["power_frac"], duty, duty])
         part = np.array([hi, ~hi, hi, ~hi]) & ~np.isnan(x)
         p_hi, p_lo, d_hi, d_lo = np.where(part, x, 0.0).sum(axis=1) / part.sum(axis=1)
-        self.slope = (p_hi - p_lo) / np.maximum(d_hi - d_lo, 1e-6)
+        slope = (p_hi - p_lo) / np.maximum(d_hi - d_lo, 1e-6)
         # Without power: a single busier GPU against several idler ones computes.
         nhi = hi.sum(axis=0)
         lone_hi = nhi == 1
         if self.shared:                       # one process drives every GPU (DataParallel)
             return d_hi >= th.busy_duty
-        out = np.where(np.isnan(self.slope), lone_hi & (G > 2),
-                       self.slope >= th.spin_power_frac)
+        out = np.where(np.isnan(slope), lone_hi & (G > 2), slope >= th.spin_power_frac)
         # A straggler is one GPU the others wait for: when more GPUs run flat out than idle,
         # the idle minority is the odd one out (its input), whatever the power says while
         # the 1 s power averages catch up; a busy minority against idle ones is the straggler.

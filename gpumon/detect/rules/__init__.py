@@ -83,10 +83,9 @@ AT_ONCE = np.array([i for i, r in enumerate(REGISTRY) if r.shows_at_once])
 
 
 def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> dict:
-    """Verdict codes (index into VERDICTS), cause codes (index into CAUSES or -1),
-    straggler rows (or -1), confidence, the deciding rule (index into RULES) and whether the
-    host shows starvation, per window. (Windows without power or host counters make all-NaN
-    slices: expected, not warnings.)"""
+    """Per window: verdict codes (index into VERDICTS), cause codes (index into CAUSES or
+    -1), straggler rows (or -1), confidence, the deciding rule (index into RULES) and the
+    hold's sticky and quick (Hysteresis.step)."""
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         w = Windows(f, shared_process, th, RULES)
@@ -95,9 +94,11 @@ def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> di
             if w.all_decided:
                 break
         out = w.result()
-        # ``quick`` as Hysteresis reads it: a starvation verdict the host confirms, or a rule
-        # shown at once (the host's flag alone must not rush a stall past the hold).
-        out["quick"] = ((out["quick"] & (out["verdict"] == VERDICTS.index(DATA_STARVATION)))
+        # Hysteresis.step's ``quick``: a rule shown at once, or starvation its host shows in
+        # a job that ran context_s without a pause (new loader workers after an epoch
+        # boundary refill their queue flat out); the host alone never rushes a stall.
+        out["quick"] = ((w.feeding & (f["since_pause"] > th.context_s / BIN_S)
+                         & (out["verdict"] == VERDICTS.index(DATA_STARVATION)))
                         | np.isin(out["rule"], AT_ONCE))
         if f["data_run"].min() * BIN_S < th.window_s:     # (the job's first seconds)
             out["confidence"] = out["confidence"] * short_factor(f, th)

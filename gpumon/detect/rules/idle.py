@@ -59,13 +59,12 @@ def _unmeasured(f: dict) -> np.ndarray:
 
 def _too_few(x: Window) -> str:
     """Too few samples; a GPU that sent none in the whole window (MIG, vGPU) is named."""
-    if len(x.gpus) and "run_t" in x.f and _unmeasured(x.f)[x.e]:
+    if len(x.gpus) and _unmeasured(x.f)[x.e]:
         return (f"samples further apart than {x.th.max_sample_gap_s:g} s: no burst or gap "
                 "can be measured, and a few samples' duty is no rhythm")
     s = (f"{int(np.nanmin(x.col('n'))) if len(x.gpus) else 0} utilization samples in the "
          f"window, fewer than {x.th.min_samples:.0f}")
-    none = [g for g, n in zip(x.gpus, x.col("n_all").tolist()) if not n > 0] \
-        if "n_all" in x.f else []
+    none = [g for g, n in zip(x.gpus, x.col("n_all").tolist()) if not n > 0]
     return s + f"; {no_util_text(none)}" if none else s
 
 

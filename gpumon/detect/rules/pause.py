@@ -23,9 +23,9 @@ _WHY = {
 
 
 def _pause(x: Window) -> str:
-    code = int(x.f["pause_cause"][x.e]) if "pause_cause" in x.f else -1
+    code = int(x.f["pause_cause"][x.e])
     cause = CAUSES[code] if code >= 0 else "unknown"
-    secs = int(x.f["pause_len"][x.e]) if "pause_len" in x.f else 0
+    secs = int(x.f["pause_len"][x.e])
     wm = int(round(x.th.context_s / BIN_S))
     ago = f"{secs} s ago" if secs <= wm else f"more than {wm} s ago"
     if cause == "startup":

@@ -31,7 +31,7 @@ def known(x) -> bool:
 def sms(x: "Window", rows) -> str:
     """" with N% of their SMs active" where the GPUs ``rows`` of window ``x`` all have SM
     activity (GPM), else nothing: the reason then names power instead."""
-    a = x.col("sm_active")[list(rows)] if "sm_active" in x.f else np.zeros(0)
+    a = x.col("sm_active")[list(rows)]
     if not len(a) or np.isnan(a).any():
         return ""
     return f" with {pct(float(a.mean()))} of {'its' if len(a) == 1 else 'their'} SMs active"
@@ -70,7 +70,7 @@ class Window:
         return float(a.mean()) if len(a) else math.nan
 
     def seconds(self) -> int:
-        return int(self.f["window"][self.e]) if "window" in self.f else 0
+        return int(self.f["window"][self.e])
 
     def others(self) -> list[int]:
         return [i for i in range(len(self.gpus)) if i != self.srow]
