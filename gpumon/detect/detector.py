@@ -73,11 +73,9 @@ class Detector:
         self._done = last
         found = self._found(last)
         if found is not None:
-            out = [self._judge(tuple(gpus), shared, first, last) for gpus, shared in found]
-            keys = {tuple(gpus) for gpus, _ in found}
-            for k in [k for k in self._jobs if k not in keys]:
-                del self._jobs[k]
-            self.current = out
+            self.current = [self._judge(tuple(g), shared, first, last) for g, shared in found]
+            keys = {tuple(g) for g, _ in found}
+            self._jobs = {k: job for k, job in self._jobs.items() if k in keys}
         return self.current
 
     def _found(self, last: int) -> Optional[list]:

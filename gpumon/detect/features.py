@@ -276,11 +276,18 @@ def _sync_features(bduty: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.
     sm = wsum(np.array([min_idle, mean_idle, have, low], dtype=float), W, ends)
     f = {"gap_sync": N.div(sm[0], sm[1]), "bins": sm[2], "low_bins": sm[3]}
     f.update(_stall_features(have & (least >= th.busy_duty), ends, th, ix_t))
-    # Seconds of steady work (every GPU at work_duty or more) up to the window's end,
-    # read within context_s as full_run is (wm + 1 for longer).
-    last_not = np.maximum.accumulate(np.where(have & (least >= th.work_duty), -1, ix_t))
-    f["steady_run"] = np.minimum(ends - last_not[ends], _bins(th.context_s, th) + 1)
+    # Seconds of steady work (every GPU at work_duty or more) up to the window's end.
+    f["steady_run"] = _run_to(have & (least >= th.work_duty), ends, ix_t,
+                              _bins(th.context_s, th) + 1)
     return f
+
+
+def _run_to(mask: np.ndarray, ends: np.ndarray, ix_t: np.ndarray, cap: int) -> np.ndarray:
+    """(E,): the bins in a row up to and including each of ``ends`` in which ``mask``
+    holds, at most ``cap`` (what every caller's view of the bins holds; ``ix_t``: the bins'
+    indices)."""
+    last_not = np.maximum.accumulate(np.where(mask, -1, ix_t))
+    return np.minimum(ends - last_not[ends], cap)
 
 
 def _stall_features(full: np.ndarray, ends: np.ndarray, th: Thresholds,
@@ -288,18 +295,15 @@ def _stall_features(full: np.ndarray, ends: np.ndarray, th: Thresholds,
     """The stall before the window's end (Thresholds.recover_s, window_s): seconds in
     which every GPU ran at full speed (``full``) since it (full_run) and its length
     (stall_bins)."""
-    last_not = np.maximum.accumulate(np.where(full, -1, ix_t))
-    last_full = np.maximum.accumulate(np.where(full, ix_t, -1))
-    # Both are read within context_s of the end only (what every caller's view of the
-    # bins holds): a longer run reads wm + 1; a stall that began earlier, wm + 1; none, 0.
-    # Before the first bin nothing is known: full work since then follows a stall that
-    # began earlier (as it reads where a window's view starts before the data).
+    # Both are read within context_s of the end only: a longer run reads wm + 1; a stall
+    # that began earlier, wm + 1; none, 0. Before the first bin nothing is known: full
+    # work since then follows a stall that began earlier.
     wm = _bins(th.context_s, th)
-    j = last_not[ends]
-    lf = last_full[np.maximum(j, 0)]
-    return {"full_run": np.minimum(ends - j, wm + 1),
-            "stall_bins": np.where(ends - j > wm, 0, np.where(
-                (j >= 0) & (lf >= 0) & (lf >= ends - wm), j - lf, wm + 1))}
+    run = _run_to(full, ends, ix_t, wm + 1)
+    j = ends - run                                  # the stall's last bin (where run <= wm)
+    lf = np.maximum.accumulate(np.where(full, ix_t, -1))[np.maximum(j, 0)]
+    return {"full_run": run, "stall_bins": np.where(run > wm, 0, np.where(
+        (j >= 0) & (lf >= 0) & (lf >= ends - wm), j - lf, wm + 1))}
 
 
 def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.ndarray,
@@ -342,9 +346,7 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     # spin_power_frac of its limit (Thresholds.hang_s), read within hang_s + 1 bins.
     cold = all_busy & _all_spin(pf, bduty, sm, th) \
         if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
-    last_warm = np.maximum.accumulate(np.where(cold, -1, ix_t))
-    f["cold_run"] = np.minimum(ends - last_warm[ends],
-                               int(math.ceil(th.hang_s / BIN_S)) + 1)
+    f["cold_run"] = _run_to(cold, ends, ix_t, int(math.ceil(th.hang_s / BIN_S)) + 1)
     f["all_busy_bins"] = rs[1][0] if rs.shape[1] else np.zeros(len(ends))   # (settled ones)
     return f
 
@@ -411,10 +413,7 @@ def _pause_features(pause: np.ndarray, why: Optional[np.ndarray], ends: np.ndarr
     f["pause_cause"] = (why[ends] if why is not None else
                         np.where(f["pause"], CAUSES.index("unknown"), -1))
     wm = _bins(th.context_s, th)
-    # Seconds the pause has lasted, up to the window's end (read within context_s, as
-    # full_run is: wm + 1 for longer).
-    last_on = np.maximum.accumulate(np.where(pause, -1, ix_t))
-    f["pause_len"] = np.where(f["pause"], np.minimum(ends - last_on[ends], wm + 1), 0)
+    f["pause_len"] = _run_to(pause, ends, ix_t, wm + 1)        # (0 where no pause)
     # Seconds since the last pause bin, read within context_s as full_run is (wm + 1:
     # none in the last context_s, or none at all).
     last_pause = np.maximum.accumulate(np.where(stands, ix_t, -1))[ends]

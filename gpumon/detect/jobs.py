@@ -77,21 +77,13 @@ def _tie_by_process(parent: dict, act: list[int], pids: Mapping[int, Optional[tu
     """Join the GPUs that share a process or a launcher (a parent process other than init)."""
     owner: dict = {}
     for g in act:
-        for key in _process_keys(pids.get(g) or (), ppid):
-            if key in owner:
-                _union(parent, owner[key], g)
-            owner[key] = g
-
-
-def _process_keys(gpu_pids: tuple, ppid: Mapping[int, int]) -> list[tuple[str, int]]:
-    """What ties a GPU to others: each of its processes, and each one's launcher."""
-    keys = []
-    for pid in gpu_pids:
-        keys.append(("pid", pid))
-        parent_pid = ppid.get(pid)
-        if parent_pid is not None and parent_pid > 1:   # init is no launcher
-            keys.append(("parent", parent_pid))
-    return keys
+        for pid in pids.get(g) or ():
+            launcher = ppid.get(pid)
+            for key in [("pid", pid)] + ([("parent", launcher)] if launcher is not None
+                                         and launcher > 1 else []):   # (init is no launcher)
+                if key in owner:
+                    _union(parent, owner[key], g)
+                owner[key] = g
 
 
 def _jobs(parent: dict, act: list[int], pids: Mapping[int, Optional[tuple]]
