@@ -56,10 +56,10 @@ def view_bins(th: Thresholds = DEFAULT) -> int:
     be those of the whole history: the longest window or context, one bin before it (where
     a stall began) and POWER_LAG_S more (whether its first seconds' power settled)."""
     return int(math.ceil(max(th.window_s, th.context_s, th.hang_s)
-                         / BIN_S)) + 1 + _bins(POWER_LAG_S, th)
+                         / BIN_S)) + 1 + _bins(POWER_LAG_S)
 
 
-def _bins(s: float, th: Thresholds) -> int:
+def _bins(s: float) -> int:
     """Seconds as a whole number of bins."""
     return int(round(s / BIN_S))
 
@@ -184,7 +184,7 @@ def last_kernel(g: np.ndarray, before: float = -math.inf,
 def kernel_recent(lk: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
     """Per bin, from last_kernel's ``lk``: whether a kernel ran within idle_after_s up to and
     including it."""
-    return np.arange(len(lk)) - lk < _bins(th.idle_after_s, th)
+    return np.arange(len(lk)) - lk < _bins(th.idle_after_s)
 
 
 def run_lengths(t: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -250,7 +250,7 @@ def _gpu_ratios(g: np.ndarray, C: np.ndarray, pos: np.ndarray, L: int, ix: dict,
     k = len(_RECENT)
     rr = ix["recent"]
     if (rr[k:] < L).any():
-        Sr = wsum_c(C, min(_bins(th.hold_s, th), int(W.min())), ends, rr)
+        Sr = wsum_c(C, min(_bins(th.hold_s), int(W.min())), ends, rr)
         Rr = N.div(Sr[:k], Sr[k:])
     else:                                           # no host readings: all NaN, as divided
         Rr = np.full((k,) + S.shape[1:], np.nan)
@@ -278,7 +278,7 @@ def _sync_features(bduty: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.
     f.update(_stall_features(have & (least >= th.busy_duty), ends, th, ix_t))
     # Seconds of steady work (every GPU at work_duty or more) up to the window's end.
     f["steady_run"] = _run_to(have & (least >= th.work_duty), ends, ix_t,
-                              _bins(th.context_s, th) + 1)
+                              _bins(th.context_s) + 1)
     return f
 
 
@@ -298,7 +298,7 @@ def _stall_features(full: np.ndarray, ends: np.ndarray, th: Thresholds,
     # Both are read within context_s of the end only: a longer run reads wm + 1; a stall
     # that began earlier, wm + 1; none, 0. Before the first bin nothing is known: full
     # work since then follows a stall that began earlier.
-    wm = _bins(th.context_s, th)
+    wm = _bins(th.context_s)
     run = _run_to(full, ends, ix_t, wm + 1)
     j = ends - run                                  # the stall's last bin (where run <= wm)
     lf = np.maximum.accumulate(np.where(full, ix_t, -1))[np.maximum(j, 0)]
@@ -318,9 +318,9 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     blim = N.div(g[GI["pl"]], g[GI["pln"]])
     busy_bin = (bduty >= th.busy_duty) & ~np.isnan(bpw) & keep
     pf = N.div(bpw, blim)                            # power / limit per bin
-    all_busy = busy_bin.all(axis=0) if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
+    all_busy = busy_bin.all(axis=0)
     settled = settled_seconds(all_busy, th)
-    top = N.nanmax(np.where(busy_bin, bpw, np.nan), axis=0) if bpw.shape[0] else bpw[0]
+    top = N.nanmax(np.where(busy_bin, bpw, np.nan), axis=0)
     rel = np.where(settled, N.div(bpw, top), 0.0)
     rel_a, ok, by_sm_s = _relative(rel, settled, all_busy, sm)
     # The compared seconds with some GPU cold beside the hottest, and which GPU was the
@@ -341,13 +341,12 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     f["rel_sm"] = (N.div(sums[6], sums[7]) if by_sm_s is not None
                    else np.full(sums[0].shape, np.nan))
     f["hot_bins"] = sums[4]                        # (G, E) hottest in a cold second
-    f["cold_bins"] = sums[5][0] if len(sums[5]) else np.zeros(len(ends))
+    f["cold_bins"] = sums[5][0]
     # Seconds in a row, up to each window's end, with every GPU busy and drawing at most
     # spin_power_frac of its limit (Thresholds.hang_s), read within hang_s + 1 bins.
-    cold = all_busy & _all_spin(pf, bduty, sm, th) \
-        if bpw.shape[0] else np.zeros(bpw.shape[1], bool)
+    cold = all_busy & _all_spin(pf, bduty, sm, th)
     f["cold_run"] = _run_to(cold, ends, ix_t, int(math.ceil(th.hang_s / BIN_S)) + 1)
-    f["all_busy_bins"] = rs[1][0] if rs.shape[1] else np.zeros(len(ends))   # (settled ones)
+    f["all_busy_bins"] = rs[1][0]                   # (settled ones)
     return f
 
 
@@ -356,7 +355,7 @@ def _relative(rel: np.ndarray, settled: np.ndarray, all_busy: np.ndarray, sm: np
     the seconds compared: power (``rel``, in the ``settled`` seconds) where some GPU lacks SM
     activity, SM activity over the most active GPU's (every GPU busy) where each has it, the
     seconds of which are ``by_sm_s`` (None: no such second)."""
-    smk = ~np.isnan(sm).any(axis=0) if len(sm) else np.zeros(sm.shape[1], bool)
+    smk = ~np.isnan(sm).any(axis=0)
     if not smk.any():
         return rel, settled, None
     by_sm_s = smk & all_busy
@@ -379,7 +378,7 @@ def data_run(g: np.ndarray, since: Optional[np.ndarray], ends: np.ndarray,
     sample from any of its GPUs (and ``since`` True: the job seen in use) among the last
     hang_s + 1 bins, as cold_run is read (a longer history reads hang_s + 1). What the rules
     that need more seconds than were sampled compare with (rules.too_short)."""
-    has = (g[GI["n"]] > 0).any(axis=0) if g.shape[1] else np.zeros(g.shape[-1], bool)
+    has = (g[GI["n"]] > 0).any(axis=0)
     if since is not None:
         has &= since
     T = has.shape[-1]
@@ -398,7 +397,7 @@ def _host_features(h: np.ndarray, keep: np.ndarray, W: np.ndarray, ends: np.ndar
     f = {}
     f["iowait"], f["disk_read"], f["disk_write"] = N.div(H[_HNUM], H[_HDEN])
     # Storage over the last seconds too (as the loaders' _recent readings, _gpu_ratios).
-    Hr = wsum_c(Ch, min(_bins(th.hold_s, th), int(W.min())), ends, _HIO_NUM + _HIO_DEN)
+    Hr = wsum_c(Ch, min(_bins(th.hold_s), int(W.min())), ends, _HIO_NUM + _HIO_DEN)
     f["iowait_recent"], f["disk_read_recent"] = N.div(Hr[:2], Hr[2:])
     return f
 
@@ -412,7 +411,7 @@ def _pause_features(pause: np.ndarray, why: Optional[np.ndarray], ends: np.ndarr
     # Why each window's last bin is a pause (an index into diagnosis.CAUSES; -1: no pause).
     f["pause_cause"] = (why[ends] if why is not None else
                         np.where(f["pause"], CAUSES.index("unknown"), -1))
-    wm = _bins(th.context_s, th)
+    wm = _bins(th.context_s)
     f["pause_len"] = _run_to(pause, ends, ix_t, wm + 1)        # (0 where no pause)
     # Seconds since the last pause bin, read within context_s as full_run is (wm + 1:
     # none in the last context_s, or none at all).

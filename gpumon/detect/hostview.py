@@ -50,10 +50,7 @@ class Host:
         """(5, E): the busiest reading of any of the job's GPUs (rank_starving's order), per
         window (read by cause() only: computed on its first call)."""
         if self._whole is None:
-            if self.views.shape[2]:
-                self._whole = np.fmax.reduce(self.views[0], axis=1)
-            else:
-                self._whole = np.full(self.views.shape[1:2] + self.views.shape[3:], np.nan)
+            self._whole = np.fmax.reduce(self.views[0], axis=1)
         return self._whole
 
     def starving_any(self, recent: bool = True) -> np.ndarray:

@@ -103,10 +103,7 @@ class Windows:
     @cached_property
     def jduty(self) -> np.ndarray:
         """The job's mean duty per window (its GPUs with samples)."""
-        f = self.f
-        if not self.G:
-            return np.full(self.E, np.nan)
-        return N.nanmean(f["duty"], axis=0)
+        return N.nanmean(self.f["duty"], axis=0)
 
     @cached_property
     def duty_lo(self) -> np.ndarray:
@@ -140,7 +137,7 @@ class Windows:
 
     @cached_property
     def nmin(self) -> np.ndarray:
-        return self.f["n"].min(axis=0) if self.G else np.zeros(self.E)
+        return self.f["n"].min(axis=0)
 
     # -- the host --------------------------------------------------------------------------
     @cached_property

@@ -42,8 +42,7 @@ def _job_gone(x: Window) -> str:
 @rule(IDLE, 10, "one of the job's GPUs holds less than {mem_active_mib:.0f} MiB", _job_gone)
 def job_gone(w: Windows) -> None:
     """The job does not hold its GPUs: idle, however few of the window's seconds are left."""
-    gone = (w.f["mem_last"] < w.th.mem_active_mib).any(axis=0) if w.G else \
-        np.zeros(w.E, bool)
+    gone = (w.f["mem_last"] < w.th.mem_active_mib).any(axis=0)
     w.decide(job_gone, gone, cf=0.9)
 
 
@@ -59,10 +58,10 @@ def _unmeasured(f: dict) -> np.ndarray:
 
 def _too_few(x: Window) -> str:
     """Too few samples; a GPU that sent none in the whole window (MIG, vGPU) is named."""
-    if len(x.gpus) and _unmeasured(x.f)[x.e]:
+    if _unmeasured(x.f)[x.e]:
         return (f"samples further apart than {x.th.max_sample_gap_s:g} s: no burst or gap "
                 "can be measured, and a few samples' duty is no rhythm")
-    s = (f"{int(np.nanmin(x.col('n'))) if len(x.gpus) else 0} utilization samples in the "
+    s = (f"{int(np.nanmin(x.col('n')))} utilization samples in the "
          f"window, fewer than {x.th.min_samples:.0f}")
     none = [g for g, n in zip(x.gpus, x.col("n_all").tolist()) if not n > 0]
     return s + f"; {no_util_text(none)}" if none else s
@@ -75,8 +74,8 @@ def too_few_samples(w: Windows) -> None:
     sampled."""
     f, th = w.f, w.th
     insufficient = ((w.nmin < th.min_samples) | (f["bins"] < 1) | np.isnan(w.jduty)
-                    | (_unmeasured(f) if w.G else False))
-    sparse = (f["n_all"].min(axis=0) if w.G else np.zeros(w.E)) < th.min_samples
+                    | _unmeasured(f))
+    sparse = f["n_all"].min(axis=0) < th.min_samples
     w.decide(too_few_samples, (insufficient & ~f["pause"]) | sparse, cf=0.3)
 
 
@@ -99,11 +98,9 @@ def no_kernels(w: Windows) -> None:
     """No kernel (a sample above idle_util_pct) in the last idle_after_s, the host not
     feeding: idle (held with memory)."""
     f, th = w.f, w.th
-    quiet = ~f["kernel_recent"]
-
-    def held():
-        return (f["mem_last"] >= th.mem_active_mib).any(axis=0) if w.G else np.zeros(w.E, bool)
-    w.decide(no_kernels, quiet & ~w.feeding, c=lambda: np.where(held(), C["held"], -1),
+    held = f["mem_last"] >= th.mem_active_mib
+    w.decide(no_kernels, ~f["kernel_recent"] & ~w.feeding,
+             c=lambda: np.where(held.any(axis=0), C["held"], -1),
              cf=lambda: clip(1.0 - 30 * w.dmax / th.idle_util_pct, 0.5, 0.99))
 
 
