@@ -92,15 +92,3 @@ def _first(cases: list, default: int) -> np.ndarray:
     return out
 
 
-def host_straggler(hs: np.ndarray) -> np.ndarray:
-    """(E,): the row of the only GPU whose rank's host starves, or -1, from ``hs`` (G, E):
-    Host.starved."""
-    G = hs.shape[0]
-    if G < 2:
-        return np.full(hs.shape[1], -1)
-    known = (~np.isnan(hs)).all(axis=0)
-    starving = hs == 1.0                    # (hs is 1.0, 0.0 or NaN)
-    one = starving.sum(axis=0) == 1
-    return np.where(known & one, starving.argmax(axis=0), -1)
-
-

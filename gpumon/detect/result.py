@@ -47,17 +47,19 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
     def known(name):         # (the column's numbers, NaN left out)
         return [x for x in f[name][:, e].tolist() if x == x]
 
-    relk = known("rel_power")
-    clock = known("clock_frac")
+    duty, dmean, relk, sm = known("duty"), mean("duty"), known("rel_power"), col("sm_active")
     ev = {
-        **_duty_runs(f, e),
+        "duty_cycle": dmean, "duty_min": min(duty, default=None),
+        "duty_max": max(duty, default=None),
+        "util_pct": None if dmean is None else 100.0 * dmean,
+        **_job_runs(f, e),      # (bursts and gaps in the same seconds)
         "gap_sync": _num(f["gap_sync"][e]) if f["duty"].shape[0] > 1 else None,
         "power_frac": mean("power_frac"),
         "power_frac_busy": mean("power_frac_busy"),
         "busy_cold_share": (sum(x <= th.cold_power_ratio for x in relk) / len(relk)
                             if len(relk) > 1 else None),
         "rel_power_min": min(relk) if len(relk) > 1 else None,
-        "clock_frac": min(clock) if clock else None,
+        "clock_frac": min(known("clock_frac"), default=None),
         "throttle_share": (max(N.throttle_share(col("therm_share"), col("pcap_share"),
                                                 col("hws_share")).tolist())
                            if known("therm_share") else None),
@@ -69,28 +71,9 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
         # other sums, not out of what the driver delivered.)
         "samples_per_s": float(N.nanmean(col("n_all"))) / float(f["window"][e]),
         "pause": float(bool(f["pause"][e])),
-        "sm_active": _sm_active(f, e),
+        "sm_active": None if np.isnan(sm).any() else float(sm.mean()),   # (GPM on every GPU)
     }
     return {k: _num(ev[k]) for k in EVIDENCE_KEYS}
-
-
-def _sm_active(f: dict, e: int) -> Optional[float]:
-    """The job's mean SM activity (GPM) over window ``e``, where every GPU has it."""
-    a = f["sm_active"][:, e]
-    return float(a.mean()) if len(a) and not np.isnan(a).any() else None
-
-
-def _duty_runs(f: dict, e: int) -> dict:
-    """Window ``e``'s duty (mean, least and most of the job's GPUs) and, in the same
-    seconds, its bursts and gaps (_job_runs)."""
-    d = f["duty"][:, e]
-    d = d[~np.isnan(d)]
-    dl = d.tolist()
-    dmean = float(d.sum()) / len(d) if dl else None
-    return {"duty_cycle": dmean, "duty_min": min(dl) if dl else None,
-            "duty_max": max(dl) if dl else None,
-            "util_pct": 100.0 * dmean if dl else None,
-            **_job_runs(f, e)}
 
 
 def _job_runs(f: dict, e: int) -> dict:

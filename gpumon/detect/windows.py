@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumon.detect import nanops as N
-from gpumon.detect.hostview import Host, host_straggler
+from gpumon.detect.hostview import Host
 from gpumon.detect.thresholds import BIN_S, POWER_LAG_S, Thresholds
 from gpumon.diagnosis import BUSY, CAUSES, VERDICTS
 
@@ -157,8 +157,13 @@ class Windows:
     @cached_property
     def hs(self) -> np.ndarray:
         """The row of the only GPU whose rank's host starves (over the window or its last
-        seconds), or -1."""
-        return host_straggler(self.host.starved())
+        seconds), or -1; with every rank's host known."""
+        if self.G < 2:
+            return np.full(self.E, -1)
+        hs = self.host.starved()
+        starving = hs == 1.0                    # (hs is 1.0, 0.0 or NaN)
+        one = (~np.isnan(hs)).all(axis=0) & (starving.sum(axis=0) == 1)
+        return np.where(one, starving.argmax(axis=0), -1)
 
     # -- a lone stall that is over ----------------------------------------------------------
     @cached_property
