@@ -102,18 +102,16 @@ def hang(w: Windows) -> None:
 
 
 def _busy_but_cold(x: Window) -> str:
-    s = x.srow
-    who = f"GPU {x.gpus[s]}" if s >= 0 else "GPU ?"
+    s = x.srow                  # (busy_but_cold always names the hottest GPU)
+    who = f"GPU {x.gpus[s]}"
     if sms(x, x.others()):
-        hot = f" against {pct(x.mean('sm_active', [s]))} on {who}" if s >= 0 else ""
         return (f"{gpu_list([x.gpus[i] for i in x.others()])} at "
-                f"{pct(x.mean('duty', x.others()))} utilization{sms(x, x.others())}{hot}: "
-                f"they wait in a collective for {who}")
+                f"{pct(x.mean('duty', x.others()))} utilization{sms(x, x.others())} against "
+                f"{pct(x.mean('sm_active', [s]))} on {who}: they wait in a collective for {who}")
     hot, cold = (x.f[k][..., x.e] for k in ("hot_bins", "cold_bins"))
-    turns = (f", the hottest in {hot[s] * BIN_S:.0f} of the {cold * BIN_S:.0f} s "
-             "another was cold" if s >= 0 else "")
     return (f"every GPU busy, but the others draw as little as "
-            f"{pct(x.ev.get('rel_power_min'))} of {who}'s power{turns}: "
+            f"{pct(x.ev.get('rel_power_min'))} of {who}'s power, the hottest in "
+            f"{hot[s] * BIN_S:.0f} of the {cold * BIN_S:.0f} s another was cold: "
             "they spin in a collective while it computes")
 
 
