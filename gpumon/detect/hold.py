@@ -42,10 +42,9 @@ class Hysteresis:
         self.since: Optional[float] = None       # when ``current``'s verdict was adopted
         self._cand: Optional[tuple] = None       # the key waiting out its hold
         self._cand_since = 0.0
-        # The last tally_s of verdicts fed in: the (cause, straggler) of each that had the
-        # held verdict (None for the others), and how many of each.
+        # The keys fed in over the last tally_s since the held verdict was adopted (counted
+        # only when outnumbers asks).
         self._recent: deque = deque(maxlen=max(1, int(round(tally_s / step_s))))
-        self._count: dict = {}
 
     @classmethod
     def of(cls, th: Thresholds) -> "Hysteresis":
@@ -60,7 +59,7 @@ class Hysteresis:
             changed = self.current != key
             self._adopt(t, key)
             return changed
-        self._tally(key)
+        self._recent.append(key)
         if key == self.current or self.sticky(t, key, sticky):
             self._cand = None
             return False
@@ -105,8 +104,12 @@ class Hysteresis:
         """A new cause or straggler that won the hold replaces the held one if that was not
         seen in the last ``tally_s`` or the new one was seen more; a cause the host does not
         show (input_pipeline) counts for none against another."""
-        cur, count = self.current, self._count.get
-        held, new = count(cur[1:], 0), count(key[1:], 0)
+        cur = self.current
+        held = new = 0
+        for k in self._recent:          # (each fed in under the held verdict: _adopt)
+            if k[0] == cur[0]:
+                held += k[1:] == cur[1:]
+                new += k[1:] == key[1:]
         if held == 0:
             return True
         if key[1] != cur[1]:
@@ -126,20 +129,7 @@ class Hysteresis:
         """A new verdict: held from ``t``, its causes tallied afresh."""
         self.current, self.since, self._cand = key, t, None
         self._recent.clear()
-        self._count = {}
-        self._tally(key)
-
-    def _tally(self, key: tuple) -> None:
-        """Count ``key``'s cause and straggler if it has the held verdict, for tally_s."""
-        rec, count = self._recent, self._count
-        if len(rec) == rec.maxlen:
-            old = rec[0]
-            if old is not None:
-                count[old] -= 1
-        detail = key[1:] if key[0] == self.current[0] else None
-        rec.append(detail)
-        if detail is not None:
-            count[detail] = count.get(detail, 0) + 1
+        self._recent.append(key)
 
     def _candidate(self, t: float, key: tuple) -> None:
         """Another verdict keeps winning while its cause or straggler wobble: it counts."""
