@@ -1,6 +1,6 @@
 """clean() counts the lines it keeps (Lines.count: the readers size their columns from it)
-as it finds them, rather than the readers counting the line breaks again; it finds them a
-slice at a time, the slices side by side."""
+and notes where their breaks are (Lines.ends: the CSV reader cuts rows there) as it finds
+them, rather than the readers finding the line breaks again."""
 import numpy as np
 import pytest
 
@@ -37,18 +37,7 @@ def test_lines_made_elsewhere_are_counted_when_asked():
     assert lines.lines is None and lines.count() == 3
 
 
-@pytest.mark.parametrize("size", [1, 7, 64, 1000])
-def test_scanning_slices_side_by_side_matches_one_pass(size, monkeypatch):
-    rng = np.random.default_rng(size)
-    data = rng.choice(np.frombuffer(b"ab,1\n\n\x00\xff", np.uint8), 5000).tobytes()
-    monkeypatch.setattr(L, "SCAN_BYTES", size)
-    buf = np.frombuffer(data, np.uint8)
-    nl, low, high = L._scan(buf)
-    assert np.array_equal(nl, np.flatnonzero(buf == 10))
-    assert (low, high) == (int(buf.min()), int(buf.max()))
-    monkeypatch.setattr(L, "SCAN_BYTES", 1 << 24)
-    whole = L.clean(data)
-    monkeypatch.setattr(L, "SCAN_BYTES", size)
-    parts = L.clean(data)
-    assert parts.data == whole.data and np.array_equal(parts.lineno, whole.lineno)
-    assert parts.malformed.count == whole.malformed.count > 0
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_kept_lines_breaks_are_where_the_text_has_them(name):
+    got = L.clean(CASES[name])
+    assert np.array_equal(got.ends, np.flatnonzero(np.frombuffer(got.data, np.uint8) == 10))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpumon.logs import batches, lines as lines_mod, read_log, table
+from gpumon.logs import batches, read_log, table
 from gpumon.logs.lines import clean
 from gpumon.logs.log import SAMPLE_COLUMNS, runs
 
@@ -139,15 +139,13 @@ def test_columns_promote_a_wider_batch():
     np.testing.assert_array_equal(c.get("v"), [1.0, 2.0, 0.5, np.nan])
 
 
-def test_clean_scans_in_slices(monkeypatch):
-    """Newlines, NULs and non-UTF-8 bytes found slice by slice, as over the whole buffer."""
+def test_clean_drops_the_lines_with_a_nul_or_not_utf8():
+    """A line with a NUL or a byte that is not UTF-8 is malformed; UTF-8 text is kept."""
     data = (b"a,b\n1,2\n3,\x004\n" + "5,\u00e96\n".encode() + b"7,\xff8\n9,10\n") * 50
-    whole = clean(data)
-    monkeypatch.setattr(lines_mod, "SCAN_BYTES", 7)
-    sliced = clean(data)
-    assert whole.data == sliced.data and whole.malformed == sliced.malformed
-    np.testing.assert_array_equal(whole.lineno, sliced.lineno)
-    assert whole.malformed.count == 100
+    got = clean(data)
+    assert got.malformed.count == 100 and got.malformed.first_line == 3
+    assert got.data == (b"a,b\n1,2\n" + "5,\u00e96\n".encode() + b"9,10\n") * 50
+    np.testing.assert_array_equal(got.lineno[:4], [1, 2, 4, 6])
 
 
 @pytest.mark.parametrize("shuffle", [False, True])

@@ -92,7 +92,7 @@ def read(lines: Lines, names: list[str], path: str) -> Log:
     of rows at a time."""
     want = [n for n in names if n in DETECTOR_CSV]
     cols, body = read_cells(lines, names, want, lambda cells: _convert(cells, texts=False))
-    lines.data = b""                  # (the text can go: every value is read)
+    lines.data, lines.ends = b"", None     # (the text can go: every value is read)
     c = _Read(cols)
     log = finish(_detector_log(c, path, body.malformed), c.bad, body.line_of)
     pids: dict[int, set] = {}

@@ -21,7 +21,6 @@ from gpumon.errors import UserError
 import numpy as np
 
 from gpumon.logs.log import Malformed
-from gpumon.logs.threads import map_threads
 
 # Longest line a log may hold, in bytes: a gpumon CSV row with a few hundred PIDs is ~4 KiB;
 # anything much longer is a corrupt line (or a whole file without line breaks).
@@ -34,6 +33,7 @@ class Lines:
     lineno: Optional[np.ndarray]            # file line number of each kept line; None: k + 1
     malformed: Malformed
     lines: Optional[int] = None             # how many kept lines, when known
+    ends: Optional[np.ndarray] = None       # where each kept line's break is, when known
 
     def count(self) -> int:
         """How many kept lines (header included)."""
@@ -95,6 +95,7 @@ class _Cleaner:
         self.skip: Optional[int] = None     # the over-long line being skipped, its number
         self.after_cr = False               # the last chunk ended in a \r
         self.lnos: list = []                # kept lines' numbers: arrays, or (first, n)
+        self.ends: list = []                # kept lines' breaks (Lines.ends), per chunk
         self.gaps = False                   # a line was dropped (lnos are not 1, 2, 3...)
         self.kept = 0
         self.read = 0                       # bytes fed
@@ -144,38 +145,35 @@ class _Cleaner:
             self.gaps = True
             return
         buf = np.frombuffer(body, np.uint8)
-        nl, low, high = _scan(buf)
+        nl = np.flatnonzero(buf == 10)
         n = len(nl)
         starts = np.concatenate(([0], nl[:-1] + 1))
         lengths = nl - starts
         bad = lengths > MAX_LINE_BYTES
-        if low == 0:
-            bad[_lines_at(_where(buf, lambda b: b == 0), nl)] = True
-        if high >= 0x80:
-            for k in np.unique(_lines_at(_where(buf, lambda b: b >= 0x80), nl)).tolist():
-                if not bad[k]:
-                    try:
-                        body[starts[k]:nl[k]].decode("utf-8")
-                    except UnicodeDecodeError:
-                        bad[k] = True
+        if buf.view(np.int8).min() <= 0:      # a NUL, or a byte of 0x80 or more
+            _bad_bytes(body, buf, starts, nl, bad)
         drop = bad | (lengths == 0)
         if not drop.any():
-            self._keep(body, (self.line + 1, n), n)
+            self._keep(body, (self.line + 1, n), n, nl)
         else:
             if bad.any():
                 self.mal.add(self.line + int(np.flatnonzero(bad)[0]) + 1, int(bad.sum()))
             keep = ~drop
             self.gaps = True
             self._keep(buf[np.repeat(keep, lengths + 1)].tobytes(),
-                       self.line + np.flatnonzero(keep) + 1, int(keep.sum()))
+                       self.line + np.flatnonzero(keep) + 1, int(keep.sum()),
+                       np.cumsum(lengths[keep] + 1) - 1)
         self.line += n
 
-    def _keep(self, data: bytes, lnos, n: int) -> None:
-        w = len(self.out) + len(data)
+    def _keep(self, data: bytes, lnos, n: int, ends: np.ndarray) -> None:
+        """Keep ``data``: ``n`` lines, their numbers ``lnos``, their breaks at ``ends``
+        (what the lines take counts those too: 8 bytes a line)."""
+        w = len(self.out) + len(data) + 8 * (self.kept + n)
         if self.limit is not None and w > self.limit:
             raise UserError(f"{self.name}: stopped after reading {size_text(self.read)}: "
                             f"its {size_text(w)} of lines are more than the memory free here "
                             "allows analysing at once (split the log, or analyse a part of it)")
+        self.ends.append(ends + len(self.out))
         self.out += data
         self.lnos.append(lnos)
         self.kept += n
@@ -194,7 +192,8 @@ class _Cleaner:
                                      else a for a in self.lnos]).astype(np.int64)
         elif self.gaps:
             lineno = np.zeros(0, np.int64)
-        return Lines(self.out, lineno, self.mal, self.kept)
+        ends = np.concatenate(self.ends) if self.ends else np.zeros(0, np.int64)
+        return Lines(self.out, lineno, self.mal, self.kept, ends)
 
 
 def size_text(n: int) -> str:
@@ -202,32 +201,16 @@ def size_text(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-# Bytes compared at once when looking for a byte: the comparison's mask is as large as what it
-# reads, so a whole 300 MB log at once would hold another 300 MB.
-SCAN_BYTES = 1 << 24
-
-
-def _where(buf: np.ndarray, test) -> np.ndarray:
-    """np.flatnonzero(test(buf)), a slice of SCAN_BYTES at a time."""
-    if len(buf) <= SCAN_BYTES:
-        return np.flatnonzero(test(buf))
-    return np.concatenate([np.flatnonzero(test(buf[a:a + SCAN_BYTES])) + a
-                           for a in range(0, len(buf), SCAN_BYTES)])
-
-
-def _scan(buf: np.ndarray) -> tuple[np.ndarray, int, int]:
-    """(positions of the line breaks, lowest byte, highest byte), a slice of SCAN_BYTES at a
-    time, the slices side by side on the cores (numpy lets go of the GIL in its loops)."""
-    if len(buf) == 0:
-        return np.zeros(0, np.intp), 1, 0
-
-    def one(a: int):
-        part = buf[a:a + SCAN_BYTES]
-        return np.flatnonzero(part == 10) + a, int(part.min()), int(part.max())
-
-    parts = map_threads(one, range(0, len(buf), SCAN_BYTES))
-    return (np.concatenate([p[0] for p in parts]), min(p[1] for p in parts),
-            max(p[2] for p in parts))
+def _bad_bytes(body: bytes, buf: np.ndarray, starts: np.ndarray, nl: np.ndarray,
+               bad: np.ndarray) -> None:
+    """Mark in ``bad`` the lines (breaks at ``nl``) that hold a NUL or are not UTF-8."""
+    bad[_lines_at(np.flatnonzero(buf == 0), nl)] = True
+    for k in np.unique(_lines_at(np.flatnonzero(buf >= 0x80), nl)).tolist():
+        if not bad[k]:
+            try:
+                body[starts[k]:nl[k]].decode("utf-8")
+            except UnicodeDecodeError:
+                bad[k] = True
 
 
 def _lines_at(pos: np.ndarray, nl: np.ndarray) -> np.ndarray:

@@ -52,7 +52,7 @@ def read(lines: Lines, names: list[str], path: str, interval: Optional[float]) -
         return Log(path, "nvidia-smi", empty_samples(), malformed=body.malformed)
     if "time" in cols:
         whole_times(lines, names, cols["time"], got)
-    lines.data = b""                  # (the text can go: every value is read)
+    lines.data, lines.ends = b"", None     # (the text can go: every value is read)
     bad = got.get("bad")
     col = got.get
     t, gpu = _time_and_gpu(cols, got, bad, interval)

@@ -171,6 +171,7 @@ class _Cutter:
     def __init__(self, lines: Lines, names: list[str], first: str, cols: list[int]):
         self.data = lines.data
         self.buf = np.frombuffer(self.data, np.uint8)
+        self.ends = lines.ends
         self.width, self.cols = len(names), cols
         self.first = first.encode()
         self.start = len(self.first) + 1 if lines.count() else 0
@@ -186,7 +187,7 @@ class _Cutter:
 
     def cells(self, a: int, b: int) -> _Block:
         part = self.buf[a:b]
-        nl = np.flatnonzero(part == 10)
+        nl = self._breaks(part, a, b)
         commas = np.flatnonzero(part == 44)
         starts = np.concatenate(([0], nl[:-1] + 1))
         before = np.searchsorted(commas, nl)
@@ -204,6 +205,13 @@ class _Cutter:
             bad[r] = not _blank(part[starts[r]:nl[r]].tobytes(), self.first)
         cells, rows = self._cut(part, starts, nl, commas, before - per, fast, quoted)
         return _Block(cells, rows, len(nl), bad)
+
+    def _breaks(self, part: np.ndarray, a: int, b: int) -> np.ndarray:
+        """Where the line breaks of the block (bytes ``a`` to ``b``) are, within it."""
+        if self.ends is None:
+            return np.flatnonzero(part == 10)
+        i, j = np.searchsorted(self.ends, (a, b))
+        return self.ends[i:j] - a
 
     def _headers(self, part, starts, nl) -> np.ndarray:
         """Rows that repeat the header line."""
