@@ -257,6 +257,7 @@ class Store:
                 self.gpus.append(gpu)
             pad = np.zeros((self.g.shape[0], len(new), self.g.shape[2]), self.dtype)
             self.g = np.concatenate([self.g, pad], axis=1)
+            self.tail = np.concatenate([self.tail, np.full((3, len(new)), np.nan)], axis=1)
         lut = np.full(max(self.rows) + 1, -1, dtype=np.int64)
         for gpu, row in self.rows.items():
             lut[gpu] = row
@@ -390,9 +391,6 @@ class Store:
         """Each GPU's first sample in this call (``starts``; ``last``: its last): ``dt`` and
         ``pk`` from its last sample before (``tail``), and whether that one measured time. A
         GPU's first sample ever counts its chunk's mean period."""
-        if self.tail.shape[1] < len(self.gpus):
-            pad = np.full((3, len(self.gpus) - self.tail.shape[1]), np.nan)
-            self.tail = np.concatenate([self.tail, pad], axis=1)
         prev = self.tail[:, rows[starts]]         # (3, GPUs): time, busy, measured
         new = np.isnan(prev[0])
         k = last - starts
@@ -524,14 +522,41 @@ def log_store(s: SampleCols, jobs: Optional[JobCols], host: Optional[HostCols],
     if len(order):
         # All the bins at once (b0 from the first chunk): no copies of a growing store.
         st.reserve(float(np.nanmin(s.time[order[:STORE_CHUNK]])), float(np.nanmax(s.time)))
-    scratch: dict = {}
-    for a in range(0, len(order), STORE_CHUNK):
-        st.add_samples(_take(s, order[a:a + STORE_CHUNK], scratch))
+    _add_chunks(st, s, order)
     if jobs is not None:
         st.add_jobs(jobs)
     if host is not None:
         st.add_host(host)
     return st
+
+
+def _add_chunks(st: Store, s: SampleCols, order: np.ndarray) -> None:
+    """The samples ``order`` (by GPU, then time) into ``st`` in chunks of STORE_CHUNK, the
+    chunks also cut where the GPUs part into groups of about as many samples, the groups
+    side by side on the cores (numpy lets go of the GIL in its loops). A GPU's samples are
+    all in one group, added in order: its chunks hold what they hold in one pass (runs carry
+    across them), and its bins are its own."""
+    from gpumon.logs.threads import MAX_THREADS, map_threads    # (a log's work: not live)
+    n = len(order)
+    if n == 0:
+        return
+    gpu = s.gpu[order]
+    first = np.flatnonzero(np.r_[True, gpu[1:] != gpu[:-1]])     # each GPU's first sample
+    k = min(MAX_THREADS, len(first)) if st.nb else 1     # (a store not reserved grows)
+    at = first[np.minimum(np.searchsorted(first, np.arange(1, k) * n / k), len(first) - 1)]
+    edges = np.unique(np.r_[0, at, n])
+    chunks = np.arange(0, n, STORE_CHUNK)
+    groups = []
+    for a, b in zip(edges[:-1].tolist(), edges[1:].tolist()):
+        cuts = np.unique(np.r_[a, chunks[(chunks > a) & (chunks < b)], b]).tolist()
+        groups.append(list(zip(cuts[:-1], cuts[1:])))
+
+    def one(slices: list) -> None:
+        scratch: dict = {}
+        for a, b in slices:
+            st.add_samples(_take(s, order[a:b], scratch))
+
+    map_threads(one, groups)
 
 
 def _take(s: SampleCols, idx: np.ndarray, scratch: dict) -> SampleCols:
