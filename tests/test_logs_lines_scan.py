@@ -1,6 +1,6 @@
 """clean() counts the lines it keeps (Lines.count: the readers size their columns from it)
-and notes where their breaks are (Lines.ends: the CSV reader cuts rows there) as it finds
-them, rather than the readers finding the line breaks again."""
+and notes where their breaks are (Lines.ends: the CSV reader cuts rows there) and whether
+one holds a quote (Lines.quotes) as it finds them, rather than the readers looking again."""
 import numpy as np
 import pytest
 
@@ -22,6 +22,8 @@ CASES = {
     "not utf8": b"a,b\n1,\xff\n3,4\n",
     "too long": b"a\n" + _line(L.MAX_LINE_BYTES + 1) + b"1\n",
     "empty": b"",
+    "quoted": b'a,b\n1,"2"\n',
+    "quote dropped": b'a,b\n1,"\x00"\n3,4\n',
 }
 
 
@@ -38,6 +40,7 @@ def test_lines_made_elsewhere_are_counted_when_asked():
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_the_kept_lines_breaks_are_where_the_text_has_them(name):
+def test_the_kept_lines_breaks_and_quotes_are_noted_as_the_text_has_them(name):
     got = L.clean(CASES[name])
     assert np.array_equal(got.ends, np.flatnonzero(np.frombuffer(got.data, np.uint8) == 10))
+    assert got.quotes is (b'"' in got.data)

@@ -34,12 +34,19 @@ class Lines:
     malformed: Malformed
     lines: Optional[int] = None             # how many kept lines, when known
     ends: Optional[np.ndarray] = None       # where each kept line's break is, when known
+    quotes: Optional[bool] = None           # whether a kept line holds a '"', when known
 
     def count(self) -> int:
         """How many kept lines (header included)."""
         if self.lines is None:
             self.lines = self.data.count(b"\n")
         return self.lines
+
+    def has_quotes(self) -> bool:
+        """Whether a kept line holds a double quote (a CSV's quoted cell)."""
+        if self.quotes is None:
+            self.quotes = b'"' in self.data
+        return self.quotes
 
     def line_of(self, k: np.ndarray) -> np.ndarray:
         """File line numbers (1-based) of kept lines ``k`` (0-based indices)."""
@@ -96,6 +103,7 @@ class _Cleaner:
         self.after_cr = False               # the last chunk ended in a \r
         self.lnos: list = []                # kept lines' numbers: arrays, or (first, n)
         self.ends: list = []                # kept lines' breaks (Lines.ends), per chunk
+        self.quotes = False                 # a kept line holds a '"' (Lines.quotes)
         self.gaps = False                   # a line was dropped (lnos are not 1, 2, 3...)
         self.kept = 0
         self.read = 0                       # bytes fed
@@ -174,6 +182,7 @@ class _Cleaner:
                             f"its {size_text(w)} of lines are more than the memory free here "
                             "allows analysing at once (split the log, or analyse a part of it)")
         self.ends.append(ends + len(self.out))
+        self.quotes = self.quotes or b'"' in data
         self.out += data
         self.lnos.append(lnos)
         self.kept += n
@@ -193,7 +202,7 @@ class _Cleaner:
         elif self.gaps:
             lineno = np.zeros(0, np.int64)
         ends = np.concatenate(self.ends) if self.ends else np.zeros(0, np.int64)
-        return Lines(self.out, lineno, self.mal, self.kept, ends)
+        return Lines(self.out, lineno, self.mal, self.kept, ends, self.quotes)
 
 
 def size_text(n: int) -> str:
@@ -223,7 +232,7 @@ def cut_cells(lines: Lines) -> tuple[Lines, int]:
     newline ``0"``: a script's cell holding a second GPU's value) made one line, the cell
     cut at its first line break. A quote never closed within table.MAX_QUOTED_LINES lines
     is left as it is (the reader counts that line malformed)."""
-    if b'"' not in lines.data:
+    if not lines.has_quotes():
         return lines, 0
     buf = np.frombuffer(lines.data, np.uint8)
     nl = np.flatnonzero(buf == 10)

@@ -132,7 +132,7 @@ def read_cells(lines: Lines, names: list[str], want: list[str],
     """(columns, rows): ``convert({name: Cells})`` -> {name: array} for each block of rows
     (the ``want`` columns), its arrays written end to end into ``columns``."""
     first = lines.head(1)[0] if lines.count() else ""
-    if b'"' in lines.data:
+    if lines.has_quotes():
         lines = exact(lines, names, first)
     cut = _Cutter(lines, names, first, [names.index(w) for w in want])
     cols = Columns(lines.count())
@@ -172,6 +172,7 @@ class _Cutter:
         self.data = lines.data
         self.buf = np.frombuffer(self.data, np.uint8)
         self.ends = lines.ends
+        self.quotes = lines.has_quotes()
         self.width, self.cols = len(names), cols
         self.first = first.encode()
         self.start = len(self.first) + 1 if lines.count() else 0
@@ -194,7 +195,7 @@ class _Cutter:
         per = np.diff(np.concatenate(([0], before)))
         fast = per == self.width - 1
         quoted = np.zeros(len(nl), bool)
-        if self.data.find(b'"', a, b) >= 0:
+        if self.quotes and self.data.find(b'"', a, b) >= 0:
             q = np.flatnonzero(part == 34)
             quoted = np.searchsorted(q, starts) < np.searchsorted(q, nl)
             fast &= ~quoted

@@ -238,8 +238,8 @@ def whole_times(lines: Lines, names: list[str], name: str, cols) -> None:
         t, bad, _ = times(cells[name], numeric=False)
         return {"time": t, "time_bad": bad}
 
-    again, _ = read_cells(Lines(lines.data, lines.lineno, Malformed(), lines.lines, lines.ends),
-                          names, [name], dates)
+    again, _ = read_cells(Lines(lines.data, lines.lineno, Malformed(), lines.lines, lines.ends,
+                                lines.quotes), names, [name], dates)
     cols.put_column("time", again.get("time"))
     cols.put_column("time_bad", again.get("time_bad"))
 
