@@ -131,13 +131,24 @@ class _Cleaner:
                 return
             self._drop_long()
             chunk = chunk[end + 1:]
-        data = self.carry + chunk if self.carry else chunk
-        end = data.rfind(b"\n")
-        self.carry = data[end + 1:]
-        if end >= 0:
-            self._lines(data[:end + 1])
+        end = chunk.rfind(b"\n") + 1
+        if end:
+            self._whole(chunk, end)
+            self.carry = chunk[end:]
+        else:
+            self.carry += chunk
         if len(self.carry) > MAX_LINE_BYTES:        # a line too long to keep: skip the rest
             self.skip, self.carry = self.line + 1, b""
+
+    def _whole(self, chunk: bytes, end: int) -> None:
+        """The lines of ``chunk`` up to ``end`` (just past a line break), the line carried
+        from the chunks before first (the rest read in place, not copied)."""
+        a = 0
+        if self.carry:
+            a = chunk.find(b"\n") + 1
+            self._lines(self.carry + chunk[:a])
+        if a < end:
+            self._lines(memoryview(chunk)[a:end])
 
     def _drop_long(self) -> None:
         """The skipped line has ended: it is malformed, and the lines after it count on."""
@@ -146,13 +157,14 @@ class _Cleaner:
         self.line = self.skip
         self.skip = None
 
-    def _lines(self, body: bytes) -> None:
-        """Whole lines (each ending in a line break): the clean ones kept."""
-        if not body.rstrip(b"\n"):           # nothing but blank lines (padding)
-            self.line += len(body)
+    def _lines(self, body) -> None:
+        """Whole lines (each ending in a line break; bytes or a memoryview): the clean ones
+        kept."""
+        buf = np.frombuffer(body, np.uint8)
+        if buf[0] == 10 and (buf == 10).all():    # nothing but blank lines (padding)
+            self.line += len(buf)
             self.gaps = True
             return
-        buf = np.frombuffer(body, np.uint8)
         nl = np.flatnonzero(buf == 10)
         n = len(nl)
         starts = np.concatenate(([0], nl[:-1] + 1))
@@ -181,9 +193,10 @@ class _Cleaner:
             raise UserError(f"{self.name}: stopped after reading {size_text(self.read)}: "
                             f"its {size_text(w)} of lines are more than the memory free here "
                             "allows analysing at once (split the log, or analyse a part of it)")
-        self.ends.append(ends + len(self.out))
-        self.quotes = self.quotes or b'"' in data
+        at = len(self.out)
+        self.ends.append(ends + at)
         self.out += data
+        self.quotes = self.quotes or self.out.find(b'"', at) >= 0
         self.lnos.append(lnos)
         self.kept += n
 
@@ -217,7 +230,7 @@ def _bad_bytes(body: bytes, buf: np.ndarray, starts: np.ndarray, nl: np.ndarray,
     for k in np.unique(_lines_at(np.flatnonzero(buf >= 0x80), nl)).tolist():
         if not bad[k]:
             try:
-                body[starts[k]:nl[k]].decode("utf-8")
+                bytes(body[starts[k]:nl[k]]).decode("utf-8")
             except UnicodeDecodeError:
                 bad[k] = True
 
