@@ -222,16 +222,17 @@ def times(cells: Cells, numeric: Optional[bool] = None
 
 def time_columns(cells: Cells) -> dict:
     """A block's times (``time``), bad times (``time_bad``) and whether they were read as
-    numbers (``time_numeric``), for table.read_cells; see whole_times."""
+    numbers (``time_numeric``: the block's summary, batches.Columns.extra), for
+    table.read_cells; see whole_times."""
     t, bad, numeric = times(cells)
-    return {"time": t, "time_bad": bad, "time_numeric": np.full(len(t), numeric)}
+    return {"time": t, "time_bad": bad, "time_numeric": numeric}
 
 
 def whole_times(lines: Lines, names: list[str], name: str, cols) -> None:
     """times() of the whole column in ``cols`` (batches.Columns of time_columns' blocks): where
     some blocks' times were all numbers and others' not, the column is not numbers, and every
     block is read again as date-times (its rows counted once: the malformed lines are not)."""
-    if len(np.unique(cols.get("time_numeric"))) < 2:
+    if len(set(cols.extra.get("time_numeric", []))) < 2:
         return
 
     def dates(cells):
