@@ -278,16 +278,21 @@ def _trim(buf: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np
     a cell's end is a comma or a line break)."""
     m = _SPACE[buf[s]]
     s += m
-    at = np.flatnonzero(m)
-    while len(at):
-        at = at[_SPACE[buf[s[at]]]]
-        s[at] += 1
-    m = _SPACE[buf[e - 1]] & (e > s)
-    e -= m
-    at = np.flatnonzero(m)
-    while len(at):
-        at = at[_SPACE[buf[e[at] - 1]] & (e[at] > s[at])]
-        e[at] -= 1
+    if m.any():               # (a space after each comma: the next byte of every cell)
+        m = _SPACE[buf[s]]
+        s += m
+        at = np.flatnonzero(m)
+        while len(at):
+            at = at[_SPACE[buf[s[at]]]]
+            s[at] += 1
+    m = _SPACE[buf[e - 1]]
+    m &= e > s
+    if m.any():
+        e -= m
+        at = np.flatnonzero(m)
+        while len(at):
+            at = at[_SPACE[buf[e[at] - 1]] & (e[at] > s[at])]
+            e[at] -= 1
     return s, e
 
 
