@@ -65,6 +65,22 @@ _SAMPLE_FIELDS = np.array([GI[k] for k in (
     "bt", "it", "bst", "gst", "sa", "san")])
 
 
+def _values(cols: tuple, order: Optional[np.ndarray], n: int) -> tuple:
+    """(the first column, each column with 0 where missing, where each is there) of ``n``
+    samples' columns ``cols`` (the first, utilization, always given; None: a column the
+    samples lack, all missing), in ``order``; only the given columns are read."""
+    have = [k for k, a in enumerate(cols) if a is not None]
+    vals = np.array([np.asarray(cols[k], dtype=float) for k in have])
+    if order is not None:
+        vals = vals[:, order]
+    there = ~np.isnan(vals)
+    v0 = [np.zeros(n)] * len(cols)
+    ok = [np.zeros(n, bool)] * len(cols)
+    for i, (k, v) in enumerate(zip(have, np.where(there, vals, 0.0))):
+        v0[k], ok[k] = v, there[i]
+    return vals[0], v0, ok
+
+
 def _gpu_time_order(gpu: np.ndarray, t: np.ndarray) -> Optional[np.ndarray]:
     """np.lexsort((t, gpu)), or None where that is the identity (samples already by GPU,
     then time: most ticks). A log is in time order per GPU already, so a stable sort by GPU
@@ -339,13 +355,8 @@ class Store:
         n = len(t)
         cols = (s.util, s.power, s.power_limit, s.clock, s.clock_max, s.mem, s.has_pid, s.events,
                 s.sm_active)
-        nan = np.full(n, np.nan) if any(a is None for a in cols) else None
-        vals = np.array([nan if a is None else np.asarray(a, dtype=float) for a in cols])
-        if order is not None:
-            vals = vals[:, order]
-        ok = ~np.isnan(vals)
-        v0 = np.where(ok, vals, 0.0)
-        util = vals[0]
+        u, v0, ok = _values(cols, order, n)
+        util = u
         # The fields samples feed, in the order of _SAMPLE_FIELDS.
         bits = v0[7].astype(np.int64)
         have_u = ok[0]
@@ -359,8 +370,8 @@ class Store:
             full = np.zeros((len(tm), n))
             full[:, have_u] = tm
             tm = full
-        m = [have_u, v0[0] / 100.0, have_u & (vals[0] >= th.seg_util_pct),
-             have_u & (vals[0] <= th.idle_util_pct), *v0[1:7], *ok[1:7], ok[7],
+        m = [have_u, v0[0] / 100.0, have_u & (u >= th.seg_util_pct),
+             have_u & (u <= th.idle_util_pct), *v0[1:7], *ok[1:7], ok[7],
              (bits & _THERMAL) != 0, (bits & _PCAP) != 0, (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0,
              *tm, v0[8], ok[8]]
         self._scatter(self.g, _SAMPLE_FIELDS, rows, slots, m)
