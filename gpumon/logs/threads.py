@@ -1,13 +1,14 @@
 """Independent pieces of `gpumon analyze`'s work on every core: numpy releases the GIL
-inside its loops, so columns of a log, or chunks of its windows, convert side by side.
-Results come back in order, exactly what a plain loop gives."""
+inside its loops, so blocks of a log's rows, groups of its GPUs' samples (binned), or
+chunks of its windows are worked side by side. Results come back in order, exactly what a
+plain loop gives."""
 from __future__ import annotations
 
 import os
 from typing import Callable, Sequence
 
-# At most this many threads (a day-long log has ~10 columns and ~20 chunks of windows; more
-# threads than cores only add switching).
+# At most this many threads (a day-long log has ~28 blocks of rows, 8 GPUs and ~20 chunks of
+# windows; more threads than cores only add switching).
 MAX_THREADS = 4
 
 
