@@ -62,3 +62,16 @@ def test_bench_reports_rows_per_second_and_memory_by_log_length():
     assert "rows/s of 72 h over 24 h: 0.90, by CPU time 0.96" in text
     assert analysis.day_path("b", analysis.LONG_S).endswith("nvsmi-72h-8gpu-v1.csv")
     assert analysis.day_path("b").endswith("nvsmi-day-8gpu-v1.csv")
+
+
+def test_a_gpu_seen_before_the_first_chunk_keeps_its_first_seconds(monkeypatch):
+    # GPU 0 (the first chunk's, by GPU) starts 100 s after GPU 1: the store still begins
+    # at GPU 1's first sample, and every one of GPU 1's samples is in a bin.
+    from gpumon.detect import bins
+    monkeypatch.setattr(bins, "STORE_CHUNK", 64)
+    t = np.r_[np.arange(100, 200.0), np.arange(0, 200.0)]
+    g = np.r_[np.zeros(100, np.int64), np.ones(200, np.int64)]
+    st = bins.log_store(SampleCols(t, g, np.full(len(t), 90.0)), None, None, DEFAULT, False)
+    assert (st.bin_time(0), st.nb) == (0.0, 200)
+    n = st.g[bins.GI["n"], :, :st.nb]
+    assert n[st.rows[1]].sum() == 200 and n[st.rows[0]].sum() == 100

@@ -312,9 +312,9 @@ class Store:
         self.nb = max(self.nb, need)
 
     def reserve(self, first: float, last: float) -> None:
-        """Room for samples dated ``first`` (the first one to be added) to ``last`` (the
-        latest) at once: a log's store is then allocated once, not grown and copied as its
-        chunks arrive. The bins are those adding the samples would give."""
+        """Room for samples dated ``first`` (the earliest) to ``last`` (the latest) at once: a
+        log's store is then allocated once, not grown and copied as its chunks arrive. The
+        bins are those adding the samples would give."""
         b = self._bins(np.array([first, last], dtype=float) - self.mid_s)
         self._make_room(int(b[0]), int(b[1]))
 
@@ -531,8 +531,9 @@ def log_store(s: SampleCols, jobs: Optional[JobCols], host: Optional[HostCols],
         order = np.arange(len(s.time))
     st.add_gpus(s.gpu)
     if len(order):
-        # All the bins at once (b0 from the first chunk): no copies of a growing store.
-        st.reserve(float(np.nanmin(s.time[order[:STORE_CHUNK]])), float(np.nanmax(s.time)))
+        # All the bins at once, from the earliest sample of any GPU: no copies of a growing
+        # store, and no GPU's samples before the first chunk's left out.
+        st.reserve(float(np.nanmin(s.time)), float(np.nanmax(s.time)))
     _add_chunks(st, s, order)
     if jobs is not None:
         st.add_jobs(jobs)
