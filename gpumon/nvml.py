@@ -24,8 +24,9 @@
 - GPM (SM activity and occupancy, tensor and DRAM activity), where nvmlGpmQueryDeviceSupport
   says the GPU has it and it is not in MIG mode: one GPM sample and one metrics call a GPU a
   poll, at most once a GPM_EVERY_S (gpumon.nvml_buffers.Gpm), the means since the read before;
-  the polls in between carry the latest read's values. Elsewhere the values are None. A GPM call that fails is counted once in ``errors`` and GPM is off for that GPU from
-  then on (its values None); the other readings go on.
+  the polls in between carry the latest read's values. Elsewhere the values are None. A GPM
+  call that fails is counted once in ``errors`` and GPM is off for that GPU from then on (its
+  values None); the other readings go on.
 """
 from __future__ import annotations
 

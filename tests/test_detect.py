@@ -1164,6 +1164,17 @@ def test_steady_work_for_a_context_lifts_the_cooldown_of_a_starving_pause(level,
     assert pause[61:69].tolist() == [paused] * 8
 
 
+def test_the_pause_marks_hold_the_seconds_fed_not_the_time_before_them():
+    """A job first seen a day into a live run: the tracker's marks grow with the seconds fed
+    to it, not with the absolute bin they start at; the bins before read as never fed."""
+    from gpumon.detect.pauses import PauseMarks
+    m = PauseMarks(DEFAULT)
+    m.feed(_one_gpu([0.97] * 5), 86_400)
+    assert len(m.pause) == 5
+    pause, excl, why = m.arrays(86_398, 86_405)
+    assert len(pause) == 7 and not pause.any() and not excl.any() and (why == -1).all()
+
+
 def test_a_pause_leaves_out_the_seconds_its_stop_ran_before_it_was_told():
     """Saves 15 s apart: each a second half-spent (the stop began inside it), then rank 0
     alone at a trickle. With the first save within context_s, the second is told from a

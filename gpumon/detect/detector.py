@@ -148,7 +148,7 @@ class Detector:
             # (store_jobs): a start is not seen, and a slow job's return after a minute with
             # none is no new start.
             if since > 0 and bool(g[[GI["memn"], GI["pidn"]]].any()):
-                job.pauses.tr.begin()
+                job.pauses.begin()
         base = st.b0 + lo              # absolute bin of view index 0
         job.step_pauses(g, h, base, last)
         pause, excl, why, keep = job.arrays(base, st.b0 + stop)

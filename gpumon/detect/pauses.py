@@ -361,12 +361,14 @@ class PauseMarks:
         """Step the tracker over the seconds of ``table``, the first of them absolute bin
         ``first``; ``begin``: the table's seconds at which the job is seen starting."""
         tr, n = self.tr, len(table)
+        if not len(self.pause):
+            self.lo = first                        # (nothing before the first fed bin)
         self._grow(first + n)
         at = first - self.lo - tr.i - 1          # array index - tracker index
         paused, causes, marks = [], [], []
         for k, sec in enumerate(table.rows()):
             if k in begin:
-                tr.begin()
+                self.begin()
             if tr.step(sec):
                 paused.append(k)
                 causes.append(CAUSES.index(tr.reason))
@@ -381,6 +383,10 @@ class PauseMarks:
         for unmark, lead_in in marks:       # (each only reaches bins before its own)
             self.excl[max(unmark.start + at, 0):max(unmark.stop + at, 0)] = False
             self.excl[max(lead_in.start + at, 0):max(lead_in.stop + at, 0)] = True
+
+    def begin(self) -> None:
+        """The job is seen starting now (PauseTracker.begin)."""
+        self.tr.begin()
 
     def _grow(self, end: int) -> None:
         extra = end - self.lo - len(self.pause)

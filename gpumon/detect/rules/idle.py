@@ -101,7 +101,7 @@ def no_kernels(w: Windows) -> None:
     held = f["mem_last"] >= th.mem_active_mib
     w.decide(no_kernels, ~f["kernel_recent"] & ~w.feeding,
              c=lambda: np.where(held.any(axis=0), C["held"], -1),
-             cf=lambda: clip(1.0 - 30 * w.dmax / th.idle_util_pct, 0.5, 0.99))
+             cf=lambda: clip(1.0 - 0.3 * w.dmax / (th.idle_util_pct / 100), 0.5, 0.99))
 
 
 def _too_short(x: Window) -> str:
