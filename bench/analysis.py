@@ -212,7 +212,8 @@ INPROC = ("import sys, time\n"
           "    assert out.getvalue().startswith('{')\n"
           "else:\n"
           "    import json\n"
-          "    from gpumon.analyze import analyze_file, to_json\n"
+          "    from gpumon.analyze import analyze_file\n"
+          "    from gpumon.report import to_json\n"
           "    json.dumps(to_json(analyze_file(sys.argv[2])[1]), indent=2)\n"
           "print(f'{time.perf_counter() - t:.6f}')\n")
 

@@ -639,7 +639,7 @@ def analyze_speed() -> list[str]:
                 "if sys.argv[1]=='pandas':\n"
                 "    import pandas as pd; pd.read_csv(sys.argv[2])\n"
                 "else:\n"
-                "    from gpumon.analyze import analyze_file, to_json; to_json(analyze_file(sys.argv[2])[1])\n"
+                "    from gpumon.analyze import analyze_file; from gpumon.report import to_json; to_json(analyze_file(sys.argv[2])[1])\n"
                 "print(time.perf_counter()-t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
         res = {}
         for what in ("pandas", "analyze", "pandas", "analyze"):

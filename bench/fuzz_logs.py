@@ -581,7 +581,8 @@ def run_one(path: str, max_rss: int, columns: Optional[str] = None) -> dict:
 def _analyse(path: str, columns: Optional[str]) -> list:
     """The case analysed and reported as text and JSON (--columns when given); the warnings
     raised on the way."""
-    from gpumon.analyze import analyze_file, to_json, to_text
+    from gpumon.analyze import analyze_file
+    from gpumon.report import to_json, to_text
     from gpumon.logs.columns import parse_option
     import warnings
     with warnings.catch_warnings(record=True) as ws:

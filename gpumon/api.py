@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from gpumon.analyze import analyze_file
-from gpumon.analyze.report import to_json, to_text
+from gpumon.report import to_json, to_text
 from gpumon.analyze.timeline import Timeline, summary, timeline
 from gpumon.detect.bins import SampleCols
 from gpumon.detect.thresholds import DEFAULT, Thresholds

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from gpumon.analyze import analyze_file, read_log, summary, to_json
+from gpumon.analyze import analyze_file, read_log, summary
+from gpumon.report import to_json
 from gpumon.logs import sniff
 from gpumon.logs.lines import clean
 from gpumon.cli import main
@@ -162,7 +163,8 @@ def test_analyze_never_imports_pandas(clean_env):
     import subprocess
     import sys
     code = ("import sys\n"
-            "from gpumon.analyze import analyze_file, to_json\n"
+            "from gpumon.analyze import analyze_file\n"
+            "from gpumon.report import to_json\n"
             "for p in sys.argv[1:]:\n"
             "    to_json(analyze_file(p)[1])\n"
             "print('pandas' in sys.modules or 'pyarrow' in sys.modules)\n")

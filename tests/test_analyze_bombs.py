@@ -9,7 +9,8 @@ import tracemalloc
 
 import pytest
 
-from gpumon.analyze import analyze_file, to_json, to_text
+from gpumon.analyze import analyze_file
+from gpumon.report import to_json, to_text
 from gpumon.errors import UserError
 from gpumon.logs import lines as L
 from gpumon.logs import read_log

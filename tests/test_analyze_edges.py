@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from gpumon.analyze import analyze_file, to_text
+from gpumon.analyze import analyze_file
+from gpumon.report import to_text
 from gpumon.analyze.timeline import Timeline
 from gpumon.diagnosis import Diagnosis
 from gpumon.errors import UserError
@@ -110,8 +111,8 @@ def _sim_log(tmp_path, source="sim"):
 
 
 def test_a_simulated_log_says_so_in_text_json_and_the_plot_title(tmp_path):
-    from gpumon.analyze import to_json
-    from gpumon.analyze.plot import title
+    from gpumon.report import to_json
+    from gpumon.plot import title
     from gpumon.analyze.timeline import summary
     log, tl = analyze_file(_sim_log(tmp_path))
     text = to_text(log, tl)
@@ -128,7 +129,7 @@ def _seg(a, b, strag, verdict="sync_stall", gpus=(0, 1, 2, 3)):
 
 
 def test_straggler_labels_never_overlap_where_segments_meet():
-    from gpumon.analyze.plot import AXES_WIDTH_IN, CHAR_IN, labels
+    from gpumon.plot import AXES_WIDTH_IN, CHAR_IN, labels
     segs = [_seg(0, 40, 1), _seg(40, 80, 1), _seg(80, 100, 2), _seg(100, 130, 3),
             _seg(60, 120, 0, gpus=(4, 5)), _seg(130, 300, None, verdict="busy"),
             _seg(300, 310, 3, verdict="throttled")]

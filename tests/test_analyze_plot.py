@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from gpumon.analyze import analyze_file
-from gpumon.analyze.plot import binned
+from gpumon.plot import binned
 from gpumon.csvlog import CsvSink
 from gpumon.sim import simulate
 
@@ -31,7 +31,7 @@ def _run(*args, env=None):
 @pytest.mark.parametrize("ext", ["png", "svg"])
 def test_plot_writes_a_valid_image(stall_log, tmp_path, ext):
     pytest.importorskip("matplotlib")
-    from gpumon.analyze.plot import plot
+    from gpumon.plot import plot
     log, tl = analyze_file(str(stall_log))
     out = tmp_path / f"run.{ext}"
     plot(log, tl, str(out))

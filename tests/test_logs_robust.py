@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from gpumon.analyze import analyze_file, to_json, to_text
+from gpumon.analyze import analyze_file
+from gpumon.report import to_json, to_text
 from gpumon.errors import UserError
 from gpumon.logs import read_log
 from gpumon.replay import ReplaySource

@@ -3,7 +3,7 @@ plain time/gpu/utilization CSV logs, through the live detector's bins, features 
 
     from gpumon.analyze import analyze_file
     log, tl = analyze_file("run.csv")          # Log, Timeline
-    to_json(tl) / to_text(log, tl)
+    to_json(tl) / to_text(log, tl)          # gpumon.report
 
 The readers are numpy and the standard library only; neither pyarrow nor pandas is used.
 """
@@ -14,7 +14,6 @@ from typing import Optional
 from gpumon.errors import UserError
 from gpumon.logs.log import Log, Malformed
 from gpumon.logs import read_log, sniff
-from gpumon.analyze.report import to_json, to_text
 from gpumon.analyze.timeline import Timeline, summary, timeline
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 
@@ -36,5 +35,5 @@ def analyze_file(path: str, interval: Optional[float] = None,
                         "samples (split the log, or analyse a part of it)") from None
 
 
-__all__ = ["analyze_file", "read_log", "sniff", "timeline", "summary", "to_json", "to_text",
-           "Log", "Malformed", "Timeline"]
+__all__ = ["analyze_file", "read_log", "sniff", "timeline", "summary", "Log", "Malformed",
+           "Timeline"]

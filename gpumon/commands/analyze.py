@@ -58,7 +58,7 @@ def _columns(text: str) -> dict:
 
 def _plot_path(path: str) -> str:
     import argparse
-    from gpumon.analyze.plot import check_path
+    from gpumon.plot import check_path
     from gpumon.errors import UserError
     try:
         return check_path(path)
@@ -70,7 +70,8 @@ def run(args) -> int:
     """Every readable file is analysed and reported; each unreadable one gets one line on
     stderr (in JSON, an ``error`` entry); exit 1 when any failed."""
     _reuse_freed_memory()
-    from gpumon.analyze import analyze_file, to_json, to_text
+    from gpumon.analyze import analyze_file
+    from gpumon.report import to_json, to_text
     from gpumon.errors import UserError
     docs, texts, failed = [], [], 0
     if args.plot and len(args.files) != 1:
@@ -101,7 +102,7 @@ def run(args) -> int:
 
 def _plot(log, tl, path: str) -> bool:
     """Draws the plot; a missing matplotlib or an unwritable file is one line on stderr."""
-    from gpumon.analyze.plot import plot
+    from gpumon.plot import plot
     from gpumon.errors import UserError
     try:
         plot(log, tl, path)

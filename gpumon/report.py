@@ -1,4 +1,4 @@
-"""`gpumon analyze` output: JSON (the contract in issue 4) and text."""
+"""`gpumon analyze` output: a Timeline (gpumon.analyze) as JSON and as text."""
 from __future__ import annotations
 
 import datetime as dt
