@@ -27,13 +27,8 @@ from gpumon.logs.sniff import DRIVER_SAMPLED
 from gpumon.analyze import hindsight as H
 # Evidence of a segment: the median over at most this many evenly spaced seconds of it.
 EVIDENCE_POINTS = 9
-_STARVED = VERDICTS.index("data_starvation")
-_BUSY = VERDICTS.index("busy")
-_STALL = VERDICTS.index("sync_stall")
-_RANK_HOST = CAUSES.index("rank_host")
 _INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
 _PAUSED = VERDICTS.index(PAUSED)
-_UNKNOWN = CAUSES.index("unknown")
 
 
 @dataclass
