@@ -19,7 +19,7 @@ import numpy as np
 
 from gpumon.logs.batches import Columns
 from gpumon.logs.lines import Lines
-from gpumon.logs.threads import MAX_THREADS, map_threads
+from gpumon.logs.threads import imap_threads
 
 # A quoted cell may run over at most this many lines before its line is malformed.
 MAX_QUOTED_LINES = 8
@@ -143,14 +143,12 @@ def read_cells(lines: Lines, names: list[str], want: list[str],
         got = cut.cells(*block)
         return got, (convert(dict(zip(want, got.cells))) if len(got.rows) else {})
 
-    for at in range(0, len(blocks), MAX_THREADS):
-        for got, out in map_threads(one, blocks[at:at + MAX_THREADS]):
-            if got.bad_rows:
-                lines.malformed.add(int(lines.line_of([base + got.bad_first])[0]),
-                                    got.bad_rows)
-            cols.put(out, len(got.rows))
-            kept.append(got.rows + base)
-            base += got.lines
+    for got, out in imap_threads(one, blocks):
+        if got.bad_rows:
+            lines.malformed.add(int(lines.line_of([base + got.bad_first])[0]), got.bad_rows)
+        cols.put(out, len(got.rows))
+        kept.append(got.rows + base)
+        base += got.lines
     return cols, Rows(lines, np.concatenate(kept) if kept else np.zeros(0, np.int64))
 
 
