@@ -223,8 +223,6 @@ class RunCarry:
     """The run (burst or gap) still going on at the end of the data seen so far, per GPU."""
     kind: dict = field(default_factory=dict)     # gpu -> True (burst) / False (gap)
     length: dict = field(default_factory=dict)   # gpu -> seconds so far
-    last: dict = field(default_factory=dict)     # gpu -> time of its last sample
-    period: dict = field(default_factory=dict)   # gpu -> typical sample period
     last_end: dict = field(default_factory=dict)  # gpu -> time of the carried run's last sample
 
 
@@ -365,7 +363,7 @@ class Store:
         else:
             rows_u = rows
         runs = _per_gpu(gpu, util >= th.seg_util_pct, t)
-        tm = self._time_runs(t, rows_u, runs)
+        tm, dt = self._time_runs(t, rows_u, runs)
         if len(rows_u) < n:
             full = np.zeros((len(tm), n))
             full[:, have_u] = tm
@@ -375,15 +373,16 @@ class Store:
              (bits & _THERMAL) != 0, (bits & _PCAP) != 0, (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0,
              *tm, v0[8], ok[8]]
         self._scatter(self.g, _SAMPLE_FIELDS, rows, slots, m)
-        self._gap_runs(t, gpu, rows_u, runs)
+        self._gap_runs(t, gpu, rows_u, runs, dt)
 
     def _time_runs(self, t: np.ndarray, rows: np.ndarray, runs: Optional[tuple]
-                   ) -> np.ndarray:
-        """Per sample, the rows (bt, it, bst, gst) to add: the busy and idle seconds it
+                   ) -> tuple[np.ndarray, Optional[np.ndarray]]:
+        """(per sample, the rows (bt, it, bst, gst) to add: the busy and idle seconds it
         measured (the time since the sample before; none after a hole over
-        max_sample_gap_s) and whether a burst or gap (features.run_lengths) begins at it."""
+        max_sample_gap_s) and whether a burst or gap (features.run_lengths) begins at it;
+        the time since the sample before, each GPU's first from _carried)."""
         if runs is None:
-            return np.zeros((4, 0))
+            return np.zeros((4, 0)), None
         kind, first, starts, ends, dt = runs
         n, last, dt = len(t), ends - 1, dt.copy()
         pk = np.empty(n, dtype=bool)              # the sample before: its kind, ...
@@ -396,7 +395,7 @@ class Store:
         begin = meas & ~(pm & (pk == kind))
         self.tail[:, rows[last]] = t[last], kind[last], meas[last]
         return np.array([np.where(kind & meas, dt, 0.0), np.where(~kind & meas, dt, 0.0),
-                         begin & kind, begin & ~kind], dtype=float)
+                         begin & kind, begin & ~kind], dtype=float), dt
 
     def _carried(self, t, rows, kind, starts, last, dt, pk) -> np.ndarray:
         """Each GPU's first sample in this call (``starts``; ``last``: its last): ``dt`` and
@@ -411,16 +410,15 @@ class Store:
         return ~new & (prev[2] > 0)
 
     def _gap_runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray,
-                  runs: Optional[tuple]) -> None:
-        """Bursts and gaps: runs of samples above / below seg_util_pct, per GPU, across calls."""
+                  runs: Optional[tuple], dt: Optional[np.ndarray]) -> None:
+        """Bursts and gaps: runs of samples above / below seg_util_pct, per GPU, across calls;
+        ``dt``: each sample's time since the one before (_time_runs)."""
         if runs is None:
             return
-        th, c = self.th, self.carry
-        kind, first, starts, ends, dt = runs
-        dt = dt.copy()
-        self._first_dt(t, gpu, starts, ends, dt)
-        # Holes in the data are missing time, not work or idleness.
-        dt = np.where(dt > th.max_sample_gap_s, 0.0, dt)
+        c = self.carry
+        kind, first, starts, ends, _ = runs
+        # Time a sample did not measure (after a hole) is missing, not work or idleness.
+        dt = np.where(dt <= self.th.max_sample_gap_s, dt, 0.0)
         newrun = first.copy()
         newrun[1:] |= kind[1:] != kind[:-1]
         rid = np.cumsum(newrun) - 1
@@ -447,22 +445,6 @@ class Store:
         done = np.flatnonzero(completed)
         if len(done):
             self._emit(rows[rstart[done]], t[rend[done]], rkind[done], length[done])
-
-    def _first_dt(self, t: np.ndarray, gpu: np.ndarray, starts, ends, dt: np.ndarray) -> None:
-        """Each GPU's first sample's time since its last one before this call (or its
-        typical period); notes each GPU's period and last sample time."""
-        c = self.carry
-        for s0, e0 in zip(starts.tolist(), ends.tolist()):
-            g = int(gpu[s0])
-            if e0 - s0 > 1:
-                # Mean period of this chunk (a median costs more; holes are clipped later).
-                period = min(float(t[e0 - 1] - t[s0]) / (e0 - s0 - 1), self.th.max_sample_gap_s)
-                c.period[g] = period
-            else:
-                period = c.period.get(g, 1.0 / 6)
-            prev = c.last.get(g)
-            dt[s0] = t[s0] - prev if prev is not None and t[s0] > prev else period
-            c.last[g] = float(t[e0 - 1])
 
     def _emit(self, rows: np.ndarray, tend: np.ndarray, kind: np.ndarray,
               length: np.ndarray) -> None:
