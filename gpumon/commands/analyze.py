@@ -116,8 +116,8 @@ def _plot(log, tl, path: str) -> bool:
 # glibc malloc: memory freed by one step of the analysis stays with the process for the next
 # (mmap and trim thresholds raised, one arena for every thread) instead of going back to the
 # kernel and being faulted in again page by page; on a VM that first touch is most of the
-# system time. A day-long log: ~85,000 -> ~36,000 page faults, 0.1-0.3 s, peak RSS ~630 ->
-# ~580 MiB. Blocks up to this size (bytes) come from the heap, which keeps this much free.
+# system time. A day-long log: ~200,000 -> ~86,000 page faults, 0.3 s, peak RSS ~360 MiB
+# either way. Blocks up to this size (bytes) come from the heap, which keeps this much free.
 KEEP_FREED_BYTES = 1 << 30
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
 
