@@ -123,7 +123,8 @@ def test_reasons_quote_the_thresholds_they_were_given():
     x = Window(f, 0, [0, 1], -1, {"duty_cycle": 0.4, "power_frac_busy": 0.1}, th)
     assert "(at most 20% for 50 s)" in stall.hang.because(x)
     assert "123 MiB" in idle.job_gone.because(
-        Window({**f, "mem_last": np.array([[10.0], [10.0]])}, 0, [0, 1], -1, {}, th))
+        Window({**f, "mem_last": np.array([[10.0], [10.0]]),
+                "holds": np.array([[False], [False]])}, 0, [0, 1], -1, {}, th))
     mins = dataclasses.replace(th, min_samples=9.0)
     assert "fewer than 9" in idle.too_few_samples.because(Window(f, 0, [0, 1], -1, {}, mins))
 

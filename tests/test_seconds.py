@@ -138,6 +138,18 @@ def test_present_and_a_hole_in_the_log_is_as_the_second_before():
     assert t.has.all()              # (a one-second hole reads as the second before)
 
 
+def test_a_gpu_with_memory_but_no_process_is_not_held():
+    """holds is per GPU, by memory and by processes (where known); present is every GPU
+    held."""
+    g, h = bins(np.full((2, 3), 0.9))
+    host(g, h, 0, mem=20000.0)
+    g[GI["pid"], :, :], g[GI["pidn"], :, :] = 1.0, 1.0
+    g[GI["pid"], 1, 1] = 0.0                            # GPU 1's process gone
+    t = seconds(g, h)
+    assert t.holds.tolist() == [[True, True, True], [True, False, True]]
+    assert t.present.tolist() == [True, False, True]
+
+
 def test_a_row_holds_python_values_by_name():
     t = table_of([[0.95, 0.0], [0.95, 0.0]],
                  hosts=[(2.0, True, False, True, 5.0, False)] * 2)

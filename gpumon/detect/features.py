@@ -15,7 +15,7 @@ from typing import Optional
 
 from gpumon.detect.bins import GI, HI
 from gpumon.detect.jobs import kernels
-from gpumon.detect.seconds import by_sm, settled as settled_seconds
+from gpumon.detect.seconds import SecondsTable, by_sm, seconds, settled as settled_seconds
 from gpumon.diagnosis import CAUSES
 from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds
 
@@ -136,11 +136,13 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
                     keep: Optional[np.ndarray] = None,
                     excluded: Optional[np.ndarray] = None,
                     why: Optional[np.ndarray] = None,
-                    recent: Optional[np.ndarray] = None) -> dict:
+                    recent: Optional[np.ndarray] = None,
+                    table: Optional[SecondsTable] = None) -> dict:
     """Features of one job's GPUs (rows of ``g``) over the windows ending at ``ends``, the
     ``excluded`` (else ``pause``) bins and those not ``keep`` left out of every sum; the
     window ``w`` bins, else _window_bins'. ``recent``: kernel_recent over a longer history
-    than ``g``."""
+    than ``g``; ``table``: the seconds table of ``g``'s bins (its WINDOW_COLS at least;
+    else computed from ``g``)."""
     out = pause if excluded is None else excluded
     since = keep
     keep = ~out if keep is None else (~out & keep)
@@ -153,12 +155,17 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
     bduty = N.div(g[GI["u"]], bn)                    # (G, T)
     have = (bn > 0).all(axis=0) & keep              # bins where every GPU has data
     ix_t = np.arange(have.shape[-1])                # bin indices
+    if table is None:
+        table = seconds(g, h, th)
     f.update(_sync_features(bduty, have, W, ends, th, ix_t))
+    f.update(_work_features(table, keep, W, ends, th, ix_t))
     f.update(_power_features(g, bduty, keep, W, ends, th, ix_t))
     f.update(_host_features(h, keep, W, ends, th))
     f.update(_pause_features(pause, why, ends, th, ix_t, pause & out))
-    # Memory held in the last bin of each window (NaN where unknown).
+    # Memory held in the last bin of each window (NaN where unknown); whether the job is
+    # there (seconds.SecondsTable.present), and each GPU held (holds).
     f["mem_last"] = N.div(g[GI["mem"]][:, ends], g[GI["memn"]][:, ends])
+    f["present"], f["holds"] = table.present[ends], table.holds[:, ends]
     f["ctx_duty"] = ctx_duty
     # Whether some GPU showed a kernel within idle_after_s before the window's end.
     f["kernel_recent"] = (recent if recent is not None
@@ -264,22 +271,28 @@ def _gpu_ratios(g: np.ndarray, C: np.ndarray, pos: np.ndarray, L: int, ix: dict,
 def _sync_features(bduty: np.ndarray, have: np.ndarray, W: np.ndarray, ends: np.ndarray,
                    th: Thresholds, ix_t: np.ndarray) -> dict:
     """How the GPUs' per-second duty (``bduty``, (G, T)) compares across GPUs over each
-    window, in the seconds where every GPU has data (``have``): gap synchrony, seconds below
-    steady work, duty spread, and the stall before the window's end."""
+    window, in the seconds where every GPU has data (``have``): gap synchrony, duty spread,
+    and the stall before the window's end."""
     # (Where every GPU has data, ``bduty`` is a number: no NaN to replace.)
     bidle = np.where(have, 1.0 - bduty, 0.0)
     mean_idle = np.add.reduce(bidle, axis=0) / bidle.shape[0]   # (bidle.mean(axis=0))
     min_idle = bidle.min(axis=0)
-    # Seconds in which some GPU fell below steady work (see Thresholds.work_duty).
     least = 1.0 - bidle.max(axis=0)                 # the least busy GPU's duty per second
-    low = have & (least < th.work_duty)
-    sm = wsum(np.array([min_idle, mean_idle, have, low], dtype=float), W, ends)
-    f = {"gap_sync": N.div(sm[0], sm[1]), "bins": sm[2], "low_bins": sm[3]}
+    sm = wsum(np.array([min_idle, mean_idle, have], dtype=float), W, ends)
+    f = {"gap_sync": N.div(sm[0], sm[1]), "bins": sm[2]}
     f.update(_stall_features(have & (least >= th.busy_duty), ends, th, ix_t))
-    # Seconds of steady work (every GPU at work_duty or more) up to the window's end.
-    f["steady_run"] = _run_to(have & (least >= th.work_duty), ends, ix_t,
-                              _bins(th.context_s) + 1)
     return f
+
+
+def _work_features(table: SecondsTable, keep: np.ndarray, W: np.ndarray, ends: np.ndarray,
+                   th: Thresholds, ix_t: np.ndarray) -> dict:
+    """Steady work (the table's at_work) in the seconds kept: the seconds of it in a row up
+    to each window's end (steady_run), and the window's seconds with every GPU seen that
+    are not (low_bins)."""
+    work = table.at_work & keep
+    low = keep & ~work & ~np.isnan(table.duty).any(axis=0)
+    return {"steady_run": _run_to(work, ends, ix_t, _bins(th.context_s) + 1),
+            "low_bins": wsum(low[None].astype(float), W, ends)[0]}
 
 
 def _run_to(mask: np.ndarray, ends: np.ndarray, ix_t: np.ndarray, cap: int) -> np.ndarray:

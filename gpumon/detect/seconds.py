@@ -21,8 +21,9 @@ from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds
 
 
 def col(unit: str, meaning: str):
-    """A column of the table: its unit and one line of meaning (``SecondsTable.describe``)."""
-    return field(metadata={"unit": unit, "meaning": meaning})
+    """A column of the table: its unit and one line of meaning (``SecondsTable.describe``);
+    None in a table of some columns only (``SecondsTable.take``)."""
+    return field(default=None, metadata={"unit": unit, "meaning": meaning})
 
 
 class Second(NamedTuple):
@@ -43,6 +44,10 @@ class Second(NamedTuple):
     loader_age: float
     main_busy: bool
     at_work: bool
+
+
+# The columns the window features read (features.window_features).
+WINDOW_COLS = ("duty", "at_work", "holds", "present")
 
 
 @dataclass
@@ -91,9 +96,10 @@ class SecondsTable:
     starving: np.ndarray = col("bool", "some rank's host starves it, or storage feeds the "
                                "job (storage_bound)")
     writing: np.ndarray = col("bool", "disk writes at ckpt_write_mbps or more")
-    present: np.ndarray = col("bool", "the job holds its GPUs (no GPU without processes or "
-                              "mem_active_mib, where known); a second without samples is as "
-                              "the one before")
+    holds: np.ndarray = col("bool (G, T)", "per GPU: not without its processes or "
+                            "mem_active_mib of memory (where known); a second without "
+                            "samples is as the one before")
+    present: np.ndarray = col("bool", "the job holds every GPU (holds): the job is there")
     workers: np.ndarray = col("workers", "the most loader workers of any rank (NaN: unknown)")
     loader_age: np.ndarray = col("s", "age of the youngest loader worker (NaN: unknown)")
     main_busy: np.ndarray = col("bool", "a rank's main process with loader workers at "
@@ -116,6 +122,10 @@ class SecondsTable:
 
     def __len__(self) -> int:
         return len(self.n)
+
+    def take(self, idx, names: tuple = WINDOW_COLS) -> "SecondsTable":
+        """A table of the columns ``names`` only, at bins ``idx``."""
+        return SecondsTable(**{k: getattr(self, k)[..., idx] for k in names})
 
     @staticmethod
     def describe() -> dict:
@@ -416,7 +426,8 @@ def _host(g: np.ndarray, h: np.ndarray, n: np.ndarray, th: Thresholds) -> dict:
     else:
         out["writing"] = np.zeros(T, bool)
     out["starving"] = starving
-    out["present"] = _present(g, n, th)
+    out["holds"] = _holds(g, n, th)
+    out["present"] = _all(out["holds"], 0)
     return out
 
 
@@ -433,13 +444,13 @@ def _ranks(g: np.ndarray, th: Thresholds) -> dict:
         main_busy=_any((wk >= 0.5) & (np.fmax(mc, mt) >= th.core_busy_pct), 0))
 
 
-def _present(g: np.ndarray, n: np.ndarray, th: Thresholds) -> np.ndarray:
-    """(T,): no GPU without its processes or memory, where known; a bin without samples
-    (``n`` 0: a hole in the log says nothing of it) is as the last one before it."""
+def _holds(g: np.ndarray, n: np.ndarray, th: Thresholds) -> np.ndarray:
+    """(G, T): each GPU not without its processes or memory, where known; a bin without
+    samples (``n`` 0: a hole in the log says nothing of it) is as the last one before it."""
     mem, pid = N.div(g[_HELD[0]], g[_HELD[1]])
-    present = ~_any((pid <= 0) | (mem < th.mem_active_mib), 0)    # (NaN: unknown, False)
+    holds = ~((pid <= 0) | (mem < th.mem_active_mib))    # (NaN: unknown, False)
     if len(n) > 1 and not np.logical_and.reduce(n[1:], axis=None):
         at = np.arange(len(n))
-        present = present[np.maximum.accumulate(np.where((n > 0) | (at == 0), at, 0))]
-    return present
+        holds = holds[:, np.maximum.accumulate(np.where((n > 0) | (at == 0), at, 0))]
+    return holds
 

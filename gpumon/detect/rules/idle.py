@@ -29,21 +29,30 @@ no_job = Rule("no_job", IDLE, 0, "no GPU has a process or holds {mem_active_mib:
 
 
 def _job_gone(x: Window) -> str:
+    """The GPUs the job does not hold, by the signal that says so: memory, else processes."""
     mib = x.th.mem_active_mib
-    gone = [g for g, m in zip(x.gpus, x.col("mem_last").tolist()) if m < mib]
-    verb = "holds" if len(gone) == 1 else "hold"
+    gone = [(g, m < mib) for g, m, h in zip(x.gpus, x.col("mem_last").tolist(),
+                                            x.col("holds").tolist()) if not h]
+    said = []
+    for low_mem, what in ((True, f"less than {mib:.0f} MiB of memory"), (False, "no process")):
+        gs = [g for g, m in gone if m == low_mem]
+        if gs:
+            verb = ("holds" if low_mem else "runs") if len(gs) == 1 else (
+                "hold" if low_mem else "run")
+            said.append(f"{gpu_list(gs)} {verb} {what}")
+    why = " and ".join(said)
     if len(gone) == len(x.gpus):
-        return (f"{gpu_list(gone)} {verb} less than {mib:.0f} MiB of memory: the job let go "
-                f"of {'it' if len(gone) == 1 else 'them'}")
-    return (f"{gpu_list(gone)} of the job's {gpu_list(x.gpus)} {verb} less than {mib:.0f} "
-            "MiB of memory: the job is not (or no longer) running on all of them")
+        return f"{why}: the job let go of {'it' if len(gone) == 1 else 'them'}"
+    return (f"{why}, of the job's {gpu_list(x.gpus)}: the job is not (or no longer) running "
+            "on all of them")
 
 
-@rule(IDLE, 10, "one of the job's GPUs holds less than {mem_active_mib:.0f} MiB", _job_gone)
+@rule(IDLE, 10, "one of the job's GPUs runs no process or holds less than "
+      "{mem_active_mib:.0f} MiB", _job_gone)
 def job_gone(w: Windows) -> None:
-    """The job does not hold its GPUs: idle, however few of the window's seconds are left."""
-    gone = (w.f["mem_last"] < w.th.mem_active_mib).any(axis=0)
-    w.decide(job_gone, gone, cf=0.9)
+    """The job does not hold its GPUs (seconds.SecondsTable.present): idle, however few of
+    the window's seconds are left."""
+    w.decide(job_gone, ~w.f["present"], cf=0.9)
 
 
 # Why a window of a job had no sample at all (result.no_data_diagnosis).
