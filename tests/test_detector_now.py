@@ -57,3 +57,25 @@ def test_a_long_stall_is_over_at_the_first_second_of_work_after_it():
     # The first second every GPU works again (36): the rank's stall is over, said then.
     assert verdicts[36] == "busy"
     assert all(verdicts[i] == "busy" for i in range(36, 42))
+
+
+def _job_tick(sec: int, on: bool) -> Tick:
+    """GPUs 0 and 1 sampled idle without a job, or a job on them computing."""
+    gpus = tuple(GpuSample(time=sec + k / 10 + 0.05, gpu=g, source="replay",
+                           util_gpu_pct=100.0 if on else 0.0,
+                           mem_used_mib=4000.0 if on else 0.0, power_w=300.0 if on else 60.0,
+                           power_limit_w=400.0)
+                 for g in (0, 1) for k in range(10))
+    return Tick(time=sec + 1.0, gpus=gpus)
+
+
+def test_a_job_that_starts_after_its_gpus_were_sampled_speaks_of_its_own_seconds():
+    """The window a verdict speaks of holds the job's seconds only (features.data_run), not
+    the seconds its GPUs were sampled before it started."""
+    det = Detector()
+    for sec in range(3000, 3010):
+        det.update(_job_tick(sec, False))
+    for sec in range(3010, 3013):
+        [d] = det.update(_job_tick(sec, True))
+    # (Its first sample, at 3010.05, is dated at its period's middle: in the bin from 3009.)
+    assert d.end == 3013.0 and d.start == 3009.0, (d.start, d.end)

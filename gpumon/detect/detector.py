@@ -138,7 +138,6 @@ class Detector:
         stop = last - st.b0 + 1
         lo = max(0, stop - self.span)
         g, h = st.view([st.rows[x] for x in gpus], stop, lo)
-        n = g[GI["n"]].sum(axis=0)            # the job's samples per bin
         job = self._jobs.get(gpus)
         if job is None:
             since = active_since(g, self.th)
@@ -168,7 +167,7 @@ class Detector:
             job.feed(st.bin_time(lo + int(ends[e]) + 1), r, e)
         e = len(ends) - 1
         t_end = st.bin_time(stop)
-        f = data_window(f, e, int(ends[e]), n)
+        f = data_window(f, e)
         d = make_diagnosis(f, r, e, gpus, t_end - float(f["window"][e]) * BIN_S,
                            t_end, self.th)
         return held_diagnosis(d, job.hyst.current, gpus, job.conf)

@@ -190,12 +190,11 @@ def no_job_diagnoses(store: Store, lo: int, stop: int, start, end, th: Threshold
     return out
 
 
-def data_window(f: dict, e: int, end: int, n: np.ndarray) -> dict:
-    """``f`` with window ``e`` (ending at view bin ``end``) no longer than the seconds of data
-    the job has (``n``: its samples per bin): right after the start, the reason and the
-    samples per second speak of the seconds sampled, not of window_s."""
-    have = np.flatnonzero(n[:end + 1] > 0)
-    span = end - int(have[0]) + 1 if len(have) else 0
+def data_window(f: dict, e: int) -> dict:
+    """``f`` with window ``e`` no longer than the seconds of the job's data (features.data_run):
+    right after the start, the reason and the samples per second speak of the seconds
+    sampled, not of window_s."""
+    span = int(f["data_run"][e])
     if not 0 < span < f["window"][e]:
         return f
     window = f["window"].copy()
