@@ -434,7 +434,8 @@ def _unfed(G: int, n: int) -> dict:
     """WINDOW_COLS of ``n`` bins never fed (_Seconds)."""
     n = max(n, 0)
     return {"duty": np.full((G, n), np.nan), "at_work": np.zeros(n, bool),
-            "holds": np.ones((G, n), bool), "present": np.ones(n, bool)}
+            "holds": np.ones((G, n), bool), "present": np.ones(n, bool),
+            "cold": np.zeros((G, n), bool)}
 
 
 def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis]:

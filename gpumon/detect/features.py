@@ -159,7 +159,7 @@ def _window_features(g: np.ndarray, h: np.ndarray, ends: np.ndarray, pause: np.n
         table = seconds(g, h, th)
     f.update(_sync_features(bduty, have, W, ends, th, ix_t))
     f.update(_work_features(table, keep, W, ends, th, ix_t))
-    f.update(_power_features(g, bduty, keep, W, ends, th, ix_t))
+    f.update(_power_features(g, bduty, keep, W, ends, th, ix_t, table.cold))
     f.update(_host_features(h, keep, W, ends, th))
     f.update(_pause_features(pause, why, ends, th, ix_t, pause & out))
     # Memory held in the last bin of each window (NaN where unknown); whether the job is
@@ -320,7 +320,8 @@ def _stall_features(full: np.ndarray, ends: np.ndarray, th: Thresholds,
 
 
 def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.ndarray,
-                    ends: np.ndarray, th: Thresholds, ix_t: np.ndarray) -> dict:
+                    ends: np.ndarray, th: Thresholds, ix_t: np.ndarray,
+                    cold: np.ndarray) -> dict:
     """Power in busy seconds: its fraction of the limit, relative to the hottest GPU once all
     are settled at work (busy-but-cold), and the run of seconds all busy yet cold (a hang).
     Where every GPU has SM activity (GPM), a GPU's work is compared by it instead (rel_sm:
@@ -338,7 +339,7 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     rel_a, ok, by_sm_s = _relative(rel, settled, all_busy, sm)
     # The compared seconds with some GPU cold beside the hottest, and which GPU was the
     # hottest in each (rel_a is exactly 1 there): a straggler is the same GPU every step.
-    cold_s = ok & (np.where(np.isnan(rel_a), np.inf, rel_a) <= th.cold_power_ratio).any(axis=0)
+    cold_s = ok & cold.any(axis=0)
     # The window sums in one pass (rows: power fraction while busy, busy seconds,
     # power relative to the hottest GPU, settled seconds, hottest in a cold second, cold
     # seconds; SM activity relative to the most active GPU, seconds it is compared).

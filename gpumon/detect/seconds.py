@@ -47,7 +47,7 @@ class Second(NamedTuple):
 
 
 # The columns the window features read (features.window_features).
-WINDOW_COLS = ("duty", "at_work", "holds", "present")
+WINDOW_COLS = ("duty", "at_work", "holds", "present", "cold")
 
 
 @dataclass
