@@ -74,6 +74,19 @@ def test_full_is_the_least_busy_gpu_and_zero_where_a_gpu_is_cold():
     assert not seconds(g, h).cold.any()
 
 
+def test_every_gpu_is_cold_where_all_spin_at_low_power():
+    """Every GPU busy at spin_power_frac of its limit or less (a collective that never
+    completes): none is the hottest to compare with, each is cold, from the first second;
+    one GPU computing (or one GPU alone) is none."""
+    duty = [[1.0] * 3, [1.0] * 3]
+    g, h = bins(duty, power=[[120.0] * 3, [110.0] * 3], limit=400.0)
+    assert seconds(g, h).cold.all()
+    g, h = bins(duty, power=[[120.0, 300.0, 120.0], [110.0] * 3], limit=400.0)
+    assert seconds(g, h).cold.tolist() == [[True, False, True], [True, True, True]]
+    g, h = bins([[1.0] * 3], power=120.0, limit=400.0)
+    assert not seconds(g, h).cold.any()
+
+
 def test_a_gpu_with_its_clocks_held_down_is_not_cold():
     """GPU 1 draws 60% of GPU 0's power: cold while its clocks run free; not cold with
     thermal clock events in every sample and its SM clock at 60% of its maximum (it computes

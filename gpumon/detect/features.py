@@ -15,7 +15,7 @@ from typing import Optional
 
 from gpumon.detect.bins import GI, HI
 from gpumon.detect.jobs import kernels
-from gpumon.detect.seconds import SecondsTable, by_sm, seconds, settled as settled_seconds
+from gpumon.detect.seconds import SecondsTable, seconds, settled as settled_seconds
 from gpumon.diagnosis import CAUSES
 from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds
 
@@ -356,10 +356,10 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
                    else np.full(sums[0].shape, np.nan))
     f["hot_bins"] = sums[4]                        # (G, E) hottest in a cold second
     f["cold_bins"] = sums[5][0]
-    # Seconds in a row, up to each window's end, with every GPU busy and drawing at most
-    # spin_power_frac of its limit (Thresholds.hang_s), read within hang_s + 1 bins.
-    cold = all_busy & _all_spin(pf, bduty, sm, th)
-    f["cold_run"] = _run_to(cold, ends, ix_t, int(math.ceil(th.hang_s / BIN_S)) + 1)
+    # Seconds in a row, up to each window's end, with every GPU busy and cold (the seconds
+    # table's: all spin, Thresholds.hang_s), read within hang_s + 1 bins.
+    f["cold_run"] = _run_to(all_busy & cold.all(axis=0), ends, ix_t,
+                            int(math.ceil(th.hang_s / BIN_S)) + 1)
     f["all_busy_bins"] = rs[1][0]                   # (settled ones)
     return f
 
@@ -376,14 +376,6 @@ def _relative(rel: np.ndarray, settled: np.ndarray, all_busy: np.ndarray, sm: np
     rel_sm = N.div(sm, N.nanmax(sm, axis=0))
     return (np.where(by_sm_s, rel_sm, np.where(smk, 0.0, rel)),
             np.where(smk, all_busy, settled), by_sm_s)
-
-
-def _all_spin(pf: np.ndarray, bduty: np.ndarray, sm: np.ndarray, th: Thresholds):
-    """(T,): every GPU spins (seconds.by_sm): by SM activity where it has it, else drawing at
-    most spin_power_frac of its limit (a GPU without a power fraction or SM activity: as the
-    others)."""
-    spin = by_sm(~(pf > th.spin_power_frac), bduty, sm, th)
-    return spin.all(axis=0) & (~np.isnan(pf) | ~np.isnan(sm)).any(axis=0)
 
 
 def data_run(g: np.ndarray, since: Optional[np.ndarray], ends: np.ndarray,

@@ -79,7 +79,8 @@ class SecondsTable:
     cold: np.ndarray = col("bool (G, T)", "per GPU: spins (where it has SM activity); "
                            "else busy, at most cold_power_ratio of the "
                            "hottest busy GPU's power now, power settled (POWER_LAG_S), "
-                           "its clocks not held down (held_down): waiting, not computing")
+                           "its clocks not held down (held_down), or every GPU busy at "
+                           "spin_power_frac of its limit or less: waiting, not computing")
     full: np.ndarray = col("share", "the least duty of a GPU seen; 0 where a GPU is cold "
                            "or none sent data: warm work on every GPU")
     at_work: np.ndarray = col("bool", "steady work: every GPU seen at work_duty or more "
@@ -252,8 +253,9 @@ def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
           th: Thresholds) -> np.ndarray:
     """(G, T): each GPU busy (busy_duty) drawing at most cold_power_ratio of the hottest
     busy GPU's power, at least power_spread of its limit below it where the limits are
-    known; fewer than two busy GPUs with power: none. From per-GPU duty (share), power and
-    power limit (W), NaN where unknown."""
+    known; fewer than two busy GPUs with power: none. Every GPU where all spin (_all_low:
+    none is the hottest to compare with). From per-GPU duty (share), power and power limit
+    (W), NaN where unknown."""
     pw = np.where(duty >= th.busy_duty, power, np.nan)
     known = ~np.isnan(pw)
     hot = (np.where(known, pw, -np.inf).argmax(axis=0), np.arange(pw.shape[1]))
@@ -261,7 +263,16 @@ def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
     gap = frac[hot] - frac                  # NaN: a limit unknown, no check
     cold = known & (pw <= th.cold_power_ratio * pw[hot]) & (np.isnan(gap)
                                                             | (gap >= th.power_spread))
-    return cold & (_add(known, 0) >= 2) & (pw[hot] > 0)
+    return (cold & (_add(known, 0) >= 2) & (pw[hot] > 0)) | _all_low(frac, known, th)
+
+
+def _all_low(frac: np.ndarray, busy: np.ndarray, th: Thresholds) -> np.ndarray:
+    """(T,): two GPUs or more, every one busy with power (``busy``), each drawing at most
+    spin_power_frac of its limit (``frac``; unknown: as the others, one known at least):
+    they all spin in a collective, none computes."""
+    low = ~(frac > th.spin_power_frac)
+    return ((len(busy) >= 2) & _all(busy, 0) & _all(low, 0)
+            & _any(~np.isnan(frac), 0))
 
 
 def busy_cold(util_pct: Mapping[int, Optional[float]], power_w: Mapping[int, Optional[float]],
@@ -325,10 +336,10 @@ def settled(all_busy: np.ndarray, th: Thresholds) -> np.ndarray:
 def _cold_settled(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
                   th: Thresholds) -> np.ndarray:
     """(G, T): the cold column from per-GPU duty, power and limit, in the seconds whose
-    power settled (the first settle_bins only settle the ones after them)."""
+    power settled (the first settle_bins only settle the ones after them) or all spin."""
     busy = (duty >= th.busy_duty) & ~np.isnan(power)
     all_busy = _all(busy, 0) if busy.shape[0] else np.zeros(busy.shape[1], bool)
-    ok = settled(all_busy, th)
+    ok = settled(all_busy, th) | _all_low(power / np.where(limit > 0, limit, np.nan), busy, th)
     if not _any(ok, None):                  # (no second to compare: none cold)
         return np.zeros(duty.shape, bool)
     return _cold(duty, power, limit, th) & ok
