@@ -56,9 +56,10 @@ class SecondsTable:
 
     ``cold`` and ``spinning`` are two readings of GPUs spinning in a collective, each blind
     where the other sees: ``cold`` compares the GPUs with each other now (it sees a GPU that
-    has waited all along, and is what the screen reads from one set of readings; it cannot
-    see every GPU at work spinning together, the hottest being the reference), ``spinning``
-    compares each GPU with its own power before (it sees that, not a GPU that always waited).
+    has waited all along, and is what the screen and the rules read; every GPU at work
+    spinning together it sees only at spin_power_frac of their limits, the hottest being
+    the reference otherwise), ``spinning`` compares each GPU with its own power before (it
+    sees that, not a GPU that always waited).
     """
     duty: np.ndarray = col("share", "per GPU: mean utilization of its samples in the "
                            "second (NaN: no sample)")
