@@ -191,6 +191,22 @@ class Windows:
         return self.lone_stall & (self.f["full_run"] < self.f["window"]
                                   + POWER_LAG_S / BIN_S)
 
+    # -- GPUs cold beside the hottest ----------------------------------------------------------
+    @cached_property
+    def gpm(self) -> np.ndarray:
+        """(E,): every GPU's SM activity compared (GPM) in the window."""
+        return ~np.isnan(self.f["rel_sm"]).any(axis=0)
+
+    def some_cold(self, need: float) -> np.ndarray:
+        """(E,): some GPU cold beside the hottest: in ``need`` of the window's compared
+        seconds or more (the seconds table's cold column); where every GPU's SM activity is
+        compared, its mean at most cold_power_ratio of the most active GPU's (a wait of part
+        of each second, which no single second shows as a spin)."""
+        rel = self.f["rel_sm"]
+        rel_min = np.where(np.isnan(rel), np.inf, rel).min(axis=0)
+        return np.where(self.gpm, rel_min <= self.th.cold_power_ratio,
+                        self.f["cold_bins"] >= need)
+
     # -- the odd GPU out: who waits for whom ---------------------------------------------------
     @cached_property
     def asym(self) -> np.ndarray:

@@ -142,7 +142,6 @@ def too_short(w: Windows) -> None:
     need = power_need(th)
     if w.G < 2 or (f["data_run"].min() >= th.hang_s / BIN_S and f["window"].min() >= need):
         return                  # (a job seen long enough: every live window after its first)
-    rel_min = np.where(np.isnan(f["rel_power"]), np.inf, f["rel_power"]).min(axis=0)
-    agree = (f["all_busy_bins"] >= 1) & (rel_min > th.cold_power_ratio)
+    agree = (f["all_busy_bins"] >= 1) & ~w.some_cold(1)     # (none cold so far)
     short = np.minimum(f["data_run"], f["window"]) < need
     w.decide(too_short, short_hang(f, th) | (short & ~agree), cf=0.0)

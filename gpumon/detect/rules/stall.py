@@ -125,13 +125,12 @@ def busy_but_cold(w: Windows) -> None:
     if w.G < 2:
         return
     f, th = w.f, w.th
-    gpm = ~np.isnan(f["rel_sm"]).any(axis=0)     # (every GPU's SM activity compared)
-    rel = np.where(gpm, f["rel_sm"], f["rel_power"])
-    rel_min = np.where(np.isnan(rel), np.inf, rel).min(axis=0)
-    maybe = (rel_min <= th.cold_power_ratio) & (f["all_busy_bins"] >= th.recover_s / BIN_S)
+    need = th.recover_s / BIN_S
+    maybe = w.some_cold(need) & (f["all_busy_bins"] >= need)
     if not maybe.any():        # (no GPU cold in a window long enough to compare)
         return
     hot, gap = _hottest(w)
+    gpm = w.gpm
     if gpm.any():      # (by SM activity: the most SMs active, power_spread above the others)
         hot_sm = np.argmax(low_nan(f["sm_active"]), axis=0)
         hot = np.where(gpm, hot_sm, hot)
