@@ -149,7 +149,8 @@ class Detector:
             if since > 0 and bool(g[[GI["memn"], GI["pidn"]]].any()):
                 job.pauses.begin()
         base = st.b0 + lo              # absolute bin of view index 0
-        job.step_pauses(g, h, base, last)
+        table = seconds(g, h, self.th)
+        job.step_pauses(table, base, last)
         pause, excl, why, keep = job.arrays(base, st.b0 + stop)
         ends = np.arange(max(first, job.since, base), last + 1) - base
         if len(ends) == 0:
@@ -161,7 +162,7 @@ class Detector:
         job.last_kernel = base + float(lk[-1])
         f = window_features(g, h, ends, pause, self.th, keep=keep, excluded=excl, why=why,
                             recent=kernel_recent(lk, self.th),
-                            table=job.table.view(base, st.b0 + stop))
+                            table=table)
         r = judge(f, shared, self.th)
         for e in range(len(ends)):
             job.feed(st.bin_time(lo + int(ends[e]) + 1), r, e)
@@ -231,7 +232,7 @@ class Detector:
             g, h = _gather(st, rows, idx, live, scratch)
             ps, ex, wy, rc = (None if a is None else a[idx] for a in flags)
             f = window_features(g, h, at, ps, th, excluded=ex, why=wy, recent=rc,
-                                table=job.table.take(idx))
+                                table=job.table.take(idx, WINDOW_COLS))
             return judge(f, shared, th), (f if features else None)
 
         out = _map(one, _batches(np.asarray(ends, np.int64), self.span))
@@ -372,18 +373,14 @@ class _Job:
         self.hyst = Hysteresis.of(th)
         self.conf: Optional[float] = None   # confidence when the held verdict last won
         self.last_kernel = -math.inf        # absolute bin of the last kernel seen (features)
-        self.table = _Seconds()             # the seconds table's rows the windows read
         self.th = th
 
-    def step_pauses(self, g, h, base: int, last: int) -> None:
-        """Feed the pause tracker the bins it has not seen, up to ``last`` (absolute, the
-        view's last); the view's index 0 is absolute bin ``base``."""
+    def step_pauses(self, table: SecondsTable, base: int, last: int) -> None:
+        """Feed the pause tracker the seconds of the view's ``table`` it has not seen, up to
+        ``last`` (absolute, the view's last); the view's index 0 is absolute bin ``base``."""
         b_first = max(self.next, base)
         if b_first <= last:
-            # (The bins before settle a second's power and are what a GPU spins below.)
-            table = seconds(g, h, self.th, b_first - base)
-            self.pauses.feed(table, b_first)
-            self.table.add(table, b_first)
+            self.pauses.feed(table.take(slice(b_first - base, None)), b_first)
         self.next = last + 1
 
     def arrays(self, base: int, end: int):
@@ -397,45 +394,6 @@ class _Job:
         self.hyst.step(t, raw, bool(r["sticky"][e]), bool(r["quick"][e]))
         if raw == self.hyst.current:
             self.conf = float(r["confidence"][e])
-
-
-class _Seconds:
-    """The seconds table's WINDOW_COLS of a live job per absolute bin, as they were fed (a
-    bin never fed: no GPU seen, none at work, the job there)."""
-
-    def __init__(self):
-        self.lo = 0                         # absolute bin of the columns' index 0
-        self.cols = _unfed(0, 0)
-
-    def add(self, table: SecondsTable, first: int) -> None:
-        """The table's rows, the first of them absolute bin ``first``."""
-        if not self.cols["duty"].shape[0]:          # (the first rows fed)
-            self.lo, self.cols = first, _unfed(len(table.duty), 0)
-        self._fit(self.lo, first)
-        self.cols = {k: np.concatenate((v, getattr(table, k)), axis=-1)
-                     for k, v in self.cols.items()}
-
-    def view(self, base: int, end: int) -> SecondsTable:
-        """The columns over absolute bins base..end-1; the bins before ``base`` forgotten."""
-        self._fit(base, end)
-        return SecondsTable(**self.cols)
-
-    def _fit(self, base: int, end: int) -> None:
-        """The columns cut, or padded with bins never fed, to absolute bins base..end-1."""
-        G, hi = self.cols["duty"].shape[0], self.lo + len(self.cols["present"])
-        pre, post = _unfed(G, self.lo - base), _unfed(G, end - max(hi, base))
-        a, b = max(base - self.lo, 0), max(end - self.lo, 0)
-        self.cols = {k: np.concatenate((pre[k], v[..., a:b], post[k]), axis=-1)
-                     for k, v in self.cols.items()}
-        self.lo = base
-
-
-def _unfed(G: int, n: int) -> dict:
-    """WINDOW_COLS of ``n`` bins never fed (_Seconds)."""
-    n = max(n, 0)
-    return {"duty": np.full((G, n), np.nan), "at_work": np.zeros(n, bool),
-            "holds": np.ones((G, n), bool), "present": np.ones(n, bool),
-            "cold": np.zeros((G, n), bool)}
 
 
 def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis]:

@@ -125,9 +125,10 @@ class SecondsTable:
     def __len__(self) -> int:
         return len(self.n)
 
-    def take(self, idx, names: tuple = WINDOW_COLS) -> "SecondsTable":
-        """A table of the columns ``names`` only, at bins ``idx``."""
-        return SecondsTable(**{k: getattr(self, k)[..., idx] for k in names})
+    def take(self, idx, names: Optional[tuple] = None) -> "SecondsTable":
+        """The table at bins ``idx``, of the columns ``names`` only where given."""
+        return SecondsTable(**{k: getattr(self, k)[..., idx]
+                               for k in names or COLUMNS})
 
     @staticmethod
     def describe() -> dict:
@@ -135,6 +136,8 @@ class SecondsTable:
         return {f.name: (f.metadata["unit"], f.metadata["meaning"])
                 for f in SecondsTable.__dataclass_fields__.values() if f.metadata}
 
+
+COLUMNS = tuple(SecondsTable.describe())
 
 # Second from a tuple of its fields, in C (Second._make checks the length in Python).
 _SECOND = partial(tuple.__new__, Second)
