@@ -1,6 +1,5 @@
 """The seconds table (detect/seconds.py): each column means what its docstring says, on small
-hand-made bins; a live second (the table of one bin, the bins before as context) reads as
-the same second of the whole log."""
+hand-made bins."""
 import math
 
 import numpy as np
@@ -177,27 +176,3 @@ def test_every_column_has_a_unit_and_a_meaning():
     d = SecondsTable.describe()
     assert {"duty", "stopped", "spinning", "cold", "starving", "present", "workers"} <= set(d)
     assert all(unit and meaning for unit, meaning in d.values())
-
-
-def _same(a: tuple, b: tuple) -> bool:
-    return all(x == y or (x != x and y != y) for x, y in zip(a, b))
-
-
-def test_one_live_second_reads_as_that_second_of_the_whole_log():
-    """The live detector tabulates each new second with the bins before it as context; the
-    row is the whole log's row of that second (cold settles, spinning looks back)."""
-    rng = np.random.default_rng(5)
-    G, T = 4, 60
-    duty = np.where(rng.random((G, T)) < 0.15, 0.0, 0.97)
-    duty[2, 30:33] = 0.0
-    duty[:, 45:47] = 0.0                                # the job stops
-    power = np.where(duty > 0.5, rng.choice([150.0, 300.0], (G, T)), 60.0)
-    g, h = bins(duty, power=power, limit=400.0)
-    host(g, h, 40, workers=2.0, ld=199.0, gpu=1)
-    whole = seconds(g, h)
-    assert whole.cold.any() and whole.spinning.any() and whole.stopped.any()
-    for t in range(T):
-        one = seconds(g[:, :, :t + 1], h[:, :t + 1], DEFAULT, t)
-        assert len(one) == 1
-        assert _same(one.row(0), whole.row(t)), t
-        assert (one.cold[:, 0] == whole.cold[:, t]).all()

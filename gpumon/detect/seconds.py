@@ -1,11 +1,9 @@
 """The seconds table: what each second of a job is, defined once.
 
-``seconds(g, h, th, first)`` turns a job's bins (a bins.Store view: ``g`` bins.GPU_FIELDS x
-GPUs x T, ``h`` bins.HOST_FIELDS x T) into a ``SecondsTable``, one column per idea of the
-detector's vocabulary, each with at most one threshold. The bins before ``first`` are
-context only (a second's power is compared once it settled, and a GPU spins below its own
-working power of the context_s before); the table holds the bins from ``first`` on. The same
-function serves the live detector (one second per tick) and a whole log (``analyze``).
+``seconds(g, h, th)`` turns a job's bins (a bins.Store view: ``g`` bins.GPU_FIELDS x GPUs x
+T, ``h`` bins.HOST_FIELDS x T) into a ``SecondsTable``, one column per idea of the detector's
+vocabulary, each with at most one threshold. The same function serves the live detector
+(the bins of its view, each tick) and a whole log (``analyze``).
 """
 from __future__ import annotations
 
@@ -145,29 +143,22 @@ _ROW_COLS = (["has", "stopped", "alone", "lone_idle", "all_on", "full", "n", "u"
               "workers", "starving", "writing", "present", "loader_age", "main_busy", "at_work"])
 
 
-def seconds(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT,
-            first: int = 0) -> SecondsTable:
-    """The table of bins ``first`` on of a job's bins ``g`` and host bins ``h`` (the bins
-    before ``first``: context only)."""
-    lead = min(first, settle_bins(th))
+def seconds(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> SecondsTable:
+    """The table of a job's bins ``g`` and host bins ``h``."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        # Duty, power and limit of the bins and the lead that settles their power.
-        duty, power, limit = N.div(g[_POWER_NUM, :, first - lead:], g[_POWER_DEN, :, first - lead:])
-        cold = _cold_settled(duty, power, limit, th)[:, lead:]
-        gl = g[:, :, first - lead:]
-        n_raw = _add(gl[GI["n"]], 0)
-        duty, n, u = fill_holes(duty, n_raw, _add(gl[GI["u"]], 0), th)
-        duty, power, n, u = duty[:, lead:], power[:, lead:], n[lead:], u[lead:]
-        gt = g[:, :, first:]
+        duty, power, limit = N.div(g[_POWER_NUM], g[_POWER_DEN])
+        cold = _cold_settled(duty, power, limit, th)
+        n_raw = _add(g[GI["n"]], 0)
+        duty, n, u = fill_holes(duty, n_raw, _add(g[GI["u"]], 0), th)
         at = _any(cold, 0).nonzero()[0]
         if len(at):
-            cold[:, at] &= ~_held_down_bins(gt[:, :, at], th)
-        sm = N.div(gt[GI["sa"]], gt[GI["san"]])
+            cold[:, at] &= ~_held_down_bins(g[:, :, at], th)
+        sm = N.div(g[GI["sa"]], g[GI["san"]])
         cold = by_sm(cold, duty, sm, th)
-        gap = gap_stops(gt, th)
-        spin = spin_seconds(g, th, first, duty)
+        gap = gap_stops(g, th)
+        spin = spin_seconds(g, th, duty)
         cols = _work(duty, n, u, th, gap, _any(cold, 0), spin)
-        cols.update(_host(gt, h[:, first:], n_raw[lead:], th))
+        cols.update(_host(g, h, n_raw, th))
     return SecondsTable(duty=duty, n=n, u=u, power=power, sm_active=sm, cold=cold,
                         spinning=spin,
                         gap_stop=gap, **cols)
@@ -355,28 +346,26 @@ def _cold_settled(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
 SPIN_CHUNK = 4096
 
 
-def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT, first: int = 0,
+def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT,
                  duty: Optional[np.ndarray] = None) -> np.ndarray:
-    """The spinning column of bins ``first`` on (T - first,): one GPU stopped (under
-    trickle_duty) beside GPUs at work (busy_duty or more) that each draw at most
-    stop_power_frac of their own highest power over the context_s before (or, where a GPU
-    has SM activity, that ``spins``): they spin in a collective (NCCL keeps a kernel
-    running while it waits, at a fraction of its computing power), they do not compute.
-    Power and SM activity unknown: False. ``duty``: the per-GPU duty of bins
-    ``first`` on, where the caller has it. Only bins with a GPU stopped beside one at work
-    are read (a day-long log has few; a live second rarely is one)."""
-    T = g.shape[-1]
-    out = np.zeros(T - first, bool)
+    """The spinning column (T,): one GPU stopped (under trickle_duty) beside GPUs at work
+    (busy_duty or more) that each draw at most stop_power_frac of their own highest power
+    over the context_s before (or, where a GPU has SM activity, that ``spins``): they spin
+    in a collective (NCCL keeps a kernel running while it waits, at a fraction of its
+    computing power), they do not compute. Power and SM activity unknown: False.
+    ``duty``: the per-GPU duty, where the caller has it. Only bins with a GPU stopped
+    beside one at work are read (a day-long log has few; a live second rarely is one)."""
+    out = np.zeros(g.shape[-1], bool)
     if duty is None:
-        duty = N.div(g[GI["u"], :, first:], g[GI["n"], :, first:])
+        duty = N.div(g[GI["u"]], g[GI["n"]])
     busy = duty >= th.busy_duty
     idx = (_any(duty < th.trickle_duty, 0) & _any(busy, 0)).nonzero()[0]
+    idx = idx[idx > 0]                      # (the first bin has no power before it)
     if not len(idx):
         return out
     power = N.div(g[GI["pw"]], g[GI["pn"]])
     sm = N.div(g[GI["sa"]], g[GI["san"]])
-    busy, d, idx = busy[:, idx], duty[:, idx], idx + first
-    idx, busy, d = idx[idx > 0], busy[:, idx > 0], d[:, idx > 0]
+    busy, d = busy[:, idx], duty[:, idx]
     ctx = np.arange(1, max(1, int(round(th.context_s / BIN_S))) + 1)
     for a in range(0, len(idx), SPIN_CHUNK):
         i, b, di = idx[a:a + SPIN_CHUNK], busy[:, a:a + SPIN_CHUNK], d[:, a:a + SPIN_CHUNK]
@@ -384,7 +373,7 @@ def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT, first: int = 0,
         before = np.where(back >= 0, power[:, np.maximum(back, 0)], np.nan)
         ref = np.fmax.reduce(before, axis=2)                   # (G, k): NaN where unknown
         spin = by_sm(power[:, i] <= th.stop_power_frac * ref, di, sm[:, i], th)
-        out[i - first] = _all(np.where(b, spin, True), 0)
+        out[i] = _all(np.where(b, spin, True), 0)
     return out
 
 
