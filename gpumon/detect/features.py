@@ -342,9 +342,11 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     cold_s = ok & cold.any(axis=0)
     # The window sums in one pass (rows: power fraction while busy, busy seconds,
     # power relative to the hottest GPU, settled seconds, hottest in a cold second, cold
-    # seconds; SM activity relative to the most active GPU, seconds it is compared).
+    # seconds, the GPU cold, seconds compared; SM activity relative to the most active GPU,
+    # seconds it is compared).
     rows = [np.where(busy_bin, pf, 0.0), busy_bin, rel, np.broadcast_to(settled, rel.shape),
-            cold_s & (rel_a >= 1.0), np.broadcast_to(cold_s, rel.shape)]
+            cold_s & (rel_a >= 1.0), np.broadcast_to(cold_s, rel.shape), ok & cold,
+            np.broadcast_to(ok, rel.shape)]
     if by_sm_s is not None:
         rows += [np.where(by_sm_s, rel_a, 0.0), np.broadcast_to(by_sm_s, rel.shape)]
     sums = wsum(np.array(rows, dtype=float), W, ends)
@@ -352,10 +354,11 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     # (Rows 0 / 1 and 2 / 3 in one division; rel_power (G, E): power over the hottest's,
     # all busy.)
     f = dict(zip(("power_frac_busy", "rel_power"), N.div(sums[0:4:2], sums[1:4:2])))
-    f["rel_sm"] = (N.div(sums[6], sums[7]) if by_sm_s is not None
+    f["rel_sm"] = (N.div(sums[8], sums[9]) if by_sm_s is not None
                    else np.full(sums[0].shape, np.nan))
     f["hot_bins"] = sums[4]                        # (G, E) hottest in a cold second
     f["cold_bins"] = sums[5][0]
+    f["cold_share"] = N.div(sums[6], sums[7])      # (G, E) its compared seconds cold
     # Seconds in a row, up to each window's end, with every GPU busy and cold (the seconds
     # table's: all spin, Thresholds.hang_s), read within hang_s + 1 bins.
     f["cold_run"] = _run_to(all_busy & cold.all(axis=0), ends, ix_t,

@@ -36,7 +36,7 @@ def _num(x) -> Optional[float]:
     return round(x, 4) if x - x == 0.0 else None      # (NaN and +-inf: None)
 
 
-def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
+def evidence(f: dict, e: int, strag_row: int) -> dict:
     """The evidence dict of window ``e`` (numbers or None, keys EVIDENCE_KEYS)."""
     def col(name):
         return f[name][:, e]
@@ -56,8 +56,7 @@ def evidence(f: dict, e: int, strag_row: int, th: Thresholds = DEFAULT) -> dict:
         "gap_sync": _num(f["gap_sync"][e]) if f["duty"].shape[0] > 1 else None,
         "power_frac": mean("power_frac"),
         "power_frac_busy": mean("power_frac_busy"),
-        "busy_cold_share": (sum(x <= th.cold_power_ratio for x in relk) / len(relk)
-                            if len(relk) > 1 else None),
+        "busy_cold_share": mean("cold_share") if len(duty) > 1 else None,
         "rel_power_min": min(relk) if len(relk) > 1 else None,
         "clock_frac": min(known("clock_frac"), default=None),
         "throttle_share": (max(N.throttle_share(col("therm_share"), col("pcap_share"),
@@ -145,7 +144,7 @@ def make_diagnosis(f: dict, r: dict, e: int, gpus: Sequence[int], start: Optiona
         conf *= CONFIDENCE_FACTOR.get(m, 1.0)
     cause = CAUSES[c] if c >= 0 else None
     strag = gpus[s] if s >= 0 else None
-    ev = evidence(f, e, s, th)
+    ev = evidence(f, e, s)
     rule = RULES[int(r["rule"][e])]
     with np.errstate(all="ignore"):
         why = BY_NAME[rule].because(Window(f, e, gpus, s, ev, th))
