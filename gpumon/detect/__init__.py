@@ -20,7 +20,7 @@ Diagnosis.evidence keys (numbers, None when unknown; stable for the exporter and
   gap_sync            idle time shared by all GPUs / mean idle time per GPU (1 = together)
   power_frac          power / power limit, mean over the job
   power_frac_busy     power / limit in seconds with >= 90% duty (busy-but-cold when low)
-  busy_cold_share     share of GPUs at < cold_power_ratio of the hottest GPU while all busy
+  busy_cold_share     mean share of the compared seconds (every GPU busy) each GPU is cold
   rel_power_min       lowest GPU power / hottest GPU power while all are busy
   clock_frac          lowest SM clock / its maximum
   throttle_share      highest share of samples with thermal/power-cap/slowdown reasons
