@@ -11,7 +11,7 @@ at once with the same function: both then read the same features from the same a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -218,14 +218,6 @@ class HostCols:
     cpu: np.ndarray
 
 
-@dataclass
-class RunCarry:
-    """The run (burst or gap) still going on at the end of the data seen so far, per GPU."""
-    kind: dict = field(default_factory=dict)     # gpu -> True (burst) / False (gap)
-    length: dict = field(default_factory=dict)   # gpu -> seconds so far
-    last_end: dict = field(default_factory=dict)  # gpu -> time of the carried run's last sample
-
-
 class Store:
     """Bins of one or more GPUs: ``g[field, row, bin]``, ``h[field, bin]``.
 
@@ -250,10 +242,9 @@ class Store:
         self.dtype = dtype             # float32 halves a day-long log's bins; sums stay exact
         self.g = np.zeros((len(GPU_FIELDS), 0, cap or 0), dtype)
         self.h = np.zeros((len(HOST_FIELDS), cap or 0), dtype)
-        self.carry = RunCarry()
-        # Per row, its last sample: time (NaN: none yet), busy, measured (Store._time_runs).
-        self.tail = np.zeros((3, 0))
-        self.pids: dict[int, tuple] = {}  # gpu -> latest known PIDs (live grouping)
+        # Per row, its last sample: time (NaN: none yet), busy, measured (Store._time_runs),
+        # and the seconds of the run (burst or gap) going on at it (Store._gap_runs).
+        self.tail = np.zeros((4, 0))
 
     # -- shape management ---------------------------------------------------------------------
     def _row(self, gpus: np.ndarray) -> np.ndarray:
@@ -271,7 +262,7 @@ class Store:
                 self.gpus.append(gpu)
             pad = np.zeros((self.g.shape[0], len(new), self.g.shape[2]), self.dtype)
             self.g = np.concatenate([self.g, pad], axis=1)
-            self.tail = np.concatenate([self.tail, np.full((3, len(new)), np.nan)], axis=1)
+            self.tail = np.concatenate([self.tail, np.full((4, len(new)), np.nan)], axis=1)
         lut = np.full(max(self.rows) + 1, -1, dtype=np.int64)
         for gpu, row in self.rows.items():
             lut[gpu] = row
@@ -373,7 +364,7 @@ class Store:
              (bits & _THERMAL) != 0, (bits & _PCAP) != 0, (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0,
              *tm, v0[8], ok[8]]
         self._scatter(self.g, _SAMPLE_FIELDS, rows, slots, m)
-        self._gap_runs(t, gpu, rows_u, runs, dt)
+        self._gap_runs(t, rows_u, runs, dt)
 
     def _time_runs(self, t: np.ndarray, rows: np.ndarray, runs: Optional[tuple]
                    ) -> tuple[np.ndarray, Optional[np.ndarray]]:
@@ -393,7 +384,6 @@ class Store:
         pm[1:] = meas[:-1]
         pm[starts] = pm0
         begin = meas & ~(pm & (pk == kind))
-        self.tail[:, rows[last]] = t[last], kind[last], meas[last]
         return np.array([np.where(kind & meas, dt, 0.0), np.where(~kind & meas, dt, 0.0),
                          begin & kind, begin & ~kind], dtype=float), dt
 
@@ -401,7 +391,7 @@ class Store:
         """Each GPU's first sample in this call (``starts``; ``last``: its last): ``dt`` and
         ``pk`` from its last sample before (``tail``), and whether that one measured time. A
         GPU's first sample ever counts its chunk's mean period."""
-        prev = self.tail[:, rows[starts]]         # (3, GPUs): time, busy, measured
+        prev = self.tail[:3, rows[starts]]        # (3, GPUs): time, busy, measured
         new = np.isnan(prev[0])
         k = last - starts
         period = (t[last] - t[starts]) / np.where(k > 0, k, np.nan)    # (NaN: one sample)
@@ -409,16 +399,16 @@ class Store:
         pk[starts] = np.where(new, ~kind[starts], prev[1] > 0)
         return ~new & (prev[2] > 0)
 
-    def _gap_runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray,
-                  runs: Optional[tuple], dt: Optional[np.ndarray]) -> None:
+    def _gap_runs(self, t: np.ndarray, rows: np.ndarray, runs: Optional[tuple],
+                  dt: Optional[np.ndarray]) -> None:
         """Bursts and gaps: runs of samples above / below seg_util_pct, per GPU, across calls;
         ``dt``: each sample's time since the one before (_time_runs)."""
         if runs is None:
             return
-        c = self.carry
         kind, first, starts, ends, _ = runs
         # Time a sample did not measure (after a hole) is missing, not work or idleness.
-        dt = np.where(dt <= self.th.max_sample_gap_s, dt, 0.0)
+        meas = dt <= self.th.max_sample_gap_s
+        dt = np.where(meas, dt, 0.0)
         newrun = first.copy()
         newrun[1:] |= kind[1:] != kind[:-1]
         rid = np.cumsum(newrun) - 1
@@ -426,22 +416,18 @@ class Store:
         rstart = np.flatnonzero(newrun)
         rend = np.append(rstart[1:], len(t)) - 1
         rkind = kind[rstart]
-        completed = np.ones(len(rstart), dtype=bool)
         # Join the run carried from the previous call; the last run of each GPU is carried on.
-        for s0, e0 in zip(starts, ends):
-            g = int(gpu[s0])
-            r_first, r_last = rid[s0], rid[e0 - 1]
-            if g in c.kind:
-                if c.kind[g] == bool(rkind[r_first]):
-                    length[r_first] += c.length[g]
-                else:
-                    self._emit(np.array([self.rows[g]]), np.array([c.last_end[g]]),
-                               np.array([c.kind[g]]), np.array([c.length[g]]))
-            completed[r_last] = False
-            c.kind[g] = bool(rkind[r_last])
-            c.length[g] = float(length[r_last])
-        for s0, e0 in zip(starts, ends):
-            c.last_end[int(gpu[s0])] = float(t[e0 - 1])
+        r_first, last = rid[starts], ends - 1
+        prev = self.tail[:, rows[starts]]
+        had = ~np.isnan(prev[0])
+        same = had & ((prev[1] > 0) == rkind[r_first])
+        length[r_first[same]] += prev[3, same]
+        ended = had & ~same
+        if ended.any():
+            self._emit(rows[starts[ended]], prev[0, ended], prev[1, ended] > 0, prev[3, ended])
+        completed = np.ones(len(rstart), dtype=bool)
+        completed[rid[last]] = False
+        self.tail[:, rows[last]] = t[last], kind[last], meas[last], length[rid[last]]
         done = np.flatnonzero(completed)
         if len(done):
             self._emit(rows[rstart[done]], t[rend[done]], rkind[done], length[done])
