@@ -147,7 +147,7 @@ class Detector:
             # (store_jobs): a start is not seen, and a slow job's return after a minute with
             # none is no new start.
             if since > 0 and bool(g[[GI["memn"], GI["pidn"]]].any()):
-                job.pauses.begin()
+                job.pauses.tr.begin()
         base = st.b0 + lo              # absolute bin of view index 0
         table = seconds(g, h, self.th)
         job.step_pauses(table, base, last)

@@ -14,7 +14,6 @@ from gpumon.detect.seconds import Second, SecondsTable
 from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
 
 
-
 class _Host:
     """What the host says of one second, for the tracker (see seconds.SecondsTable)."""
 
@@ -283,9 +282,9 @@ class PauseTracker:
         trickle), validation (more loader workers), epoch_boundary (new loader workers)."""
         if saving:
             self.reason = "checkpoint"
-        elif changed and self.reason not in ("checkpoint",):
+        elif changed and self.reason != "checkpoint":
             self.reason = "validation"
-        elif fresh and self.reason in ("unknown",):
+        elif fresh and self.reason == "unknown":
             self.reason = "epoch_boundary"
 
     def begin(self) -> None:
@@ -368,7 +367,7 @@ class PauseMarks:
         paused, causes, marks = [], [], []
         for k, sec in enumerate(table.rows()):
             if k in begin:
-                self.begin()
+                tr.begin()
             if tr.step(sec):
                 paused.append(k)
                 causes.append(CAUSES.index(tr.reason))
@@ -383,10 +382,6 @@ class PauseMarks:
         for unmark, lead_in in marks:       # (each only reaches bins before its own)
             self.excl[max(unmark.start + at, 0):max(unmark.stop + at, 0)] = False
             self.excl[max(lead_in.start + at, 0):max(lead_in.stop + at, 0)] = True
-
-    def begin(self) -> None:
-        """The job is seen starting now (PauseTracker.begin)."""
-        self.tr.begin()
 
     def _grow(self, end: int) -> None:
         extra = end - self.lo - len(self.pause)
