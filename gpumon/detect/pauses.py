@@ -82,7 +82,6 @@ class PauseTracker:
         self.started = max(self.resume, int(round(th.context_s / BIN_S)))
         # (n, u, stop) of the last bins with data: (0, 0, True) for a pause's own
         self.hist: deque = deque(maxlen=self.ctx)
-        self.last_stop = -self.ctx - 1   # the newest bin with a stop in hist
         self.recent: deque = deque(maxlen=self.resume)
         self.after: deque = deque(maxlen=self.resume)   # duty since every rank is back
         self.first: deque = deque(maxlen=self.resume)   # duty of a start's last seconds
@@ -134,7 +133,6 @@ class PauseTracker:
             stop = True
         elif self._inside(duty, sec.stopped, alone, sec.all_on, hv, sec.full):
             self.hist.append((0.0, 0.0, True))
-            self.last_stop = self.i
             # Every GPU at warm work at the job's level is work, not while an extra
             # DataLoader is there.
             return not (sec.full >= self.bar and not hv.changed)
@@ -153,8 +151,6 @@ class PauseTracker:
         """One more second outside a pause: the history a pause is judged against; context_s
         of steady work (the table's at_work) in a row lifts the cooldown (``calm``)."""
         self.hist.append((sec.n, sec.u, stop or not sec.all_on))
-        if stop or not sec.all_on:
-            self.last_stop = self.i
         if stop or not sec.at_work:
             self.steady = 0
         else:
@@ -199,7 +195,6 @@ class PauseTracker:
         self.lead_in = range(lead, self.i)
         self.recent.clear()
         self.hist.append((0.0, 0.0, True))
-        self.last_stop = self.i
 
     def _inside(self, duty: float, idle: bool, alone: bool, all_on: bool, hv: _Host,
                 full: float) -> bool:
@@ -303,13 +298,9 @@ class PauseTracker:
     def _return_bar(self) -> float:
         """Duty at which work is back: duty_starved, or the job's level before the pause
         less return_tol where that is lower."""
-        sn = su = 0.0
-        for n, u, stop in self.hist:
-            if not stop:
-                sn += n
-                su += u
-        level = su / sn if sn > 0 else 1.0
-        return min(self.th.duty_starved, level - self.th.return_tol)
+        level = _level([e for e in self.hist if not e[2]])
+        return min(self.th.duty_starved, (1.0 if math.isnan(level) else level)
+                   - self.th.return_tol)
 
     def _steady_since_pause(self) -> bool:
         """Work before this stop (its own seconds skipped) and since the last stop ran at
@@ -319,27 +310,24 @@ class PauseTracker:
         k = len(h)
         while k and h[k - 1][2] and h[k - 1][0] > 0:     # (a pause's own bins have n = 0)
             k -= 1
-        for n, u, stop in reversed(h[:k]):
-            if stop:
+        for e in reversed(h[:k]):
+            if e[2]:
                 break
-            recent.append((n, u))
-        sn = sum(n for n, _ in recent)
-        return (len(recent) >= self.resume and sn > 0
-                and sum(u for _, u in recent) / sn >= self.th.work_duty)
+            recent.append(e)
+        return len(recent) >= self.resume and _level(recent) >= self.th.work_duty
 
     def _healthy_context(self) -> bool:
         """context_s of history (half of it at least: what stands for a context where no
         more is known) with no stop in it, at work_duty."""
         h = self.hist
-        if len(h) < self.ctx // 2 or self.i - self.last_stop <= len(h):
-            return False
-        sn = su = 0.0
-        for n, u, stop in h:
-            if stop:
-                return False
-            sn += n
-            su += u
-        return sn > 0 and su / sn >= self.th.work_duty
+        return (len(h) >= self.ctx // 2 and not any(e[2] for e in h)
+                and _level(h) >= self.th.work_duty)
+
+
+def _level(entries) -> float:
+    """The job's duty over entries (n, u, stop) of PauseTracker.hist (NaN: no samples)."""
+    sn = sum(e[0] for e in entries)
+    return sum(e[1] for e in entries) / sn if sn > 0 else math.nan
 
 
 class PauseMarks:
