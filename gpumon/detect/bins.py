@@ -4,7 +4,7 @@ Raw samples (one per driver utilization period per GPU, ~6 per second on NVML, 1
 in an nvidia-smi log) are reduced, per GPU and per second of data, to sums: samples, busy
 share, samples busy/idle, power, clocks, clock-event counts, memory, the busy and idle time
 measured by the samples and the bursts and gaps (runs of busy and idle samples) that begin in
-that second, and the gaps that *ended* in it (gap stops, pauses.py). Sums add, so the live
+that second, and the gaps that *ended* in it (seconds.gap_stops). Sums add, so the live
 detector adds each tick's samples into a sliding store and ``gpumon analyze`` bins a whole log
 at once with the same function: both then read the same features from the same arrays.
 """
@@ -121,8 +121,6 @@ def _flat_slots(arr: np.ndarray, rows: Optional[np.ndarray], slots: np.ndarray, 
     axis, and its values, without the samples that fall outside ``arr``."""
     width = arr.shape[-1]
     ok = (slots >= 0) & (slots < width)
-    if arr.ndim == 2:
-        rows = None
     if rows is not None:
         ok &= rows >= 0
         idx = rows * width + slots

@@ -95,7 +95,7 @@ def _jobs(parent: dict, act: list[int], pids: Mapping[int, Optional[tuple]]
     out = []
     for members in jobs.values():
         sets = [set(pids.get(g) or ()) for g in members]
-        shared = len(members) > 1 and bool(set.intersection(*sets)) if sets else False
+        shared = len(members) > 1 and bool(set.intersection(*sets))
         out.append((tuple(sorted(members)), shared))
     return sorted(out)
 
