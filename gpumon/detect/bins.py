@@ -135,9 +135,6 @@ def _flat_slots(arr: np.ndarray, rows: Optional[np.ndarray], slots: np.ndarray, 
 def _add_log(flat: np.ndarray, fidx: np.ndarray, idx: np.ndarray, m) -> None:
     """flat[fidx[k], idx[i]] += m[k][i] for a log's many samples: one bincount per field."""
     # Only over the slots the samples touch, and not for fields they leave at zero.
-    if bool((idx[1:] > idx[:-1]).all()):
-        _add_one_per_slot(flat, fidx, idx, m)
-        return
     lo, hi = int(idx.min()), int(idx.max()) + 1
     if lo:
         idx = idx - lo
@@ -145,22 +142,6 @@ def _add_log(flat: np.ndarray, fidx: np.ndarray, idx: np.ndarray, m) -> None:
         w = m[k]
         if w.any():
             flat[f, lo:hi] += np.bincount(idx, w, hi - lo)
-
-
-def _add_one_per_slot(flat: np.ndarray, fidx: np.ndarray, idx: np.ndarray, m) -> None:
-    """_add_log where ``idx`` increases: one sample per slot (a 1 Hz log), nothing to sum
-    first; the same numbers."""
-    live = [(k, f) for k, f in enumerate(fidx) if m[k].any()]
-    # Runs of consecutive slots (a GPU's seconds) are added as slices.
-    brk = np.flatnonzero(idx[1:] != idx[:-1] + 1) + 1
-    if len(brk) <= 64:
-        for a, b in zip([0] + brk.tolist(), brk.tolist() + [len(idx)]):
-            lo = int(idx[a])
-            for k, f in live:
-                flat[f, lo:lo + b - a] += m[k][a:b]
-        return
-    for k, f in live:
-        flat[f, idx] += m[k]
 
 
 def _add_tick(flat: np.ndarray, fidx: np.ndarray, idx: np.ndarray, m) -> None:
