@@ -148,10 +148,6 @@ def _add_tick(flat: np.ndarray, fidx: np.ndarray, idx: np.ndarray, m) -> None:
     """flat[fidx[k], idx[i]] += m[k][i] for a tick's few samples: one reduceat, one add."""
     if isinstance(m, list):
         m = np.array(m, dtype=float)
-    if len(idx) <= 64 and len(set(idx.tolist())) == len(idx):
-        # One sample per slot (a tick's host and job readings): nothing to sum first.
-        flat[fidx[:, None], idx[None, :]] += m
-        return
     order = np.argsort(idx, kind="stable")
     idx, m = idx[order], m[:, order]
     starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
