@@ -42,10 +42,10 @@ def test_cold_from_sm_activity_through_nvml(clean_env, tmp_path):
     trace = tmp_path / "hang.trace"
     with open(trace, "w") as f:
         write_trace(f, "hang", gpus=2, seconds=30)
-    # Both spin at ~100% utilization and the same power: power sees no cold GPU, SM
-    # activity sees both.
+    # Both spin at ~100% utilization and a few percent of their SMs: cold by SM activity.
     out = _cold(clean_env, trace)
     assert out["cold"] == [0, 1], out
-    # GPU 1 without GPM: power decides for it (as hot as GPU 0: not cold).
+    # GPU 1 without GPM: power decides for it, and a hang's ~27% of the limit is a spin.
     out = _cold(clean_env, trace, unsupported={1: ["gpm"]})
-    assert out["sm"]["1"] is None and out["cold"] == [0], out
+    assert out["sm"]["1"] is None and out["cold"] == [0, 1], out
+
