@@ -129,6 +129,23 @@ def test_reasons_quote_the_thresholds_they_were_given():
     assert "fewer than 9" in idle.too_few_samples.because(Window(f, 0, [0, 1], -1, {}, mins))
 
 
+
+def test_job_gone_names_each_gpu_by_the_signal_that_said_it():
+    """A GPU without its processes but with memory "runs no process"; one under
+    mem_active_mib "holds less than"; the job's other GPUs are named beside them."""
+    ticks = window(20, 3, burst_gap(0.5, 0.5), power=lambda g, t: 200.0)
+    f, _ = _judged(ticks, DEFAULT)
+    part = {**f, "mem_last": np.array([[30000.0], [10.0], [30000.0]]),
+            "holds": np.array([[False], [False], [True]])}
+    said = idle.job_gone.because(Window(part, 0, [0, 1, 2], -1, {}, DEFAULT))
+    assert said.startswith("GPU 1 holds less than 256 MiB of memory and GPU 0 runs no "
+                           "process, of the job's GPUs 0-2"), said
+    gone = {**part, "holds": np.array([[False], [False], [False]])}
+    said = idle.job_gone.because(Window(gone, 0, [0, 1, 2], -1, {}, DEFAULT))
+    assert said.startswith("GPU 1 holds less than 256 MiB of memory and GPUs 0,2 run no "
+                           "process: "), said
+    assert said.endswith("let go of them"), said
+
 def _judged(ticks, th):
     """The features and rule output of the one job of ``ticks``, over the whole window."""
     seen = {}

@@ -17,8 +17,8 @@ import numpy as np
 
 from gpumon.diagnosis import CAUSES, IDLE, INSUFFICIENT_DATA, PAUSED, VERDICTS, Diagnosis
 from gpumon.detect import Detector
-from gpumon.detect.result import (CONFIDENCE_FACTOR, EVIDENCE_KEYS, _named, advice,
-                                  idle_diagnosis, make_diagnosis)
+from gpumon.detect.result import (CONFIDENCE_FACTOR, EVIDENCE_KEYS, advice, idle_diagnosis,
+                                  key_names, make_diagnosis)
 from gpumon.detect.rules import held
 from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
 from gpumon.logs.log import Log, runs
@@ -228,7 +228,7 @@ def _too_short(log: Log, rate: float, start: float, end: float) -> Timeline:
 
 def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
            conf: list[float], reason: tuple[str, str]) -> Diagnosis:
-    verdict, cause, strag = _named(key, gpus)
+    verdict, cause, strag = key_names(key, gpus)
     quoted = _quoted(ds, verdict, cause)
     # The numbers its reason quotes, of the same window; else the middle of its windows'.
     ev = dict(quoted.evidence) if quoted is not None else {k: _middle(ds, k)

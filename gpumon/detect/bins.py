@@ -329,7 +329,7 @@ class Store:
         else:
             rows_u = rows
         runs = _per_gpu(gpu, util >= th.seg_util_pct, t)
-        tm, dt = self._time_runs(t, rows_u, runs)
+        tm, measured = self._time_runs(t, rows_u, runs)
         if len(rows_u) < n:
             full = np.zeros((len(tm), n))
             full[:, have_u] = tm
@@ -339,14 +339,15 @@ class Store:
              (bits & _THERMAL) != 0, (bits & _PCAP) != 0, (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0,
              *tm, v0[8], ok[8]]
         self._scatter(self.g, _SAMPLE_FIELDS, rows, slots, m)
-        self._gap_runs(t, rows_u, runs, dt)
+        self._gap_runs(t, rows_u, runs, measured)
 
     def _time_runs(self, t: np.ndarray, rows: np.ndarray, runs: Optional[tuple]
-                   ) -> tuple[np.ndarray, Optional[np.ndarray]]:
+                   ) -> tuple[np.ndarray, Optional[tuple]]:
         """(per sample, the rows (bt, it, bst, gst) to add: the busy and idle seconds it
         measured (the time since the sample before; none after a hole over
         max_sample_gap_s) and whether a burst or gap (features.run_lengths) begins at it;
-        the time since the sample before, each GPU's first from _carried)."""
+        per sample, the time it measured (0: none) and whether it measured any, each GPU's
+        first from _carried)."""
         if runs is None:
             return np.zeros((4, 0)), None
         kind, first, starts, ends, dt = runs
@@ -359,8 +360,9 @@ class Store:
         pm[1:] = meas[:-1]
         pm[starts] = pm0
         begin = meas & ~(pm & (pk == kind))
-        return np.array([np.where(kind & meas, dt, 0.0), np.where(~kind & meas, dt, 0.0),
-                         begin & kind, begin & ~kind], dtype=float), dt
+        dt = np.where(meas, dt, 0.0)
+        return np.array([np.where(kind, dt, 0.0), np.where(~kind, dt, 0.0),
+                         begin & kind, begin & ~kind], dtype=float), (dt, meas)
 
     def _carried(self, t, rows, kind, starts, last, dt, pk) -> np.ndarray:
         """Each GPU's first sample in this call (``starts``; ``last``: its last): ``dt`` and
@@ -375,15 +377,14 @@ class Store:
         return ~new & (prev[2] > 0)
 
     def _gap_runs(self, t: np.ndarray, rows: np.ndarray, runs: Optional[tuple],
-                  dt: Optional[np.ndarray]) -> None:
+                  measured: Optional[tuple]) -> None:
         """Bursts and gaps: runs of samples above / below seg_util_pct, per GPU, across calls;
-        ``dt``: each sample's time since the one before (_time_runs)."""
+        ``measured``: each sample's time measured and whether it measured any (_time_runs:
+        time after a hole is missing, not work or idleness)."""
         if runs is None:
             return
         kind, first, starts, ends, _ = runs
-        # Time a sample did not measure (after a hole) is missing, not work or idleness.
-        meas = dt <= self.th.max_sample_gap_s
-        dt = np.where(meas, dt, 0.0)
+        dt, meas = measured
         newrun = first.copy()
         newrun[1:] |= kind[1:] != kind[:-1]
         rid = np.cumsum(newrun) - 1

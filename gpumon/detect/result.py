@@ -201,7 +201,8 @@ def data_window(f: dict, e: int) -> dict:
     return dict(f, window=window)
 
 
-def _named(key: Optional[tuple], gpus: Sequence[int]):
+def key_names(key: Optional[tuple], gpus: Sequence[int]):
+    """A hold key (verdict, cause, straggler indices) as (verdict, cause, GPU); None: None."""
     if key is None:
         return None
     v, c, s = key
@@ -211,7 +212,7 @@ def _named(key: Optional[tuple], gpus: Sequence[int]):
 def held_diagnosis(fresh: Diagnosis, key: Optional[tuple], gpus: Sequence[int],
                    conf: Optional[float]) -> Diagnosis:
     """The held verdict, cause and straggler with the freshest evidence."""
-    named = _named(key, gpus)
+    named = key_names(key, gpus)
     if named is None or named == (fresh.verdict, fresh.cause, fresh.straggler_gpu):
         return fresh
     v, c, s = named

@@ -147,7 +147,7 @@ def seconds(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> SecondsTa
     """The table of a job's bins ``g`` and host bins ``h``."""
     with np.errstate(invalid="ignore", divide="ignore"):
         duty, power, limit = N.div(g[_POWER_NUM], g[_POWER_DEN])
-        cold = _cold_settled(duty, power, limit, th)
+        cold = _cold(duty, power, limit, th, settle=True)
         n_raw = _add(g[GI["n"]], 0)
         duty, n, u = fill_holes(duty, n_raw, _add(g[GI["u"]], 0), th)
         at = _any(cold, 0).nonzero()[0]
@@ -245,12 +245,13 @@ def by_sm(by_power, duty, sm, th: Thresholds = DEFAULT):
 # -- cold: below the hottest GPU's power now --------------------------------------------------
 
 def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
-          th: Thresholds) -> np.ndarray:
+          th: Thresholds, settle: bool = False) -> np.ndarray:
     """(G, T): each GPU busy (busy_duty) drawing at most cold_power_ratio of the hottest
     busy GPU's power, at least power_spread of its limit below it where the limits are
-    known; fewer than two busy GPUs with power: none. Every GPU where all spin (_all_low:
-    none is the hottest to compare with). From per-GPU duty (share), power and power limit
-    (W), NaN where unknown."""
+    known (``settle``: in the seconds whose power settled only, the first settle_bins only
+    settling the ones after them); fewer than two busy GPUs with power: none. Every GPU
+    where all spin (_all_low: none is the hottest to compare with). From per-GPU duty
+    (share), power and power limit (W), NaN where unknown."""
     pw = np.where(duty >= th.busy_duty, power, np.nan)
     known = ~np.isnan(pw)
     hot = (np.where(known, pw, -np.inf).argmax(axis=0), np.arange(pw.shape[1]))
@@ -258,7 +259,10 @@ def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
     gap = frac[hot] - frac                  # NaN: a limit unknown, no check
     cold = known & (pw <= th.cold_power_ratio * pw[hot]) & (np.isnan(gap)
                                                             | (gap >= th.power_spread))
-    return (cold & (_add(known, 0) >= 2) & (pw[hot] > 0)) | _all_low(frac, known, th)
+    cold &= (_add(known, 0) >= 2) & (pw[hot] > 0)
+    if settle:
+        cold &= settled(_all(known, 0), th)
+    return cold | _all_low(frac, known, th)
 
 
 def _all_low(frac: np.ndarray, busy: np.ndarray, th: Thresholds) -> np.ndarray:
@@ -326,18 +330,6 @@ def settled(all_busy: np.ndarray, th: Thresholds) -> np.ndarray:
         out[k:] &= all_busy[:-k]
         out[:k] = False
     return out
-
-
-def _cold_settled(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
-                  th: Thresholds) -> np.ndarray:
-    """(G, T): the cold column from per-GPU duty, power and limit, in the seconds whose
-    power settled (the first settle_bins only settle the ones after them) or all spin."""
-    busy = (duty >= th.busy_duty) & ~np.isnan(power)
-    all_busy = _all(busy, 0) if busy.shape[0] else np.zeros(busy.shape[1], bool)
-    ok = settled(all_busy, th) | _all_low(power / np.where(limit > 0, limit, np.nan), busy, th)
-    if not _any(ok, None):                  # (no second to compare: none cold)
-        return np.zeros(duty.shape, bool)
-    return _cold(duty, power, limit, th) & ok
 
 
 # -- spinning: below its own working power before ---------------------------------------------
