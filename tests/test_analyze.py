@@ -244,14 +244,15 @@ def test_hold_gives_the_verdict_held_after_each_second():
     import numpy as np
     from gpumon.detect.detector import hold
     from gpumon.detect import Hysteresis
+    from gpumon.detect.thresholds import DEFAULT
     from gpumon.diagnosis import VERDICTS
     A, B, C = (VERDICTS.index(x) for x in ("busy", "data_starvation", "sync_stall"))
     v = np.array([A, A, B, A, B, B, C, A])
     none = np.full(len(v), -1)
     times = 100.0 + np.arange(len(v))
-    held, keys = hold(Hysteresis(2.0, 1.0), times, v, none, none, np.zeros(len(v), bool))
+    held, keys = hold(Hysteresis(DEFAULT), times, v, none, none, np.zeros(len(v), bool))
     assert [keys[k][0] for k in held] == [A, A, A, A, A, B, B, B]
     assert keys == [(A, -1, -1), (B, -1, -1)]
-    held, keys = hold(Hysteresis(2.0, 1.0), times[:0], v[:0], none[:0], none[:0],
+    held, keys = hold(Hysteresis(DEFAULT), times[:0], v[:0], none[:0], none[:0],
                       np.zeros(0, bool))
     assert len(held) == 0 and keys == []

@@ -1,6 +1,8 @@
 """The hold (detect/hold.py): a live verdict changes only once another has won hold_s of data
 in a row, with its named cases: first, stale, pause, at_once, sticky; a new
 cause or straggler under the held verdict holds as a new verdict does."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ ST = (VERDICTS.index("sync_stall"), 1, 2)
 
 
 def test_hysteresis_needs_two_seconds_in_a_row():
-    hy = Hysteresis(2.0, 1.0)
+    hy = Hysteresis(DEFAULT)
     assert hy.step(0, B) and hy.current == B
     flapping = [S, B, S, B, S, B]
     for i, k in enumerate(flapping, start=1):
@@ -36,7 +38,7 @@ def test_insufficient_data_for_a_whole_window_displaces_the_verdict():
     """stale: a held verdict whose data has left the window (too few samples for window_s in
     a row) is stale: insufficient_data replaces it; first: the next verdict with data is taken
     at once."""
-    hy = Hysteresis(2.0, 1.0, stale_s=6.0)
+    hy = Hysteresis(replace(DEFAULT, window_s=6.0))
     hy.step(0, B)
     for t in range(1, 6):
         hy.step(t, I)
@@ -47,7 +49,7 @@ def test_insufficient_data_for_a_whole_window_displaces_the_verdict():
 
 def test_hysteresis_takes_a_pause_and_its_end_at_once():
     """pause: the pause tracker decides a pause second by second with its own history."""
-    hy = Hysteresis(2.0, 1.0)
+    hy = Hysteresis(DEFAULT)
     hy.step(0, B)
     assert hy.step(1, P) and hy.current == P
     assert hy.step(2, B) and hy.current == B
@@ -56,13 +58,13 @@ def test_hysteresis_takes_a_pause_and_its_end_at_once():
 def test_a_starvation_the_host_confirms_takes_no_hold():
     """at_once: busy to starvation with ``quick`` takes no hold; without it, hold_s; a
     stall with the same flag is no starvation: it waits the hold."""
-    hy = Hysteresis(3.0, 1.0)
+    hy = Hysteresis(replace(DEFAULT, hold_s=3.0))
     hy.step(0, B)
     assert hy.step(1, S, quick=True) and hy.current == S
-    slow = Hysteresis(3.0, 1.0)
+    slow = Hysteresis(replace(DEFAULT, hold_s=3.0))
     slow.step(0, B)
     assert not slow.step(1, S) and not slow.step(2, S) and slow.step(3, S)
-    other = Hysteresis(3.0, 1.0)
+    other = Hysteresis(replace(DEFAULT, hold_s=3.0))
     other.step(0, S)
     other.step(1, ST, quick=True)
     assert other.current == S
@@ -70,7 +72,7 @@ def test_a_starvation_the_host_confirms_takes_no_hold():
 
 def test_a_rule_that_shows_at_once_and_its_end_take_no_hold():
     """at_once: busy to a stall of a rule that shows at once, and back, without the hold."""
-    hy = Hysteresis(2.0, 1.0)
+    hy = Hysteresis(DEFAULT)
     hy.step(0, B)
     assert hy.step(1, ST, quick=True) and hy.current == ST
     assert hy.step(2, B, quick=True) and hy.current == B
@@ -80,14 +82,14 @@ def test_a_rule_that_shows_at_once_and_its_end_take_no_hold():
 def test_an_established_starvation_is_sticky_while_its_cause_persists():
     """sticky: busy does not displace a starvation held sticky_s while the host shows its
     cause; before sticky_s, or without the flag, busy wins the hold as usual."""
-    hy = Hysteresis(2.0, 1.0, sticky_s=10.0)
+    hy = Hysteresis(replace(DEFAULT, sticky_s=10.0))
     hy.step(0, S)
     for t in range(10, 20):
         hy.step(t, B, sticky=True)
         assert hy.current == S, t
     hy.step(20, B)
     assert hy.step(21, B) and hy.current == B
-    young = Hysteresis(2.0, 1.0, sticky_s=10.0)
+    young = Hysteresis(replace(DEFAULT, sticky_s=10.0))
     young.step(0, S)
     young.step(1, B, sticky=True)
     assert young.step(2, B, sticky=True) and young.current == B
@@ -104,7 +106,7 @@ def feed(hy, keys, t0=0):
 
 
 def test_a_new_cause_wins_the_hold_as_a_new_verdict_does():
-    hy = Hysteresis(2.0, 1.0)
+    hy = Hysteresis(DEFAULT)
     held = feed(hy, [CPU] * 5 + [IO] + [CPU] + [IO] * 30)
     assert held[5] == held[6] == CPU          # one second of another cause: no change
     assert IO not in held[7:12]               # (CPU still has the most of the last 20 s)
@@ -114,7 +116,7 @@ def test_a_new_cause_wins_the_hold_as_a_new_verdict_does():
 def test_a_wobbling_cause_does_not_flip_the_held_one():
     """Two causes taking turns in runs longer than the hold: the one seen most over the last
     window_max_s stays; the screen does not follow each run."""
-    hy = Hysteresis(2.0, 1.0, tally_s=20.0)
+    hy = Hysteresis(replace(DEFAULT, context_s=20.0))
     held = feed(hy, ([CPU] * 6 + [IO] * 3) * 6)
     assert set(held) == {CPU}, held
 
@@ -122,7 +124,7 @@ def test_a_wobbling_cause_does_not_flip_the_held_one():
 def test_a_cause_not_shown_does_not_replace_one_shown():
     """input_pipeline (the host shows no cause) does not displace a cause the host showed in
     the last window_max_s, and a shown cause replaces it once it wins the hold."""
-    hy = Hysteresis(2.0, 1.0, tally_s=20.0)
+    hy = Hysteresis(replace(DEFAULT, context_s=20.0))
     held = feed(hy, [CPU] + [NONE_SHOWN] * 10 + [CPU] * 5)
     assert set(held) == {CPU}, held
     held = feed(hy, [NONE_SHOWN] * 30, t0=100)
@@ -200,7 +202,7 @@ def test_a_straggler_under_an_unknown_cause_still_holds_by_its_seconds():
     """Two stragglers of a starvation whose cause the host does not show: the one seen more
     often over the last window_max_s is named."""
     one, other = NONE_SHOWN[:2] + (0,), NONE_SHOWN[:2] + (1,)
-    hy = Hysteresis(2.0, 1.0, tally_s=20.0)
+    hy = Hysteresis(replace(DEFAULT, context_s=20.0))
     held = feed(hy, [one] * 3 + [other] * 5)
     assert held[-1] == other and held[4] == one
 

@@ -211,7 +211,7 @@ class Detector:
         job.v, job.c, job.s = job.r["verdict"], job.r["cause"], job.r["straggler"]
         _apply(hindsight, _apply(hindsight, job, "window"), "verdict")
         times = st.origin + (st.b0 + np.arange(1, st.nb + 1)) * BIN_S   # bin_time(e + 1)
-        held, job.keys = hold(Hysteresis.of(th), times, job.v, job.c, job.s, job.r["sticky"])
+        held, job.keys = hold(Hysteresis(th), times, job.v, job.c, job.s, job.r["sticky"])
         job.held = settle(held, job.keys, th)     # (one cause per verdict: hold.py)
         return job
 
@@ -370,7 +370,7 @@ class _Job:
         self.pauses = PauseMarks(th)        # the pause tracker and what it marked
         self.since = since                  # absolute bin the job was first seen in use
         self.next = since                   # next absolute bin to feed the pause tracker
-        self.hyst = Hysteresis.of(th)
+        self.hyst = Hysteresis(th)
         self.conf: Optional[float] = None   # confidence when the held verdict last won
         self.last_kernel = -math.inf        # absolute bin of the last kernel seen (features)
         self.th = th

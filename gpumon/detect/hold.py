@@ -1,10 +1,10 @@
 """The hold (the registered rule ``hold``): a live verdict (verdict, cause, straggler) changes
 only once another has won ``hold_s`` of verdicts in a row, one per ``step_s``. Its named
 cases, each a method of `Hysteresis`: ``first`` (nothing held: taken at once), ``stale``
-(insufficient_data waits ``stale_s``), ``pause`` (into or out of paused: at once),
+(insufficient_data waits ``window_s``), ``pause`` (into or out of paused: at once),
 ``at_once`` (busy to a rule's ``quick`` verdict and a quick stall back: at once), ``sticky``
 (an established starvation keeps busy out while the host shows its cause), ``outnumbers`` (a
-new cause under the held verdict wins only if seen more in the last ``tally_s``).
+new cause under the held verdict wins only if seen more in the last ``context_s``).
 ``settle`` is the hold's hindsight for a whole log: one segment, one cause.
 """
 from __future__ import annotations
@@ -32,24 +32,18 @@ class Hysteresis:
     """Keeps the current key (verdict, cause, straggler), codes as the rules give them, until
     another wins the hold (see the module's text for the named cases)."""
 
-    def __init__(self, hold_s: float, step_s: float = 1.0, sticky_s: float = 10.0,
-                 stale_s: float = DEFAULT.window_s, tally_s: float = DEFAULT.context_s):
-        self.hold_s = hold_s
-        self.stale_s = max(stale_s, hold_s)
-        self.step_s = step_s                     # time between two verdicts fed in
-        self.sticky_s = sticky_s
+    def __init__(self, th: Thresholds = DEFAULT):
+        self.hold_s = th.hold_s
+        self.stale_s = max(th.window_s, th.hold_s)
+        self.step_s = BIN_S                      # time between two verdicts fed in
+        self.sticky_s = th.sticky_s
         self.current: Optional[tuple] = None
         self.since: Optional[float] = None       # when ``current``'s verdict was adopted
         self._cand: Optional[tuple] = None       # the key waiting out its hold
         self._cand_since = 0.0
-        # The keys fed in over the last tally_s since the held verdict was adopted (counted
-        # only when outnumbers asks).
-        self._recent: deque = deque(maxlen=max(1, int(round(tally_s / step_s))))
-
-    @classmethod
-    def of(cls, th: Thresholds) -> "Hysteresis":
-        """The hold with the thresholds ``th`` (a verdict per BIN_S)."""
-        return cls(th.hold_s, BIN_S, th.sticky_s, th.window_s, th.context_s)
+        # The keys fed in over the last context_s since the held verdict was adopted
+        # (counted only when outnumbers asks).
+        self._recent: deque = deque(maxlen=max(1, int(round(th.context_s / BIN_S))))
 
     def step(self, t: float, key: tuple, sticky: bool = False, quick: bool = False) -> bool:
         """Feed the raw key at time ``t``; True when ``current`` changed. ``sticky``: the host
@@ -102,7 +96,7 @@ class Hysteresis:
 
     def outnumbers(self, key: tuple) -> bool:
         """A new cause or straggler that won the hold replaces the held one if that was not
-        seen in the last ``tally_s`` or the new one was seen more; a cause the host does not
+        seen in the last ``context_s`` or the new one was seen more; a cause the host does not
         show (input_pipeline) counts for none against another."""
         cur = self.current
         held = new = 0
