@@ -272,20 +272,15 @@ def _batches(ends: np.ndarray, W: int) -> list:
 def _gather(st: Store, rows: list[int], idx: np.ndarray, live: np.ndarray, scratch
             ) -> tuple[np.ndarray, np.ndarray]:
     """The store's bins ``idx`` of these rows as float64 arrays, with only the ``live``
-    fields (those with any data in the store) copied in: the others stay zero. Bins that
-    follow one another (every second's windows) are a slice, copied into a buffer of this
-    thread's kept from batch to batch (a fresh one would be faulted in anew each time)."""
-    a, b = int(idx[0]), int(idx[-1]) + 1
-    bufs = scratch.__dict__.setdefault("g", {})
-    if b - a == len(idx):
-        g32, h32 = st.view(rows, b, a, raw=True)
-        buf = bufs.get(g32.shape)
-        if buf is None:
-            buf = bufs[g32.shape] = np.zeros(g32.shape)
-        buf[live] = g32[live]
-        return buf, h32.astype(np.float64)
+    fields (those with any data in the store) copied in: the others stay zero. The copy goes
+    into a buffer of this thread's kept from batch to batch (a fresh one would be faulted in
+    anew each time)."""
     g_all, h_all = st.view(rows, raw=True)
-    buf = np.zeros(g_all.shape[:2] + (len(idx),))      # (batches of scattered windows vary)
+    shape = g_all.shape[:2] + (len(idx),)
+    bufs = scratch.__dict__.setdefault("g", {})
+    buf = bufs.get(shape)
+    if buf is None:
+        buf = bufs[shape] = np.zeros(shape)
     for k in live.tolist():
         buf[k] = np.take(g_all[k], idx, axis=1)
     return buf, np.take(h_all, idx, axis=1).astype(np.float64)
