@@ -1,6 +1,6 @@
 """Bursts and gaps: measured over a window's own seconds, so that a reason's duty, bursts and
 gaps agree with each other and with the evidence beside them; none where the samples are
-too far apart to measure any (features.run_lengths, bins.Store._time_runs)."""
+too far apart to measure any (features.run_lengths, bins._time_runs)."""
 from __future__ import annotations
 
 import math

@@ -20,7 +20,7 @@ def _table(sm1: float, power1: float, secs: int = 20):
     s = SampleCols(t, gpu, np.full(2 * secs, 100.0), np.tile([300.0, power1], secs),
                    np.full(2 * secs, 400.0), sm_active=np.tile([0.7, sm1], secs))
     st = log_store(s, None, None, DEFAULT, False)
-    g, h = st.view([st.rows[0], st.rows[1]], raw=True)
+    g, h = st.view([st.rows[0], st.rows[1]])
     return seconds(g, h, DEFAULT)
 
 

@@ -36,7 +36,7 @@ GPU_FIELDS = (
     "therm", "pcap", "hws",  # samples with thermal / power-cap / hw-slowdown reasons
     "mem", "memn",  # memory used (MiB) sum and count
     "gapn", "gaps",  # gaps ending in this bin: count, total seconds (their whole length)
-    "bt", "it",  # busy / idle seconds the samples measured (see Store._time_runs)
+    "bt", "it",  # busy / idle seconds the samples measured (see _time_runs)
     "bst", "gst",  # bursts / gaps that begin in this bin
     "ld", "ldn",  # loader workers' CPU (% of a core), sum and count
     "mc", "mcn",  # main process CPU
@@ -100,13 +100,11 @@ def _gpu_time_order(gpu: np.ndarray, t: np.ndarray) -> Optional[np.ndarray]:
     return order
 
 
-def _per_gpu(gpu: np.ndarray, kind: np.ndarray, t: np.ndarray) -> Optional[tuple]:
-    """(kind, first, starts, ends, dt) of samples sorted by GPU then time: each GPU's first
-    sample and where its samples start and end, the time since the sample before (the
-    first's left for the caller); None without samples."""
+def _per_gpu(gpu: np.ndarray, kind: np.ndarray, t: np.ndarray) -> tuple:
+    """(kind, first, starts, ends, dt) of samples (at least one) sorted by GPU then time:
+    each GPU's first sample and where its samples start and end, the time since the sample
+    before (the first's left for the caller)."""
     n = len(t)
-    if n == 0:
-        return None
     first = np.empty(n, dtype=bool)
     first[0] = True
     first[1:] = gpu[1:] != gpu[:-1]
@@ -114,6 +112,40 @@ def _per_gpu(gpu: np.ndarray, kind: np.ndarray, t: np.ndarray) -> Optional[tuple
     dt = np.empty(n)
     dt[1:] = t[1:] - t[:-1]
     return kind, first, starts, np.append(starts[1:], n), dt
+
+
+def _time_runs(t: np.ndarray, runs: tuple, prev: np.ndarray, max_gap_s: float
+               ) -> tuple[np.ndarray, tuple]:
+    """(per sample, the rows (bt, it, bst, gst) to add: the busy and idle seconds it
+    measured (the time since the sample before; none after a hole over max_gap_s) and
+    whether a burst or gap (features.run_lengths) begins at it; per sample, the time it
+    measured (0: none) and whether it measured any, each GPU's first from _carried and its
+    tail ``prev``)."""
+    kind, _, starts, ends, dt = runs
+    n, last, dt = len(t), ends - 1, dt.copy()
+    pk = np.empty(n, dtype=bool)              # the sample before: its kind, ...
+    pk[1:] = kind[:-1]
+    pm0 = _carried(t, kind, starts, last, dt, pk, prev)
+    meas = dt <= max_gap_s                    # (NaN: not measured)
+    pm = np.empty(n, dtype=bool)              # ... and whether it measured time
+    pm[1:] = meas[:-1]
+    pm[starts] = pm0
+    begin = meas & ~(pm & (pk == kind))
+    dt = np.where(meas, dt, 0.0)
+    return np.array([np.where(kind, dt, 0.0), np.where(~kind, dt, 0.0),
+                     begin & kind, begin & ~kind], dtype=float), (dt, meas)
+
+
+def _carried(t, kind, starts, last, dt, pk, prev) -> np.ndarray:
+    """Each GPU's first sample in this call (``starts``; ``last``: its last): ``dt`` and
+    ``pk`` from its last sample before (``prev``: its tail), and whether that one measured
+    time. A GPU's first sample ever counts its chunk's mean period."""
+    new = np.isnan(prev[0])
+    k = last - starts
+    period = (t[last] - t[starts]) / np.where(k > 0, k, np.nan)    # (NaN: one sample)
+    dt[starts] = np.where(new, period, np.maximum(t[starts] - prev[0], 0.0))
+    pk[starts] = np.where(new, ~kind[starts], prev[1] > 0)
+    return ~new & (prev[2] > 0)
 
 
 def _flat_slots(arr: np.ndarray, rows: Optional[np.ndarray], slots: np.ndarray, m):
@@ -217,7 +249,7 @@ class Store:
         self.dtype = dtype             # float32 halves a day-long log's bins; sums stay exact
         self.g = np.zeros((len(GPU_FIELDS), 0, cap or 0), dtype)
         self.h = np.zeros((len(HOST_FIELDS), cap or 0), dtype)
-        # Per row, its last sample: time (NaN: none yet), busy, measured (Store._time_runs),
+        # Per row, its last sample: time (NaN: none yet), busy, measured (_time_runs),
         # and the seconds of the run (burst or gap) going on at it (Store._gap_runs).
         self.tail = np.zeros((4, 0))
 
@@ -315,74 +347,44 @@ class Store:
         rows = self._row(gpu)
         b = self._bins(t - self.mid_s)
         self._make_room(int(b.min()), int(b.max()))
-        slots = b - self.b0
-        n = len(t)
         cols = (s.util, s.power, s.power_limit, s.clock, s.clock_max, s.mem, s.has_pid, s.events,
                 s.sm_active)
-        u, v0, ok = _values(cols, order, n)
-        util = u
+        u, v0, ok = _values(cols, order, len(t))
         # The fields samples feed, in the order of _SAMPLE_FIELDS.
         bits = v0[7].astype(np.int64)
         have_u = ok[0]
-        if not have_u.all():          # (the runs are of the samples with a utilization)
-            t, gpu, rows_u, util = t[have_u], gpu[have_u], rows[have_u], util[have_u]
-        else:
-            rows_u = rows
-        runs = _per_gpu(gpu, util >= th.seg_util_pct, t)
-        tm, measured = self._time_runs(t, rows_u, runs)
-        if len(rows_u) < n:
-            full = np.zeros((len(tm), n))
-            full[:, have_u] = tm
-            tm = full
+        tm = self._runs(t, gpu, rows, u, have_u)
         m = [have_u, v0[0] / 100.0, have_u & (u >= th.seg_util_pct),
              have_u & (u <= th.idle_util_pct), *v0[1:7], *ok[1:7], ok[7],
              (bits & _THERMAL) != 0, (bits & _PCAP) != 0, (bits & CLOCK_EVENT_HW_SLOWDOWN) != 0,
              *tm, v0[8], ok[8]]
-        self._scatter(self.g, _SAMPLE_FIELDS, rows, slots, m)
-        self._gap_runs(t, rows_u, runs, measured)
+        self._scatter(self.g, _SAMPLE_FIELDS, rows, b - self.b0, m)
 
-    def _time_runs(self, t: np.ndarray, rows: np.ndarray, runs: Optional[tuple]
-                   ) -> tuple[np.ndarray, Optional[tuple]]:
-        """(per sample, the rows (bt, it, bst, gst) to add: the busy and idle seconds it
-        measured (the time since the sample before; none after a hole over
-        max_sample_gap_s) and whether a burst or gap (features.run_lengths) begins at it;
-        per sample, the time it measured (0: none) and whether it measured any, each GPU's
-        first from _carried)."""
-        if runs is None:
-            return np.zeros((4, 0)), None
-        kind, first, starts, ends, dt = runs
-        n, last, dt = len(t), ends - 1, dt.copy()
-        pk = np.empty(n, dtype=bool)              # the sample before: its kind, ...
-        pk[1:] = kind[:-1]
-        pm0 = self._carried(t, rows, kind, starts, last, dt, pk)
-        meas = dt <= self.th.max_sample_gap_s     # (NaN: not measured)
-        pm = np.empty(n, dtype=bool)              # ... and whether it measured time
-        pm[1:] = meas[:-1]
-        pm[starts] = pm0
-        begin = meas & ~(pm & (pk == kind))
-        dt = np.where(meas, dt, 0.0)
-        return np.array([np.where(kind, dt, 0.0), np.where(~kind, dt, 0.0),
-                         begin & kind, begin & ~kind], dtype=float), (dt, meas)
+    def _runs(self, t: np.ndarray, gpu: np.ndarray, rows: np.ndarray, util: np.ndarray,
+              have_u: np.ndarray) -> np.ndarray:
+        """Per sample, the rows (bt, it, bst, gst) to add (_time_runs); the bursts and gaps
+        that ended emitted and each GPU's last carried on (_gap_runs). The runs are of the
+        samples with a utilization (``have_u``): the others add none."""
+        n = len(t)
+        if not have_u.all():
+            t, gpu, rows, util = t[have_u], gpu[have_u], rows[have_u], util[have_u]
+        if len(t) == 0:
+            return np.zeros((4, n))
+        runs = _per_gpu(gpu, util >= self.th.seg_util_pct, t)
+        prev = self.tail[:, rows[runs[2]]]        # each GPU's last sample before (see tail)
+        tm, measured = _time_runs(t, runs, prev, self.th.max_sample_gap_s)
+        self._gap_runs(t, rows, runs, measured, prev)
+        if len(t) < n:
+            full = np.zeros((4, n))
+            full[:, have_u] = tm
+            tm = full
+        return tm
 
-    def _carried(self, t, rows, kind, starts, last, dt, pk) -> np.ndarray:
-        """Each GPU's first sample in this call (``starts``; ``last``: its last): ``dt`` and
-        ``pk`` from its last sample before (``tail``), and whether that one measured time. A
-        GPU's first sample ever counts its chunk's mean period."""
-        prev = self.tail[:3, rows[starts]]        # (3, GPUs): time, busy, measured
-        new = np.isnan(prev[0])
-        k = last - starts
-        period = (t[last] - t[starts]) / np.where(k > 0, k, np.nan)    # (NaN: one sample)
-        dt[starts] = np.where(new, period, np.maximum(t[starts] - prev[0], 0.0))
-        pk[starts] = np.where(new, ~kind[starts], prev[1] > 0)
-        return ~new & (prev[2] > 0)
-
-    def _gap_runs(self, t: np.ndarray, rows: np.ndarray, runs: Optional[tuple],
-                  measured: Optional[tuple]) -> None:
+    def _gap_runs(self, t: np.ndarray, rows: np.ndarray, runs: tuple, measured: tuple,
+                  prev: np.ndarray) -> None:
         """Bursts and gaps: runs of samples above / below seg_util_pct, per GPU, across calls;
         ``measured``: each sample's time measured and whether it measured any (_time_runs:
-        time after a hole is missing, not work or idleness)."""
-        if runs is None:
-            return
+        time after a hole is missing, not work or idleness); ``prev``: each GPU's tail."""
         kind, first, starts, ends, _ = runs
         dt, meas = measured
         newrun = first.copy()
@@ -394,7 +396,6 @@ class Store:
         rkind = kind[rstart]
         # Join the run carried from the previous call; the last run of each GPU is carried on.
         r_first, last = rid[starts], ends - 1
-        prev = self.tail[:, rows[starts]]
         had = ~np.isnan(prev[0])
         same = had & ((prev[1] > 0) == rkind[r_first])
         length[r_first[same]] += prev[3, same]
@@ -440,17 +441,14 @@ class Store:
 
     # -- reading ------------------------------------------------------------------------------
     def view(self, rows: Optional[list[int]] = None, stop: Optional[int] = None,
-             start: int = 0, raw: bool = False):
+             start: int = 0):
         """(g, h) for bins ``start`` to ``stop`` (exclusive; default all in use), optionally
-        some rows only, as float64."""
+        some rows only, in the store's dtype."""
         stop = self.nb if stop is None else stop
         g = self.g[:, :, start:stop]
         if rows is not None and list(rows) != list(range(self.g.shape[1])):
             g = g[:, rows, :]
-        if raw:
-            return g, self.h[:, start:stop]
-        return g.astype(np.float64, copy=False), self.h[:, start:stop].astype(np.float64,
-                                                                             copy=False)
+        return g, self.h[:, start:stop]
 
     def bin_time(self, i: int) -> float:
         return self.origin + (self.b0 + i) * BIN_S

@@ -192,7 +192,7 @@ class Detector:
         ``hindsight`` (analyze/hindsight.py), its rules relabel the seconds between stages."""
         th = self.th
         rows = [st.rows[x] for x in gpus]
-        g, h = st.view(rows, raw=True)
+        g, h = st.view(rows)
         table = seconds(g, h, th)
         # A job seen starting in the log (it did not hold its GPUs, then does) starts paused,
         # as it does live; one that holds them from the log's first second was not seen
@@ -275,7 +275,7 @@ def _gather(st: Store, rows: list[int], idx: np.ndarray, live: np.ndarray, scrat
     fields (those with any data in the store) copied in: the others stay zero. The copy goes
     into a buffer of this thread's kept from batch to batch (a fresh one would be faulted in
     anew each time)."""
-    g_all, h_all = st.view(rows, raw=True)
+    g_all, h_all = st.view(rows)
     shape = g_all.shape[:2] + (len(idx),)
     bufs = scratch.__dict__.setdefault("g", {})
     buf = bufs.get(shape)
