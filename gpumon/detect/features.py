@@ -334,7 +334,7 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     pf = N.div(bpw, blim)                            # power / limit per bin
     all_busy = busy_bin.all(axis=0)
     settled = settled_seconds(all_busy, th)
-    top = N.nanmax(np.where(busy_bin, bpw, np.nan), axis=0)
+    top = np.fmax.reduce(np.where(busy_bin, bpw, np.nan), axis=0)
     rel = np.where(settled, N.div(bpw, top), 0.0)
     rel_a, ok, by_sm_s = _relative(rel, settled, all_busy, sm)
     # The compared seconds with some GPU cold beside the hottest, and which GPU was the
@@ -376,7 +376,7 @@ def _relative(rel: np.ndarray, settled: np.ndarray, all_busy: np.ndarray, sm: np
     if not smk.any():
         return rel, settled, None
     by_sm_s = smk & all_busy
-    rel_sm = N.div(sm, N.nanmax(sm, axis=0))
+    rel_sm = N.div(sm, np.fmax.reduce(sm, axis=0))
     return (np.where(by_sm_s, rel_sm, np.where(smk, 0.0, rel)),
             np.where(smk, all_busy, settled), by_sm_s)
 

@@ -21,11 +21,6 @@ def nanmean(a: np.ndarray, axis: int = 0) -> np.ndarray:
     return np.where(miss, 0.0, a).sum(axis=axis) / (~miss).sum(axis=axis)
 
 
-def nanmax(a: np.ndarray, axis: int = 0) -> np.ndarray:
-    """np.nanmax(a, axis) for float arrays (what numpy itself computes, without its checks)."""
-    return np.fmax.reduce(a, axis=axis)
-
-
 def div(a: np.ndarray, b) -> np.ndarray:
     """a / b where b > 0, else NaN (call under np.errstate(all="ignore")); ``a`` or ``b`` an
     array."""

@@ -68,7 +68,7 @@ def evidence(f: dict, e: int, strag_row: int) -> dict:
         "disk_write_mbps": _num(f["disk_write"][e]),
         # (Over the whole window, pauses included: a pause leaves its seconds out of the
         # other sums, not out of what the driver delivered.)
-        "samples_per_s": float(N.nanmean(col("n_all"))) / float(f["window"][e]),
+        "samples_per_s": mean("n_all") / float(f["window"][e]),
         "pause": float(bool(f["pause"][e])),
         "sm_active": None if np.isnan(sm).any() else float(sm.mean()),   # (GPM on every GPU)
     }

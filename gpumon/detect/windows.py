@@ -242,7 +242,7 @@ class Windows:
         # Unless the idler ranks' own hosts starve (loaders saturated, main process at a
         # core): then they wait for input, and the busy one spins in the collective waiting
         # for them (a data-starved NCCL job's ranks drift apart).
-        lo_starve = N.nanmax(np.where(~hi, self.host.starved(), np.nan), axis=0)
+        lo_starve = np.fmax.reduce(np.where(~hi, self.host.starved(), np.nan), axis=0)
         return out & ~(lo_starve >= 1.0)
 
     @cached_property
