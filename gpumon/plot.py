@@ -16,6 +16,7 @@ from gpumon.diagnosis import (BUSY, DATA_STARVATION, IDLE, INSUFFICIENT_DATA, PA
                               SYNC_STALL, THROTTLED, VERDICTS)
 from gpumon.errors import UserError
 from gpumon.logs.log import Log
+from gpumon.report import headline
 
 FORMATS = (".png", ".svg")
 # Points per GPU line at most: longer logs are averaged into wider bins (a day at 6/s would
@@ -58,13 +59,15 @@ def binned(t: np.ndarray, y: np.ndarray, t0: float, width: float) -> tuple[np.nd
     return t0 + (np.arange(n) + 0.5) * width, mean
 
 
-def _power_pct(log: Log, sel: np.ndarray) -> Optional[np.ndarray]:
+def _power(log: Log, sel: np.ndarray) -> Optional[tuple[np.ndarray, str]]:
+    """The GPU's power and its unit: % of its limit, or watts where the log has no limit;
+    None without power."""
     s = log.samples
     if s.power is None or np.isnan(s.power[sel]).all():
         return None
     if s.power_limit is not None and not np.isnan(s.power_limit[sel]).all():
-        return 100.0 * s.power[sel] / s.power_limit[sel]
-    return s.power[sel]                 # watts: no limit in the log
+        return 100.0 * s.power[sel] / s.power_limit[sel], "% of limit"
+    return s.power[sel], "W"
 
 
 def _lines(ax_u, ax_p, log: Log, t0: float, width: float, straggler: Optional[int]) -> str:
@@ -78,11 +81,10 @@ def _lines(ax_u, ax_p, log: Log, t0: float, width: float, straggler: Optional[in
         style = dict(lw=2.2, zorder=3) if g == straggler else dict(lw=0.9, alpha=0.8)
         x, u = binned(s.time[sel], s.util[sel], t0, width)
         ax_u.plot(x - t0, u, label=name, **style)
-        pw = _power_pct(log, sel)
+        pw = _power(log, sel)
         if pw is not None:
-            if s.power_limit is None or np.isnan(s.power_limit[sel]).all():
-                unit = "W"
-            x, p = binned(s.time[sel], pw, t0, width)
+            unit = "W" if pw[1] == "W" else unit
+            x, p = binned(s.time[sel], pw[0], t0, width)
             ax_p.plot(x - t0, p, label=name, **style)
     return unit
 
@@ -141,11 +143,8 @@ def labels(tl: Timeline, t0: float, s_per_in: float) -> list[tuple[float, float,
 
 def title(log: Log, sm: dict) -> str:
     """The figure's title: the file and its summary verdict; simulated data says so."""
-    head = sm["verdict"] + (f" ({sm['cause']})" if sm["cause"] else "")
-    if sm["straggler_gpu"] is not None:
-        head += f", straggler GPU {sm['straggler_gpu']}"
     sim = " - SIMULATED GPUs (recorded with --sim)" if log.simulated else ""
-    return f"{os.path.basename(log.path)}: {head}{sim}"
+    return f"{os.path.basename(log.path)}: {headline(sm)}{sim}"
 
 
 def _stretches(tl: Timeline) -> list[list]:

@@ -25,8 +25,6 @@ def to_json(tl: Timeline, log: Optional[Log] = None) -> dict:
     return out
 
 
-
-
 def _clock(t: Optional[float], t0: float) -> str:
     """Local wall-clock time (the dashboard's convention; the report names the zone once)."""
     if t is None:
@@ -57,11 +55,6 @@ def _dur(s: float) -> str:
         return f"{s // 86400}d{s % 86400 // 3600:02d}h"
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else (
         f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
-
-
-def evidence_line(ev: dict) -> str:
-    """The evidence in words (the one formatter, shared with the dashboard)."""
-    return evidence_text(ev)
 
 
 def to_text(log: Log, tl: Timeline, explain: bool = False) -> str:
@@ -107,12 +100,17 @@ def _rate(rate: Optional[float]) -> str:
     return f"{rate:.1f} samples/s per GPU"
 
 
-def _verdict(tl: Timeline, sm: dict) -> list[str]:
-    """The summary verdict, its shares of time, and its longest segment's reason."""
+def headline(sm: dict) -> str:
+    """The summary's verdict, cause and straggler in words (the report's and the plot's)."""
     head = sm["verdict"] + (f" ({sm['cause']})" if sm["cause"] else "")
     if sm["straggler_gpu"] is not None:
         head += f", straggler GPU {sm['straggler_gpu']}"
-    out = [f"verdict: {head}, confidence {sm['confidence']:.2f}"]
+    return head
+
+
+def _verdict(tl: Timeline, sm: dict) -> list[str]:
+    """The summary verdict, its shares of time, and its longest segment's reason."""
+    out = [f"verdict: {headline(sm)}, confidence {sm['confidence']:.2f}"]
     fr = ", ".join(f"{k} {v:.0%}" for k, v in sm["fractions"].items())
     if fr:
         out.append(f"  time: {fr}")
@@ -125,7 +123,7 @@ def _verdict(tl: Timeline, sm: dict) -> list[str]:
 
 def _why(d) -> list[str]:
     """A segment's rule and reason, evidence, advice and missing signals."""
-    ev = evidence_line(d.evidence)
+    ev = evidence_text(d.evidence)
     out = ([f"  rule {d.rule}: {d.because}"] if d.rule else []) + (
         [f"  evidence: {ev}"] if ev else []) + [f"  advice: {d.advice}"]
     if d.missing:
