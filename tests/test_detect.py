@@ -559,8 +559,7 @@ def test_a_host_reading_is_binned_with_the_gpu_samples_of_its_tick():
     samples, jc, hc, _, _ = tick_columns(ticks)
     st = Store(math.floor(T0), DEFAULT)
     st.add_samples(samples)
-    st.add_host(hc)
-    st.add_jobs(jc)
+    st.add_host(jc, hc)
     g, h = st.view()
     from gpumon.detect.bins import GI, HI
     n = g[GI["n"]][0]

@@ -416,15 +416,15 @@ class Store:
         m = np.array([gap, np.where(gap, length, 0.0)])
         self._scatter(self.g, _F_GAPS, rows, slots, m.astype(float))
 
-    def add_jobs(self, j: JobCols) -> None:
-        if len(j.time):
+    def add_host(self, j: Optional[JobCols], hc: Optional[HostCols]) -> None:
+        """A tick's or a log's host readings: each rank's job processes (per GPU) and the
+        host's counters (None: the log has none)."""
+        if j is not None and len(j.time):
             age = j.loader_age if j.loader_age is not None else np.full(len(j.time), np.nan)
             self._add_readings("g", _F_JOB, self._row(np.asarray(j.gpu)), j.time,
                                (j.loader_cpu, j.main_cpu, j.main_thread, j.workers,
                                 j.loader_busy, age))
-
-    def add_host(self, hc: HostCols) -> None:
-        if len(hc.time):
+        if hc is not None and len(hc.time):
             self._add_readings("h", _F_HOST, None, hc.time,
                                (hc.iowait, hc.disk_read, hc.disk_write, hc.cpu))
 
@@ -472,15 +472,11 @@ def log_store(s: SampleCols, jobs: Optional[JobCols], host: Optional[HostCols],
     if order is None:
         order = np.arange(len(s.time))
     st.add_gpus(s.gpu)
-    if len(order):
-        # All the bins at once, from the earliest sample of any GPU: no copies of a growing
-        # store, and no GPU's samples before the first chunk's left out.
-        st.reserve(float(np.nanmin(s.time)), float(np.nanmax(s.time)))
+    # All the bins at once, from the earliest sample of any GPU: no copies of a growing
+    # store, and no GPU's samples before the first chunk's left out.
+    st.reserve(float(np.nanmin(s.time)), float(np.nanmax(s.time)))
     _add_chunks(st, s, order)
-    if jobs is not None:
-        st.add_jobs(jobs)
-    if host is not None:
-        st.add_host(host)
+    st.add_host(jobs, host)
     return st
 
 
@@ -492,11 +488,9 @@ def _add_chunks(st: Store, s: SampleCols, order: np.ndarray) -> None:
     across them), and its bins are its own."""
     from gpumon.logs.threads import MAX_THREADS, map_threads    # (a log's work: not live)
     n = len(order)
-    if n == 0:
-        return
     gpu = s.gpu[order]
     first = np.flatnonzero(np.r_[True, gpu[1:] != gpu[:-1]])     # each GPU's first sample
-    k = min(MAX_THREADS, len(first)) if st.nb else 1     # (a store not reserved grows)
+    k = min(MAX_THREADS, len(first))
     at = first[np.minimum(np.searchsorted(first, np.arange(1, k) * n / k), len(first) - 1)]
     edges = np.unique(np.r_[0, at, n])
     chunks = np.arange(0, n, STORE_CHUNK)

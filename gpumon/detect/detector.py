@@ -118,8 +118,7 @@ class Detector:
         if len(k):
             k = k[np.argsort(samples.time[k], kind="stable")]   # (the latest one last)
             self._kernel_t.update(zip(samples.gpu[k].tolist(), samples.time[k].tolist()))
-        st.add_jobs(jobs)
-        st.add_host(hosts)
+        st.add_host(jobs, hosts)
         for g, p in pids.items():
             if p is not None or g not in self._pids:
                 self._pids[g] = p
@@ -402,8 +401,7 @@ def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis
     start, end = float(samples.time.min()), float(samples.time.max())
     store = Store(math.floor(start), th)
     store.add_samples(samples)
-    store.add_jobs(jobs)
-    store.add_host(hosts)
+    store.add_host(jobs, hosts)
     nb = store.nb
     found = store_jobs(store, nb, nb, pids, ppid, th, gone=gone)
     if not found:
