@@ -9,7 +9,6 @@ import pytest
 
 from gpumon.detect import Detector
 from gpumon.detect import nanops as N
-from gpumon.detect.hostview import _first
 from gpumon.detect.jobs import GroupMemo, group_active
 from gpumon.detect.windows import cached_property
 from gpumon.sim import simulate
@@ -34,18 +33,6 @@ def test_div_gives_the_numbers_of_the_where_formula():
         np.testing.assert_array_equal(N.div(a[0], 2.0), a[0] / 2.0)
         assert np.isnan(N.div(a[0], 0.0)).all() and np.isnan(N.div(a[0], -1)).all()
     assert np.isnan(got[b <= 0]).all() and np.isnan(got[1, 2])
-
-
-def test_first_condition_code_is_np_select():
-    rng = np.random.default_rng(5)
-    for _ in range(100):
-        e = int(rng.integers(1, 8))
-        conds = [rng.random(e) < 0.3 for _ in range(5)]
-        codes = [int(c) for c in rng.integers(0, 16, 5)]
-        want = np.select(conds, codes, 11)
-        got = _first(list(zip(conds, codes)), 11)
-        assert got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
 
 
 def test_group_memo_answers_as_group_and_notices_changes():

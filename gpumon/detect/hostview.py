@@ -77,18 +77,9 @@ class Host:
         by_main = main_bound(workers, main, thread, th)
         thread_bound = thread >= th.core_busy_pct
         storage = self.storage[0] | self.storage[1]
-        # The first that holds, in this order (np.select's answer, in fewer calls).
-        return _first([(by_main, C["main_process"]), (storage & ~cpu, C["io_fetch"]),
-                       (cpu, C["cpu_preprocessing"]), (thread_bound, C["main_process"]),
-                       (storage, C["io_fetch"])], C["input_pipeline"])
-
-
-def _first(cases: list, default: int) -> np.ndarray:
-    """np.select([c for c, _ in cases], [v for _, v in cases], default) for integer codes:
-    per window, the code of the first condition that holds."""
-    out = None
-    for cond, code in reversed(cases):
-        out = np.where(cond, code, default if out is None else out)
-    return out
+        # The first that holds, in this order.
+        return np.select([by_main, storage & ~cpu, cpu, thread_bound, storage],
+                         [C["main_process"], C["io_fetch"], C["cpu_preprocessing"],
+                          C["main_process"], C["io_fetch"]], C["input_pipeline"])
 
 
