@@ -17,7 +17,7 @@ import numpy as np
 
 from gpumon.diagnosis import CAUSES, IDLE, INSUFFICIENT_DATA, PAUSED, VERDICTS, Diagnosis
 from gpumon.detect import Detector
-from gpumon.detect.result import (CONFIDENCE_FACTOR, EVIDENCE_KEYS, advice, idle_diagnosis,
+from gpumon.detect.result import (EVIDENCE_KEYS, advice, discounted, idle_diagnosis,
                                   key_names, make_diagnosis)
 from gpumon.detect.rules import held
 from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
@@ -234,9 +234,7 @@ def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
     ev = dict(quoted.evidence) if quoted is not None else {k: _middle(ds, k)
                                                             for k in EVIDENCE_KEYS}
     missing = sorted({m for d in ds for m in d.missing})
-    base = float(np.mean(conf)) if conf else 0.5
-    for m in missing:
-        base *= CONFIDENCE_FACTOR.get(m, 1.0)
+    base = discounted(float(np.mean(conf)) if conf else 0.5, missing)
     return Diagnosis(verdict=verdict, gpus=tuple(gpus), cause=cause, straggler_gpu=strag,
                      confidence=round(min(0.99, base), 3), evidence=ev,
                      advice=advice(verdict, cause, strag), start=start, end=end,

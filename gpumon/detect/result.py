@@ -133,15 +133,20 @@ def missing_signals(f: dict, e: int) -> tuple[str, ...]:
 CONFIDENCE_FACTOR = {"subsecond_util": 0.8, "power": 0.85, "job_processes": 0.9, "host": 0.95}
 
 
+def discounted(conf: float, missing: Sequence[str]) -> float:
+    """Confidence ``conf`` less what each missing signal costs (CONFIDENCE_FACTOR)."""
+    for m in missing:
+        conf *= CONFIDENCE_FACTOR.get(m, 1.0)
+    return conf
+
+
 def make_diagnosis(f: dict, r: dict, e: int, gpus: Sequence[int], start: Optional[float],
                    end: Optional[float], th: Thresholds = DEFAULT) -> Diagnosis:
     v = VERDICTS[int(r["verdict"][e])]
     c = int(r["cause"][e])
     s = int(r["straggler"][e])
     missing = missing_signals(f, e)
-    conf = float(r["confidence"][e])
-    for m in missing:
-        conf *= CONFIDENCE_FACTOR.get(m, 1.0)
+    conf = discounted(float(r["confidence"][e]), missing)
     cause = CAUSES[c] if c >= 0 else None
     strag = gpus[s] if s >= 0 else None
     ev = evidence(f, e, s)
