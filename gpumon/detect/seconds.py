@@ -53,11 +53,12 @@ class SecondsTable:
     """Each second of a job, one column per idea (arrays over T; per-GPU ones (G, T)).
 
     ``cold`` and ``spinning`` are two readings of GPUs spinning in a collective, each blind
-    where the other sees: ``cold`` compares the GPUs with each other now (it sees a GPU that
-    has waited all along, and is what the screen and the rules read; every GPU at work
-    spinning together it sees only at spin_power_frac of their limits, the hottest being
-    the reference otherwise), ``spinning`` compares each GPU with its own power before (it
-    sees that, not a GPU that always waited).
+    where the other sees: ``cold`` compares the GPUs with each other now, by SM activity
+    where they have it, else by power (it sees a GPU that has waited all along, and is what
+    the screen and the rules read; every GPU at work spinning together it sees only by
+    spins or at spin_power_frac of their limits, the hottest being the reference otherwise),
+    ``spinning`` compares each GPU with its own power before (it sees that, not a GPU that
+    always waited).
     """
     duty: np.ndarray = col("share", "per GPU: mean utilization of its samples in the "
                            "second (NaN: no sample)")
@@ -75,10 +76,11 @@ class SecondsTable:
     lone_idle: np.ndarray = col("bool", "one GPU below trickle_duty, every other at "
                                 "on_duty or more")
     all_on: np.ndarray = col("bool", "every GPU seen at on_duty or more: all at work")
-    cold: np.ndarray = col("bool (G, T)", "per GPU: spins (where it has SM activity); "
-                           "else busy, at most cold_power_ratio of the "
-                           "hottest busy GPU's power now, power settled (POWER_LAG_S), "
-                           "its clocks not held down (held_down), or every GPU busy at "
+    cold: np.ndarray = col("bool (G, T)", "per GPU: busy, working less than its peers "
+                           "now: at most cold_power_ratio of the most active busy GPU's SM "
+                           "activity (where it has SM activity; or spins), else of the "
+                           "hottest busy GPU's power, power settled (POWER_LAG_S), its "
+                           "clocks not held down (held_down); or every GPU busy at "
                            "spin_power_frac of its limit or less: waiting, not computing")
     full: np.ndarray = col("share", "the least duty of a GPU seen; 0 where a GPU is cold "
                            "or none sent data: warm work on every GPU")
@@ -147,14 +149,13 @@ def seconds(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> SecondsTa
     """The table of a job's bins ``g`` and host bins ``h``."""
     with np.errstate(invalid="ignore", divide="ignore"):
         duty, power, limit = N.div(g[_POWER_NUM], g[_POWER_DEN])
-        cold = _cold(duty, power, limit, th, settle=True)
+        sm = N.div(g[GI["sa"]], g[GI["san"]])
+        cold = _cold(duty, power, limit, sm, th, settle=True)
         n_raw = _add(g[GI["n"]], 0)
         duty, n, u = fill_holes(duty, n_raw, _add(g[GI["u"]], 0), th)
         at = _any(cold, 0).nonzero()[0]
         if len(at):
             cold[:, at] &= ~_held_down_bins(g[:, :, at], th)
-        sm = N.div(g[GI["sa"]], g[GI["san"]])
-        cold = by_sm(cold, duty, sm, th)
         gap = gap_stops(g, th)
         spin = spin_seconds(g, th, duty)
         cols = _work(duty, n, u, th, gap, _any(cold, 0), spin)
@@ -234,35 +235,47 @@ def spins(duty, sm, th: Thresholds = DEFAULT):
     return (duty >= th.busy_duty) & (sm < th.spin_sm_active)
 
 
-def by_sm(by_power, duty, sm, th: Thresholds = DEFAULT):
-    """Whether a GPU spins: ``spins`` where its SM activity is known, else ``by_power`` (the
-    reading of its power, the fallback where a GPU has no GPM)."""
+def by_sm(by_power, by_sm_activity, sm):
+    """Per GPU, ``by_sm_activity`` where its SM activity ``sm`` is known, else ``by_power``
+    (the reading of its power, the fallback where a GPU has no GPM)."""
     if not np.any(sm == sm):                # (no SM activity anywhere: power alone)
         return by_power
-    return np.where(np.isnan(sm), by_power, spins(duty, sm, th))
+    return np.where(np.isnan(sm), by_power, by_sm_activity)
 
 
-# -- cold: below the hottest GPU's power now --------------------------------------------------
+# -- cold: below the hottest GPU now (SM activity, else power) ------------------------------
 
-def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
+def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray, sm: np.ndarray,
           th: Thresholds, settle: bool = False) -> np.ndarray:
-    """(G, T): each GPU busy (busy_duty) drawing at most cold_power_ratio of the hottest
-    busy GPU's power, at least power_spread of its limit below it where the limits are
-    known (``settle``: in the seconds whose power settled only, the first settle_bins only
-    settling the ones after them); fewer than two busy GPUs with power: none. Every GPU
-    where all spin (_all_low: none is the hottest to compare with). From per-GPU duty
-    (share), power and power limit (W), NaN where unknown."""
-    pw = np.where(duty >= th.busy_duty, power, np.nan)
-    known = ~np.isnan(pw)
-    hot = (np.where(known, pw, -np.inf).argmax(axis=0), np.arange(pw.shape[1]))
+    """(G, T): the cold column. By SM activity where a GPU has it: it spins, or it is below
+    the most active busy GPU's SM activity (below_hottest, the share of SMs its own limit).
+    By power where it has none: below the hottest busy GPU's power (below_hottest, in the
+    seconds whose power settled only with ``settle``: the first settle_bins only settling
+    the ones after them), or every GPU busy at spin_power_frac of its limit (_all_low: none
+    is the hottest to compare with). From per-GPU duty (share), power and power limit (W),
+    SM activity (share), NaN where unknown."""
+    busy = duty >= th.busy_duty
+    pw = np.where(busy, power, np.nan)
     frac = pw / np.where(limit > 0, limit, np.nan)
-    gap = frac[hot] - frac                  # NaN: a limit unknown, no check
-    cold = known & (pw <= th.cold_power_ratio * pw[hot]) & (np.isnan(gap)
-                                                            | (gap >= th.power_spread))
-    cold &= (_add(known, 0) >= 2) & (pw[hot] > 0)
+    cold = below_hottest(pw, frac, th)
     if settle:
-        cold &= settled(_all(known, 0), th)
-    return cold | _all_low(frac, known, th)
+        cold &= settled(_all(~np.isnan(pw), 0), th)
+    cold |= _all_low(frac, ~np.isnan(pw), th)
+    sm_busy = np.where(busy, sm, np.nan)
+    return by_sm(cold, spins(duty, sm, th) | below_hottest(sm_busy, sm_busy, th), sm)
+
+
+def below_hottest(x: np.ndarray, frac: np.ndarray, th: Thresholds) -> np.ndarray:
+    """(G, T): each GPU's reading ``x`` (NaN: not busy, or unknown) at most cold_power_ratio
+    of the highest one's, at least power_spread below it as a share of its limit
+    (``frac``; NaN: no check); fewer than two GPUs with a reading: none. A GPU that works
+    less than its peers now: it waits part of each second for them."""
+    known = ~np.isnan(x)
+    hot = (np.where(known, x, -np.inf).argmax(axis=0), np.arange(x.shape[1]))
+    gap = frac[hot] - frac
+    cold = known & (x <= th.cold_power_ratio * x[hot]) & (np.isnan(gap)
+                                                          | (gap >= th.power_spread))
+    return cold & (_add(known, 0) >= 2) & (x[hot] > 0)
 
 
 def _all_low(frac: np.ndarray, busy: np.ndarray, th: Thresholds) -> np.ndarray:
@@ -290,8 +303,7 @@ def busy_cold(util_pct: Mapping[int, Optional[float]], power_w: Mapping[int, Opt
                          for g in gpus], dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         duty = one(util_pct, 100.0)
-        cold = by_sm(_cold(duty, one(power_w), one(limit_w), th), duty,
-                     one(sm_active or {}), th)[:, 0]
+        cold = _cold(duty, one(power_w), one(limit_w), one(sm_active or {}), th)[:, 0]
     held = held or {}
     return frozenset(g for g, c in zip(gpus, cold) if c and not held.get(g, False))
 
@@ -364,7 +376,8 @@ def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT,
         back = i[:, None] - ctx[None, :]                       # (k, ctx)
         before = np.where(back >= 0, power[:, np.maximum(back, 0)], np.nan)
         ref = np.fmax.reduce(before, axis=2)                   # (G, k): NaN where unknown
-        spin = by_sm(power[:, i] <= th.stop_power_frac * ref, di, sm[:, i], th)
+        spin = by_sm(power[:, i] <= th.stop_power_frac * ref, spins(di, sm[:, i], th),
+                     sm[:, i])
         out[i] = _all(np.where(b, spin, True), 0)
     return out
 

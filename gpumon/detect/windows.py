@@ -194,18 +194,15 @@ class Windows:
     # -- GPUs cold beside the hottest ----------------------------------------------------------
     @cached_property
     def gpm(self) -> np.ndarray:
-        """(E,): every GPU's SM activity compared (GPM) in the window."""
-        return ~np.isnan(self.f["rel_sm"]).any(axis=0)
+        """(E,): every GPU has SM activity (GPM) in the window."""
+        return ~np.isnan(self.f["sm_active"]).any(axis=0)
 
     def some_cold(self, need: float) -> np.ndarray:
-        """(E,): some GPU cold beside the hottest: in ``need`` of the window's compared
-        seconds or more (the seconds table's cold column); where every GPU's SM activity is
-        compared, its mean at most cold_power_ratio of the most active GPU's (a wait of part
-        of each second, which no single second shows as a spin)."""
-        rel = self.f["rel_sm"]
-        rel_min = np.where(np.isnan(rel), np.inf, rel).min(axis=0)
-        return np.where(self.gpm, rel_min <= self.th.cold_power_ratio,
-                        self.f["cold_bins"] >= need)
+        """(E,): some GPU cold beside the hottest (the seconds table's cold column) in
+        ``need`` of the window's compared seconds or more where power compares them (a 1 s
+        average, which blurs a wait over the seconds beside it), in one or more where every
+        GPU's SM activity does (read in the second it was: a wait in some seconds only)."""
+        return self.f["cold_bins"] >= np.where(self.gpm, min(need, 1.0), need)
 
     # -- the odd GPU out: who waits for whom ---------------------------------------------------
     @cached_property
