@@ -15,6 +15,7 @@ import numpy as np
 
 from gpumon.detect import nanops as N
 from gpumon.detect.bins import GI, HI
+from gpumon.detect.jobs import in_use
 from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds
 
 
@@ -98,9 +99,10 @@ class SecondsTable:
     starving: np.ndarray = col("bool", "some rank's host starves it, or storage feeds the "
                                "job (storage_bound)")
     writing: np.ndarray = col("bool", "disk writes at ckpt_write_mbps or more")
-    holds: np.ndarray = col("bool (G, T)", "per GPU: not without its processes or "
-                            "mem_active_mib of memory (where known); a second without "
-                            "samples is as the one before")
+    holds: np.ndarray = col("bool (G, T)", "per GPU: in use (jobs.in_use: a process, or "
+                            "mem_active_mib of memory; neither known: held, what its "
+                            "kernels say no_kernels reads); a second without samples is "
+                            "as the one before")
     present: np.ndarray = col("bool", "the job holds every GPU (holds): the job is there")
     workers: np.ndarray = col("workers", "the most loader workers of any rank (NaN: unknown)")
     loader_age: np.ndarray = col("s", "age of the youngest loader worker (NaN: unknown)")
@@ -454,10 +456,10 @@ def _ranks(g: np.ndarray, th: Thresholds) -> dict:
 
 
 def _holds(g: np.ndarray, n: np.ndarray, th: Thresholds) -> np.ndarray:
-    """(G, T): each GPU not without its processes or memory, where known; a bin without
+    """(G, T): each GPU in use (jobs.in_use; neither known: held); a bin without
     samples (``n`` 0: a hole in the log says nothing of it) is as the last one before it."""
     mem, pid = N.div(g[_HELD[0]], g[_HELD[1]])
-    holds = ~((pid <= 0) | (mem < th.mem_active_mib))    # (NaN: unknown, False)
+    holds = in_use(pid, mem, True, th)
     if len(n) > 1 and not np.logical_and.reduce(n[1:], axis=None):
         at = np.arange(len(n))
         holds = holds[:, np.maximum.accumulate(np.where((n > 0) | (at == 0), at, 0))]
