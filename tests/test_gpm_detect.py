@@ -120,3 +120,24 @@ def test_ranks_taking_turns_are_busy_by_sm_activity_as_by_power(signal):
             for s in tk.gpus)) for tk in ticks]
     [d] = diagnose(ticks)
     assert d.verdict == "busy", d.because
+
+
+def test_a_busier_gpu_that_spins_by_sm_activity_is_no_straggler_whatever_its_power():
+    """GPU 0 at 100% utilization, GPU 1 at 50% (half of every second): GPU 0's power
+    rises with its extra duty as a computing GPU's would (45% of its limit against 20%),
+    but only 3% of its SMs are active: it spins waiting for GPU 1, it is not the rank the
+    other waits for (rank_computes). Without GPM, its power says it computes."""
+    from dataclasses import replace
+    from gpumon.detect import diagnose
+    from tests.test_detect import window
+
+    def on(g, t):
+        return g == 0 or t % 1.0 < 0.5
+    ticks = window(15, 2, lambda g, t: 100.0 if on(g, t) else 0.0,
+                   power=lambda g, t: 180.0 if g == 0 else 120.0 if on(g, t) else 40.0)
+    assert diagnose(ticks)[0].rule == "rank_computes"
+    ticks = [replace(tk, gpus=tuple(
+        replace(s, sm_active_ratio=0.03 if s.gpu == 0 else 0.7 if on(1, s.time - 1 / 12)
+                else 0.0) for s in tk.gpus)) for tk in ticks]
+    d = diagnose(ticks)[0]
+    assert d.rule != "rank_computes" and d.straggler_gpu != 0, (d.rule, d.because)
