@@ -51,16 +51,7 @@ WINDOW_COLS = ("duty", "at_work", "holds", "present", "cold")
 
 @dataclass
 class SecondsTable:
-    """Each second of a job, one column per idea (arrays over T; per-GPU ones (G, T)).
-
-    ``cold`` and ``spinning`` are two readings of GPUs spinning in a collective, each blind
-    where the other sees: ``cold`` compares the GPUs with each other now, by SM activity
-    where they have it, else by power (it sees a GPU that has waited all along, and is what
-    the screen and the rules read; every GPU at work spinning together it sees only by
-    spins or at spin_power_frac of their limits, the hottest being the reference otherwise),
-    ``spinning`` compares each GPU with its own power before (it sees that, not a GPU that
-    always waited).
-    """
+    """Each second of a job, one column per idea (arrays over T; per-GPU ones (G, T))."""
     duty: np.ndarray = col("share", "per GPU: mean utilization of its samples in the "
                            "second (NaN: no sample)")
     n: np.ndarray = col("samples", "the job's utilization samples in the second")
@@ -82,7 +73,9 @@ class SecondsTable:
                            "activity (where it has SM activity; or spins), else of the "
                            "hottest busy GPU's power, power settled (POWER_LAG_S), its "
                            "clocks not held down (held_down); or every GPU busy at "
-                           "spin_power_frac of its limit or less: waiting, not computing")
+                           "spin_power_frac of its limit or less: waiting, not computing "
+                           "(compared with its peers now: it sees a GPU that waited all "
+                           "along; what the screen's COLD and the rules read)")
     full: np.ndarray = col("share", "the least duty of a GPU seen; 0 where a GPU is cold "
                            "or none sent data: warm work on every GPU")
     at_work: np.ndarray = col("bool", "steady work: every GPU seen at work_duty or more "
@@ -90,7 +83,9 @@ class SecondsTable:
     spinning: np.ndarray = col("bool", "one GPU stopped while every GPU at work spins "
                                "(where it has SM activity), or draws at most "
                                "stop_power_frac of its own highest power over the "
-                               "context_s before: they spin in a collective")
+                               "context_s before: they spin in a collective (compared "
+                               "with its own past: it sees every GPU at work dropping "
+                               "together above spin_power_frac, which cold does not)")
     held: np.ndarray = col("bool", "lone_idle and spinning: one rank holds the others up")
     gap_stop: np.ndarray = col("bool", "every GPU sampled min_samples times or more, "
                                "each with a gap of stop_gap_s or more ending in the second")
@@ -249,13 +244,10 @@ def by_sm(by_power, by_sm_activity, sm):
 
 def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray, sm: np.ndarray,
           th: Thresholds, settle: bool = False) -> np.ndarray:
-    """(G, T): the cold column. By SM activity where a GPU has it: it spins, or it is below
-    the most active busy GPU's SM activity (below_hottest, the share of SMs its own limit).
-    By power where it has none: below the hottest busy GPU's power (below_hottest, in the
-    seconds whose power settled only with ``settle``: the first settle_bins only settling
-    the ones after them), or every GPU busy at spin_power_frac of its limit (_all_low: none
-    is the hottest to compare with). From per-GPU duty (share), power and power limit (W),
-    SM activity (share), NaN where unknown."""
+    """(G, T): the cold column (SecondsTable.cold) of per-GPU duty (share), power and power
+    limit (W) and SM activity (share, its own limit 1), NaN where unknown; ``settle``: power
+    compared in the seconds whose power settled only (the first settle_bins only settling
+    the ones after them)."""
     busy = duty >= th.busy_duty
     pw = np.where(busy, power, np.nan)
     frac = pw / np.where(limit > 0, limit, np.nan)
@@ -354,12 +346,8 @@ SPIN_CHUNK = 4096
 
 def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT,
                  duty: Optional[np.ndarray] = None) -> np.ndarray:
-    """The spinning column (T,): one GPU stopped (under trickle_duty) beside GPUs at work
-    (busy_duty or more) that each draw at most stop_power_frac of their own highest power
-    over the context_s before (or, where a GPU has SM activity, that ``spins``): they spin
-    in a collective (NCCL keeps a kernel running while it waits, at a fraction of its
-    computing power), they do not compute. Power and SM activity unknown: False.
-    ``duty``: the per-GPU duty, where the caller has it. Only bins with a GPU stopped
+    """The spinning column (SecondsTable.spinning, (T,)); power and SM activity unknown:
+    False. ``duty``: the per-GPU duty, where the caller has it. Only bins with a GPU stopped
     beside one at work are read (a day-long log has few; a live second rarely is one)."""
     out = np.zeros(g.shape[-1], bool)
     if duty is None:
