@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gpumon.detect import EVIDENCE_KEYS, Detector, diagnose
-from gpumon.detect.jobs import active, group_active
+from gpumon.detect.jobs import group_active, in_use
 from gpumon.detect.thresholds import DEFAULT, POWER_LAG_S, describe
 from gpumon.diagnosis import VERDICTS
 from gpumon.samples import (CLOCK_EVENT_SW_THERMAL, GpuSample, HostSample, JobProcs,
@@ -259,9 +259,11 @@ def test_two_jobs_under_two_launchers_get_one_verdict_each():
 
 
 def group(gpus, pids, mem, kernels):
-    """Jobs of the GPUs that active() finds in use."""
-    return group_active([g for g in gpus if active(pids.get(g), mem.get(g, math.nan),
-                                                     kernels.get(g, math.nan))], pids)
+    """Jobs of the GPUs that in_use() finds in use (``kernels``: the share of samples with a
+    kernel)."""
+    return group_active([g for g in gpus if in_use(
+        math.nan if pids.get(g) is None else len(pids[g]), mem.get(g, math.nan),
+        kernels.get(g, math.nan) >= DEFAULT.idle_duty)], pids)
 
 
 def test_group_rules():

@@ -28,8 +28,10 @@ def test_a_busy_gpu_with_few_sms_active_is_cold_whatever_its_power():
     tab = _table(0.03, 300.0)              # same power: power alone sees no wait
     assert tab.cold[1, 5:].all() and not tab.cold[0].any()
     assert np.allclose(tab.sm_active[1], 0.03)
-    tab = _table(0.3, 150.0)               # half the power, but its SMs compute
+    tab = _table(0.68, 150.0)              # half the power, but its SMs compute as GPU 0's
     assert not tab.cold.any()
+    tab = _table(0.5, 300.0)               # same power, its SMs idle part of each second
+    assert tab.cold[1].all() and not tab.cold[0].any()
 
 
 def test_without_sm_activity_power_decides():
@@ -77,7 +79,8 @@ def test_cold_mark_reads_sm_activity_where_present():
     # GPU 1 without GPM: its power decides (half GPU 0's: cold).
     assert busy_cold(util, {0: 300.0, 1: 150.0}, limit, sm_active={0: 0.7}) == {1}
     assert busy_cold(util, {0: 300.0, 1: 150.0}, limit,
-                     sm_active={0: 0.7, 1: 0.3}) == frozenset()
+                     sm_active={0: 0.7, 1: 0.68}) == frozenset()
+    assert busy_cold(util, power, limit, sm_active={0: 0.7, 1: 0.5}) == {1}
 
 
 @pytest.mark.parametrize("gpm,says", [("all", "SMs active"), ("none", "power limit")])
@@ -95,3 +98,46 @@ def test_analyze_reads_sm_activity_from_a_gpumon_csv(tmp_path, gpm, says):
     _, tl = analyze_file(path)
     hang = [d for d in tl.segments if d.cause == "hang"]
     assert hang and all(says in d.because for d in hang), [d.because for d in tl.segments]
+
+
+@pytest.mark.parametrize("signal", ["sm_active", "power"])
+def test_ranks_taking_turns_are_busy_by_sm_activity_as_by_power(signal):
+    """Two GPUs at 100%: GPU 0 works more (SM activity, or power, where there is no GPM) in
+    two seconds of every three, GPU 1 in the third. GPU 0 is the hottest on average, but
+    not in straggler_hot_share of the seconds another is cold: the ranks take turns, no
+    straggler to name, whichever signal compares them."""
+    from dataclasses import replace
+    from gpumon.detect import diagnose
+    from tests.test_detect import window
+
+    def more(g, t):
+        return (int(t) % 3 == 2) == (g == 1)
+    ticks = window(15, 2, lambda g, t: 100.0,
+                   power=lambda g, t: 360.0 if signal == "sm_active" or more(g, t) else 220.0)
+    if signal == "sm_active":
+        ticks = [replace(tk, gpus=tuple(
+            replace(s, sm_active_ratio=0.9 if more(s.gpu, s.time - 1 / 12) else 0.55)
+            for s in tk.gpus)) for tk in ticks]
+    [d] = diagnose(ticks)
+    assert d.verdict == "busy", d.because
+
+
+def test_a_busier_gpu_that_spins_by_sm_activity_is_no_straggler_whatever_its_power():
+    """GPU 0 at 100% utilization, GPU 1 at 50% (half of every second): GPU 0's power
+    rises with its extra duty as a computing GPU's would (45% of its limit against 20%),
+    but only 3% of its SMs are active: it spins waiting for GPU 1, it is not the rank the
+    other waits for (rank_computes). Without GPM, its power says it computes."""
+    from dataclasses import replace
+    from gpumon.detect import diagnose
+    from tests.test_detect import window
+
+    def on(g, t):
+        return g == 0 or t % 1.0 < 0.5
+    ticks = window(15, 2, lambda g, t: 100.0 if on(g, t) else 0.0,
+                   power=lambda g, t: 180.0 if g == 0 else 120.0 if on(g, t) else 40.0)
+    assert diagnose(ticks)[0].rule == "rank_computes"
+    ticks = [replace(tk, gpus=tuple(
+        replace(s, sm_active_ratio=0.03 if s.gpu == 0 else 0.7 if on(1, s.time - 1 / 12)
+                else 0.0) for s in tk.gpus)) for tk in ticks]
+    d = diagnose(ticks)[0]
+    assert d.rule != "rank_computes" and d.straggler_gpu != 0, (d.rule, d.because)

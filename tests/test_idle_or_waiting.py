@@ -1,9 +1,13 @@
 """Idle, or a job waiting between rare bursts (rules no_kernels / quiet_after_work), and which
-GPUs form a job without memory or process columns (jobs.active)."""
+GPUs form a job without memory or process columns (jobs.in_use)."""
 from __future__ import annotations
 
 from gpumon.analyze import analyze_file, summary
-from gpumon.detect.jobs import active
+import numpy as np
+
+from gpumon.detect.bins import SampleCols, log_store
+from gpumon.detect.jobs import store_jobs
+from gpumon.detect.thresholds import DEFAULT
 
 
 def _log(tmp_path, every: int, interval: int, seconds: int, mem: bool, burst: int = 30):
@@ -64,9 +68,14 @@ def test_a_steady_few_percent_with_no_sample_above_the_floor_is_idle(tmp_path):
 def test_a_gpu_is_active_by_the_share_of_samples_with_a_kernel():
     # 3 % of the samples show a kernel, at a 1 % mean duty: active; monitoring noise (every
     # sample at 3 %, none above idle_util_pct) is no kernel.
-    assert active(None, float("nan"), 0.03)
-    assert not active(None, float("nan"), 0.0)
-    assert not active(None, float("nan"), 0.01)
+    def jobs(util):
+        t = np.arange(len(util), dtype=float) / 6 + 0.05
+        st = log_store(SampleCols(t, np.zeros(len(util), int), np.array(util, float)),
+                       None, None, DEFAULT, False)
+        return store_jobs(st, st.nb, st.nb, {}, {})
+    assert jobs([33.0] * 3 + [0.0] * 97) == [((0,), False)]
+    assert jobs([3.0] * 100) == []
+    assert jobs([33.0] + [0.0] * 99) == []
 
 
 def test_live_a_job_bursting_once_every_30_s_waits_it_is_not_idle():

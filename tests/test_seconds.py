@@ -150,16 +150,36 @@ def test_present_and_a_hole_in_the_log_is_as_the_second_before():
     assert t.has.all()              # (a one-second hole reads as the second before)
 
 
-def test_a_gpu_with_memory_but_no_process_is_not_held():
-    """holds is per GPU, by memory and by processes (where known); present is every GPU
-    held."""
-    g, h = bins(np.full((2, 3), 0.9))
-    host(g, h, 0, mem=20000.0)
+def test_a_gpu_in_use_by_its_process_or_its_memory():
+    """holds is per GPU, jobs.in_use: a process on it or its memory held, either where known
+    (memory without a visible process: processes in another PID namespace; a process
+    before it takes its memory); present is every GPU held."""
+    g, h = bins(np.full((2, 4), 0.9))
+    for t in range(4):
+        host(g, h, t, mem=20000.0)
     g[GI["pid"], :, :], g[GI["pidn"], :, :] = 1.0, 1.0
-    g[GI["pid"], 1, 1] = 0.0                            # GPU 1's process gone
+    g[GI["pid"], 1, 1:] = 0.0                           # GPU 1's process not seen
+    g[GI["mem"], 1, 2:] = 10.0                          # ... and then its memory released
+    g[GI["mem"], 0, 3], g[GI["pid"], 0, 3] = 10.0, 1.0  # GPU 0: a process, little memory
     t = seconds(g, h)
-    assert t.holds.tolist() == [[True, True, True], [True, False, True]]
-    assert t.present.tolist() == [True, False, True]
+    assert t.holds.tolist() == [[True, True, True, True], [True, True, False, False]]
+    assert t.present.tolist() == [True, True, False, False]
+
+
+def test_memory_without_a_visible_process_is_the_job_from_its_first_second():
+    """Every GPU's memory held, the process lists known and empty (a container whose PIDs
+    the monitor cannot see): the GPUs form the job (store_jobs), in use from the first
+    second (active_since) and held in every second (holds): one definition, jobs.in_use."""
+    from gpumon.detect.bins import SampleCols, log_store
+    from gpumon.detect.jobs import active_since, store_jobs
+    t = np.repeat(np.arange(10, dtype=float), 2) + 0.5
+    s = SampleCols(t, np.tile([0, 1], 10), np.full(20, 100.0), mem=np.full(20, 9000.0),
+                   has_pid=np.zeros(20))
+    st = log_store(s, None, None, DEFAULT, False)
+    g, h = st.view([st.rows[0], st.rows[1]], raw=True)
+    assert store_jobs(st, st.nb, st.nb, {0: (), 1: ()}, {}) == [((0, 1), False)]
+    assert active_since(g) == 0
+    assert seconds(g, h).present.all()
 
 
 def test_a_row_holds_python_values_by_name():

@@ -323,10 +323,9 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
                     ends: np.ndarray, th: Thresholds, ix_t: np.ndarray,
                     cold: np.ndarray) -> dict:
     """Power in busy seconds: its fraction of the limit, relative to the hottest GPU once all
-    are settled at work (busy-but-cold), and the run of seconds all busy yet cold (a hang).
-    Where every GPU has SM activity (GPM), a GPU's work is compared by it instead (rel_sm:
-    no power lag to settle, no chip-to-chip spread of power), and a hang is every GPU
-    spinning (seconds.by_sm)."""
+    are settled at work, the seconds some GPU is cold (the seconds table's cold column) and
+    which GPU was the hottest in each (by SM activity where every GPU has it: no power lag
+    to settle), and the run of seconds all busy yet cold (a hang)."""
     bpw = N.div(g[GI["pw"]], g[GI["pn"]])            # mean power per bin (W), NaN if none
     sm = N.div(g[GI["sa"]], g[GI["san"]])
     blim = N.div(g[GI["pl"]], g[GI["pln"]])
@@ -336,26 +335,21 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
     settled = settled_seconds(all_busy, th)
     top = np.fmax.reduce(np.where(busy_bin, bpw, np.nan), axis=0)
     rel = np.where(settled, N.div(bpw, top), 0.0)
-    rel_a, ok, by_sm_s = _relative(rel, settled, all_busy, sm)
+    rel_a, ok = _relative(rel, settled, all_busy, sm)
     # The compared seconds with some GPU cold beside the hottest, and which GPU was the
     # hottest in each (rel_a is exactly 1 there): a straggler is the same GPU every step.
     cold_s = ok & cold.any(axis=0)
     # The window sums in one pass (rows: power fraction while busy, busy seconds,
     # power relative to the hottest GPU, settled seconds, hottest in a cold second, cold
-    # seconds, the GPU cold, seconds compared; SM activity relative to the most active GPU,
-    # seconds it is compared).
+    # seconds, the GPU cold, seconds compared).
     rows = [np.where(busy_bin, pf, 0.0), busy_bin, rel, np.broadcast_to(settled, rel.shape),
             cold_s & (rel_a >= 1.0), np.broadcast_to(cold_s, rel.shape), ok & cold,
             np.broadcast_to(ok, rel.shape)]
-    if by_sm_s is not None:
-        rows += [np.where(by_sm_s, rel_a, 0.0), np.broadcast_to(by_sm_s, rel.shape)]
     sums = wsum(np.array(rows, dtype=float), W, ends)
     rs = sums[2:4]
     # (Rows 0 / 1 and 2 / 3 in one division; rel_power (G, E): power over the hottest's,
     # all busy.)
     f = dict(zip(("power_frac_busy", "rel_power"), N.div(sums[0:4:2], sums[1:4:2])))
-    f["rel_sm"] = (N.div(sums[8], sums[9]) if by_sm_s is not None
-                   else np.full(sums[0].shape, np.nan))
     f["hot_bins"] = sums[4]                        # (G, E) hottest in a cold second
     f["cold_bins"] = sums[5][0]
     f["cold_share"] = N.div(sums[6], sums[7])      # (G, E) its compared seconds cold
@@ -368,17 +362,15 @@ def _power_features(g: np.ndarray, bduty: np.ndarray, keep: np.ndarray, W: np.nd
 
 
 def _relative(rel: np.ndarray, settled: np.ndarray, all_busy: np.ndarray, sm: np.ndarray):
-    """(rel_a, ok, by_sm_s): each GPU's work relative to the busiest GPU's per second, and
-    the seconds compared: power (``rel``, in the ``settled`` seconds) where some GPU lacks SM
-    activity, SM activity over the most active GPU's (every GPU busy) where each has it, the
-    seconds of which are ``by_sm_s`` (None: no such second)."""
+    """(rel_a, ok): each GPU's work relative to the busiest GPU's per second, and the
+    seconds compared: power (``rel``, in the ``settled`` seconds) where some GPU lacks SM
+    activity, SM activity over the most active GPU's (every GPU busy) where each has it."""
     smk = ~np.isnan(sm).any(axis=0)
     if not smk.any():
-        return rel, settled, None
-    by_sm_s = smk & all_busy
+        return rel, settled
     rel_sm = N.div(sm, np.fmax.reduce(sm, axis=0))
-    return (np.where(by_sm_s, rel_sm, np.where(smk, 0.0, rel)),
-            np.where(smk, all_busy, settled), by_sm_s)
+    return (np.where(smk & all_busy, rel_sm, np.where(smk, 0.0, rel)),
+            np.where(smk, all_busy, settled))
 
 
 def data_run(g: np.ndarray, since: Optional[np.ndarray], ends: np.ndarray,

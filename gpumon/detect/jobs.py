@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-import math
 from typing import Mapping, Optional
 
 import numpy as np
@@ -22,17 +21,16 @@ from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
 NAN = float("nan")
 
 
-def active(pids: Optional[tuple], mem_mib: float, kernels: float,
-           th: Thresholds = DEFAULT) -> bool:
-    """Is this GPU part of a job? Processes or memory say so; without either, activity:
-    ``kernels``, the share of its samples that show a kernel (above idle_util_pct)."""
-    if pids:
-        return True
-    if mem_mib is not None and not math.isnan(mem_mib):
-        return mem_mib >= th.mem_active_mib
-    if pids is not None:           # the process list is known and empty, memory unknown
-        return False
-    return kernels is not None and not math.isnan(kernels) and kernels >= th.idle_duty
+def in_use(pids, mem, kernel, th: Thresholds = DEFAULT):
+    """Whether a GPU is part of a job (arrays of any one shape): a process on it (``pids``:
+    how many, or the share of ticks that saw one) or mem_active_mib of its memory held
+    (``mem``, MiB: memory held by processes it cannot see, in another PID namespace, counts),
+    where either is known (NaN: unknown); where neither is, ``kernel``: whether it ran a
+    kernel over the caller's span (the window's share of samples with one at idle_duty,
+    one within idle_after_s; the seconds table, which reads one second: True)."""
+    with np.errstate(invalid="ignore"):
+        said = (pids > 0) | (mem >= th.mem_active_mib)
+    return np.where(np.isnan(pids) & np.isnan(mem), kernel, said)
 
 
 def group_active(act: list[int], pids: Mapping[int, Optional[tuple]],
@@ -134,11 +132,13 @@ def store_jobs(store: Store, stop: int, w: int, pids: dict, ppid: dict,
         s = np.where(has.any(axis=1), s[:, np.arange(s.shape[1]), last], 0.0)
     else:
         s = s.sum(axis=2)
-    n, quiet, memn, mem = s.tolist() if s.dtype == np.float64 else s
-    act = [gpu for i, gpu in enumerate(store.gpus)
-           if gpu not in gone and active(pids.get(gpu), mem[i] / memn[i] if memn[i] > 0 else NAN,
-                     1.0 if gpu in recent else (n[i] - quiet[i]) / n[i] if n[i] > 0 else NAN,
-                     th)]
+    n, quiet, memn, mem = s
+    pid = np.array([NAN if pids.get(gpu) is None else len(pids[gpu]) for gpu in store.gpus])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        kernel = np.array([gpu in recent for gpu in store.gpus], bool) | (
+            (n - quiet) / n >= th.idle_duty)
+        use = in_use(pid, N.div(mem, memn), kernel, th).tolist()
+    act = [gpu for i, gpu in enumerate(store.gpus) if use[i] and gpu not in gone]
     return (memo or group_active)(act, pids, ppid)
 
 
@@ -160,8 +160,7 @@ def active_since(g: np.ndarray, th: Thresholds = DEFAULT) -> int:
     at = np.arange(k.shape[-1])
     since_k = at - np.maximum.accumulate(np.where(k, at, -(1 << 30)), axis=-1)
     ran = since_k < int(round(th.idle_after_s / BIN_S))
-    act = np.where(~np.isnan(pid), pid > 0, False) | np.where(
-        ~np.isnan(mem), mem >= th.mem_active_mib, np.isnan(pid) & ran)
+    act = in_use(pid, mem, ran, th)
     allact = act.all(axis=0)
     off = np.flatnonzero(~allact)
     return int(off[-1] + 1) if len(off) else 0

@@ -15,6 +15,7 @@ import numpy as np
 
 from gpumon.detect import nanops as N
 from gpumon.detect.bins import GI, HI
+from gpumon.detect.jobs import in_use
 from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds
 
 
@@ -50,15 +51,7 @@ WINDOW_COLS = ("duty", "at_work", "holds", "present", "cold")
 
 @dataclass
 class SecondsTable:
-    """Each second of a job, one column per idea (arrays over T; per-GPU ones (G, T)).
-
-    ``cold`` and ``spinning`` are two readings of GPUs spinning in a collective, each blind
-    where the other sees: ``cold`` compares the GPUs with each other now (it sees a GPU that
-    has waited all along, and is what the screen and the rules read; every GPU at work
-    spinning together it sees only at spin_power_frac of their limits, the hottest being
-    the reference otherwise), ``spinning`` compares each GPU with its own power before (it
-    sees that, not a GPU that always waited).
-    """
+    """Each second of a job, one column per idea (arrays over T; per-GPU ones (G, T))."""
     duty: np.ndarray = col("share", "per GPU: mean utilization of its samples in the "
                            "second (NaN: no sample)")
     n: np.ndarray = col("samples", "the job's utilization samples in the second")
@@ -75,11 +68,14 @@ class SecondsTable:
     lone_idle: np.ndarray = col("bool", "one GPU below trickle_duty, every other at "
                                 "on_duty or more")
     all_on: np.ndarray = col("bool", "every GPU seen at on_duty or more: all at work")
-    cold: np.ndarray = col("bool (G, T)", "per GPU: spins (where it has SM activity); "
-                           "else busy, at most cold_power_ratio of the "
-                           "hottest busy GPU's power now, power settled (POWER_LAG_S), "
-                           "its clocks not held down (held_down), or every GPU busy at "
-                           "spin_power_frac of its limit or less: waiting, not computing")
+    cold: np.ndarray = col("bool (G, T)", "per GPU: busy, working less than its peers "
+                           "now: at most cold_power_ratio of the most active busy GPU's SM "
+                           "activity (where it has SM activity; or spins), else of the "
+                           "hottest busy GPU's power, power settled (POWER_LAG_S), its "
+                           "clocks not held down (held_down); or every GPU busy at "
+                           "spin_power_frac of its limit or less: waiting, not computing "
+                           "(compared with its peers now: it sees a GPU that waited all "
+                           "along; what the screen's COLD and the rules read)")
     full: np.ndarray = col("share", "the least duty of a GPU seen; 0 where a GPU is cold "
                            "or none sent data: warm work on every GPU")
     at_work: np.ndarray = col("bool", "steady work: every GPU seen at work_duty or more "
@@ -87,7 +83,9 @@ class SecondsTable:
     spinning: np.ndarray = col("bool", "one GPU stopped while every GPU at work spins "
                                "(where it has SM activity), or draws at most "
                                "stop_power_frac of its own highest power over the "
-                               "context_s before: they spin in a collective")
+                               "context_s before: they spin in a collective (compared "
+                               "with its own past: it sees every GPU at work dropping "
+                               "together above spin_power_frac, which cold does not)")
     held: np.ndarray = col("bool", "lone_idle and spinning: one rank holds the others up")
     gap_stop: np.ndarray = col("bool", "every GPU sampled min_samples times or more, "
                                "each with a gap of stop_gap_s or more ending in the second")
@@ -96,9 +94,10 @@ class SecondsTable:
     starving: np.ndarray = col("bool", "some rank's host starves it, or storage feeds the "
                                "job (storage_bound)")
     writing: np.ndarray = col("bool", "disk writes at ckpt_write_mbps or more")
-    holds: np.ndarray = col("bool (G, T)", "per GPU: not without its processes or "
-                            "mem_active_mib of memory (where known); a second without "
-                            "samples is as the one before")
+    holds: np.ndarray = col("bool (G, T)", "per GPU: in use (jobs.in_use: a process, or "
+                            "mem_active_mib of memory; neither known: held, what its "
+                            "kernels say no_kernels reads); a second without samples is "
+                            "as the one before")
     present: np.ndarray = col("bool", "the job holds every GPU (holds): the job is there")
     workers: np.ndarray = col("workers", "the most loader workers of any rank (NaN: unknown)")
     loader_age: np.ndarray = col("s", "age of the youngest loader worker (NaN: unknown)")
@@ -147,14 +146,13 @@ def seconds(g: np.ndarray, h: np.ndarray, th: Thresholds = DEFAULT) -> SecondsTa
     """The table of a job's bins ``g`` and host bins ``h``."""
     with np.errstate(invalid="ignore", divide="ignore"):
         duty, power, limit = N.div(g[_POWER_NUM], g[_POWER_DEN])
-        cold = _cold(duty, power, limit, th, settle=True)
+        sm = N.div(g[GI["sa"]], g[GI["san"]])
+        cold = _cold(duty, power, limit, sm, th, settle=True)
         n_raw = _add(g[GI["n"]], 0)
         duty, n, u = fill_holes(duty, n_raw, _add(g[GI["u"]], 0), th)
         at = _any(cold, 0).nonzero()[0]
         if len(at):
             cold[:, at] &= ~_held_down_bins(g[:, :, at], th)
-        sm = N.div(g[GI["sa"]], g[GI["san"]])
-        cold = by_sm(cold, duty, sm, th)
         gap = gap_stops(g, th)
         spin = spin_seconds(g, th, duty)
         cols = _work(duty, n, u, th, gap, _any(cold, 0), spin)
@@ -234,35 +232,44 @@ def spins(duty, sm, th: Thresholds = DEFAULT):
     return (duty >= th.busy_duty) & (sm < th.spin_sm_active)
 
 
-def by_sm(by_power, duty, sm, th: Thresholds = DEFAULT):
-    """Whether a GPU spins: ``spins`` where its SM activity is known, else ``by_power`` (the
-    reading of its power, the fallback where a GPU has no GPM)."""
+def by_sm(by_power, by_sm_activity, sm):
+    """Per GPU, ``by_sm_activity`` where its SM activity ``sm`` is known, else ``by_power``
+    (the reading of its power, the fallback where a GPU has no GPM)."""
     if not np.any(sm == sm):                # (no SM activity anywhere: power alone)
         return by_power
-    return np.where(np.isnan(sm), by_power, spins(duty, sm, th))
+    return np.where(np.isnan(sm), by_power, by_sm_activity)
 
 
-# -- cold: below the hottest GPU's power now --------------------------------------------------
+# -- cold: below the hottest GPU now (SM activity, else power) ------------------------------
 
-def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray,
+def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray, sm: np.ndarray,
           th: Thresholds, settle: bool = False) -> np.ndarray:
-    """(G, T): each GPU busy (busy_duty) drawing at most cold_power_ratio of the hottest
-    busy GPU's power, at least power_spread of its limit below it where the limits are
-    known (``settle``: in the seconds whose power settled only, the first settle_bins only
-    settling the ones after them); fewer than two busy GPUs with power: none. Every GPU
-    where all spin (_all_low: none is the hottest to compare with). From per-GPU duty
-    (share), power and power limit (W), NaN where unknown."""
-    pw = np.where(duty >= th.busy_duty, power, np.nan)
-    known = ~np.isnan(pw)
-    hot = (np.where(known, pw, -np.inf).argmax(axis=0), np.arange(pw.shape[1]))
+    """(G, T): the cold column (SecondsTable.cold) of per-GPU duty (share), power and power
+    limit (W) and SM activity (share, its own limit 1), NaN where unknown; ``settle``: power
+    compared in the seconds whose power settled only (the first settle_bins only settling
+    the ones after them)."""
+    busy = duty >= th.busy_duty
+    pw = np.where(busy, power, np.nan)
     frac = pw / np.where(limit > 0, limit, np.nan)
-    gap = frac[hot] - frac                  # NaN: a limit unknown, no check
-    cold = known & (pw <= th.cold_power_ratio * pw[hot]) & (np.isnan(gap)
-                                                            | (gap >= th.power_spread))
-    cold &= (_add(known, 0) >= 2) & (pw[hot] > 0)
+    cold = below_hottest(pw, frac, th)
     if settle:
-        cold &= settled(_all(known, 0), th)
-    return cold | _all_low(frac, known, th)
+        cold &= settled(_all(~np.isnan(pw), 0), th)
+    cold |= _all_low(frac, ~np.isnan(pw), th)
+    sm_busy = np.where(busy, sm, np.nan)
+    return by_sm(cold, spins(duty, sm, th) | below_hottest(sm_busy, sm_busy, th), sm)
+
+
+def below_hottest(x: np.ndarray, frac: np.ndarray, th: Thresholds) -> np.ndarray:
+    """(G, T): each GPU's reading ``x`` (NaN: not busy, or unknown) at most cold_power_ratio
+    of the highest one's, at least power_spread below it as a share of its limit
+    (``frac``; NaN: no check); fewer than two GPUs with a reading: none. A GPU that works
+    less than its peers now: it waits part of each second for them."""
+    known = ~np.isnan(x)
+    hot = (np.where(known, x, -np.inf).argmax(axis=0), np.arange(x.shape[1]))
+    gap = frac[hot] - frac
+    cold = known & (x <= th.cold_power_ratio * x[hot]) & (np.isnan(gap)
+                                                          | (gap >= th.power_spread))
+    return cold & (_add(known, 0) >= 2) & (x[hot] > 0)
 
 
 def _all_low(frac: np.ndarray, busy: np.ndarray, th: Thresholds) -> np.ndarray:
@@ -290,8 +297,7 @@ def busy_cold(util_pct: Mapping[int, Optional[float]], power_w: Mapping[int, Opt
                          for g in gpus], dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         duty = one(util_pct, 100.0)
-        cold = by_sm(_cold(duty, one(power_w), one(limit_w), th), duty,
-                     one(sm_active or {}), th)[:, 0]
+        cold = _cold(duty, one(power_w), one(limit_w), one(sm_active or {}), th)[:, 0]
     held = held or {}
     return frozenset(g for g, c in zip(gpus, cold) if c and not held.get(g, False))
 
@@ -340,12 +346,8 @@ SPIN_CHUNK = 4096
 
 def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT,
                  duty: Optional[np.ndarray] = None) -> np.ndarray:
-    """The spinning column (T,): one GPU stopped (under trickle_duty) beside GPUs at work
-    (busy_duty or more) that each draw at most stop_power_frac of their own highest power
-    over the context_s before (or, where a GPU has SM activity, that ``spins``): they spin
-    in a collective (NCCL keeps a kernel running while it waits, at a fraction of its
-    computing power), they do not compute. Power and SM activity unknown: False.
-    ``duty``: the per-GPU duty, where the caller has it. Only bins with a GPU stopped
+    """The spinning column (SecondsTable.spinning, (T,)); power and SM activity unknown:
+    False. ``duty``: the per-GPU duty, where the caller has it. Only bins with a GPU stopped
     beside one at work are read (a day-long log has few; a live second rarely is one)."""
     out = np.zeros(g.shape[-1], bool)
     if duty is None:
@@ -364,7 +366,8 @@ def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT,
         back = i[:, None] - ctx[None, :]                       # (k, ctx)
         before = np.where(back >= 0, power[:, np.maximum(back, 0)], np.nan)
         ref = np.fmax.reduce(before, axis=2)                   # (G, k): NaN where unknown
-        spin = by_sm(power[:, i] <= th.stop_power_frac * ref, di, sm[:, i], th)
+        spin = by_sm(power[:, i] <= th.stop_power_frac * ref, spins(di, sm[:, i], th),
+                     sm[:, i])
         out[i] = _all(np.where(b, spin, True), 0)
     return out
 
@@ -441,10 +444,10 @@ def _ranks(g: np.ndarray, th: Thresholds) -> dict:
 
 
 def _holds(g: np.ndarray, n: np.ndarray, th: Thresholds) -> np.ndarray:
-    """(G, T): each GPU not without its processes or memory, where known; a bin without
+    """(G, T): each GPU in use (jobs.in_use; neither known: held); a bin without
     samples (``n`` 0: a hole in the log says nothing of it) is as the last one before it."""
     mem, pid = N.div(g[_HELD[0]], g[_HELD[1]])
-    holds = ~((pid <= 0) | (mem < th.mem_active_mib))    # (NaN: unknown, False)
+    holds = in_use(pid, mem, True, th)
     if len(n) > 1 and not np.logical_and.reduce(n[1:], axis=None):
         at = np.arange(len(n))
         holds = holds[:, np.maximum.accumulate(np.where((n > 0) | (at == 0), at, 0))]

@@ -10,6 +10,7 @@ import numpy as np
 
 from gpumon.detect import nanops as N
 from gpumon.detect.hostview import Host
+from gpumon.detect.seconds import by_sm, spins
 from gpumon.detect.thresholds import BIN_S, POWER_LAG_S, Thresholds
 from gpumon.diagnosis import BUSY, CAUSES, VERDICTS
 
@@ -194,18 +195,15 @@ class Windows:
     # -- GPUs cold beside the hottest ----------------------------------------------------------
     @cached_property
     def gpm(self) -> np.ndarray:
-        """(E,): every GPU's SM activity compared (GPM) in the window."""
-        return ~np.isnan(self.f["rel_sm"]).any(axis=0)
+        """(E,): every GPU has SM activity (GPM) in the window."""
+        return ~np.isnan(self.f["sm_active"]).any(axis=0)
 
     def some_cold(self, need: float) -> np.ndarray:
-        """(E,): some GPU cold beside the hottest: in ``need`` of the window's compared
-        seconds or more (the seconds table's cold column); where every GPU's SM activity is
-        compared, its mean at most cold_power_ratio of the most active GPU's (a wait of part
-        of each second, which no single second shows as a spin)."""
-        rel = self.f["rel_sm"]
-        rel_min = np.where(np.isnan(rel), np.inf, rel).min(axis=0)
-        return np.where(self.gpm, rel_min <= self.th.cold_power_ratio,
-                        self.f["cold_bins"] >= need)
+        """(E,): some GPU cold beside the hottest (the seconds table's cold column) in
+        ``need`` of the window's compared seconds or more where power compares them (a 1 s
+        average, which blurs a wait over the seconds beside it), in one or more where every
+        GPU's SM activity does (read in the second it was: a wait in some seconds only)."""
+        return self.f["cold_bins"] >= np.where(self.gpm, min(need, 1.0), need)
 
     # -- the odd GPU out: who waits for whom ---------------------------------------------------
     @cached_property
@@ -219,21 +217,28 @@ class Windows:
 
     @cached_property
     def computes(self) -> np.ndarray:
-        """The busier GPUs compute (rather than spin while they wait for the idler ones)."""
+        """The busier GPUs compute (rather than spin while they wait for the idler ones): by
+        SM activity where they have it (they do not spin: seconds.spins, over the window);
+        else their power rises with their extra duty, spin_power_frac of the limit per unit
+        of duty or more (the idler GPUs are not busy: the cold column, which compares busy
+        GPUs, says nothing of them)."""
         f, th, G, duty = self.f, self.th, self.G, self.f["duty"]
         hi = duty >= ((self.dmax + self.dmin) / 2.0)[None, :]
-        # The mean power fraction and duty of the busier and the idler GPUs (nanmean
-        # over each half, the four in one pass).
-        x = np.array([f["power_frac"], f["power_frac"], duty, duty])
-        part = np.array([hi, ~hi, hi, ~hi]) & ~np.isnan(x)
-        p_hi, p_lo, d_hi, d_lo = np.where(part, x, 0.0).sum(axis=1) / part.sum(axis=1)
+        # The mean power fraction, duty and SM activity of the busier and the idler GPUs
+        # (nanmean over each half, in one pass).
+        x = np.array([f["power_frac"], f["power_frac"], duty, duty, f["sm_active"]])
+        part = np.array([hi, ~hi, hi, ~hi, hi]) & ~np.isnan(x)
+        with np.errstate(invalid="ignore"):
+            p_hi, p_lo, d_hi, d_lo, sm_hi = (np.where(part, x, 0.0).sum(axis=1)
+                                             / part.sum(axis=1))
         slope = (p_hi - p_lo) / np.maximum(d_hi - d_lo, 1e-6)
         # Without power: a single busier GPU against several idler ones computes.
         nhi = hi.sum(axis=0)
         lone_hi = nhi == 1
         if self.shared:                       # one process drives every GPU (DataParallel)
             return d_hi >= th.busy_duty
-        out = np.where(np.isnan(slope), lone_hi & (G > 2), slope >= th.spin_power_frac)
+        out = by_sm(np.where(np.isnan(slope), lone_hi & (G > 2), slope >= th.spin_power_frac),
+                    ~spins(d_hi, sm_hi, th), sm_hi)
         # A straggler is one GPU the others wait for: when more GPUs run flat out than idle,
         # the idle minority is the odd one out (its input), whatever the power says while
         # the 1 s power averages catch up; a busy minority against idle ones is the straggler.
