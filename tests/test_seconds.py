@@ -176,7 +176,7 @@ def test_memory_without_a_visible_process_is_the_job_from_its_first_second():
     s = SampleCols(t, np.tile([0, 1], 10), np.full(20, 100.0), mem=np.full(20, 9000.0),
                    has_pid=np.zeros(20))
     st = log_store(s, None, None, DEFAULT, False)
-    g, h = st.view([st.rows[0], st.rows[1]], raw=True)
+    g, h = st.view([st.rows[0], st.rows[1]])
     assert store_jobs(st, st.nb, st.nb, {0: (), 1: ()}, {}) == [((0, 1), False)]
     assert active_since(g) == 0
     assert seconds(g, h).present.all()
