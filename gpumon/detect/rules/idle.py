@@ -47,8 +47,8 @@ def _job_gone(x: Window) -> str:
             "on all of them")
 
 
-@rule(IDLE, 10, "one of the job's GPUs runs no process or holds less than "
-      "{mem_active_mib:.0f} MiB", _job_gone)
+@rule(IDLE, 10, "one of the job's GPUs neither runs a process nor holds "
+      "{mem_active_mib:.0f} MiB (where known)", _job_gone)
 def job_gone(w: Windows) -> None:
     """The job does not hold its GPUs (seconds.SecondsTable.present): idle, however few of
     the window's seconds are left."""
