@@ -82,7 +82,9 @@ def test_one_rank_stalling_again_and_again_is_not_a_pause(tmp_path):
 
 
 def _two_sided(util, power=None):
-    return two_sided(seconds(*bins(util, power=power)), DEFAULT)
+    table = seconds(*bins(util, power=power))
+    none = np.zeros(len(table), bool)
+    return two_sided(H.make(DEFAULT, None, table, none, none, np.full(len(table), -1)))
 
 
 def test_two_sided_marks_the_dip_only():
