@@ -98,12 +98,17 @@ def _back_at(job: Job, duty: float) -> np.ndarray:
     return m & (after + before >= job.th.recover_s / BIN_S)
 
 
+def _read(d) -> str:
+    """What the windows of a segment read (``d``: its middle window)."""
+    return f"its windows read {d.verdict} (rule {d.rule})"
+
+
 def _dip_at(job: Job, i: int) -> str:
     """The one-off dip (pauses.one_off_dips) whose marks hold bin ``i``, in words: its
     length, the steady work on either side and what that had to be at least."""
-    hb = bins(job.th.hold_s)
-    a0, b0, a, b = next(d for d in reversed(job.dips) if d[1] - hb <= i < d[3])
     th = job.th
+    hb = bins(th.hold_s)
+    a0, b0, a, b = next(d for d in reversed(job.dips) if d[1] - hb <= i < d[3])
     return (f"{_secs(a - b0)} stop ({_secs(b0 - a0)} of steady work before it, "
             f"{_secs(b - a)} after it; {th.context_s:.0f} s and {th.isolation:.0f} "
             "times the stop or more on either side)")
@@ -245,8 +250,8 @@ def _over(job: Job) -> np.ndarray:
 
 
 def _why_over(job: Job, a: int, b: int, d) -> str:
-    return (f"its windows read {d.verdict} (rule {d.rule}), which hold a one-off stop: the "
-            f"log shows steady work on either side of that {_dip_at(job, a)}: over")
+    return (f"{_read(d)}, which hold a one-off stop: the log shows steady work on either "
+            f"side of that {_dip_at(job, a)}: over")
 
 
 def _back(job: Job) -> np.ndarray:
@@ -257,10 +262,10 @@ def _why_back(job: Job, a: int, b: int, d) -> str:
     th = job.th
     after, before = run_sides(job.level >= th.work_duty)
     low = float(job.level[a:b][job.marks["back"][a:b]].min())
-    return (f"its windows read {d.verdict} (rule {d.rule}), which still hold the stall, but "
-            f"every GPU is back at steady work, {low:.0%} or more (at least "
-            f"{th.work_duty:.0%}), for {_secs(after[a] + before[a])} ({th.recover_s:.0f} s or "
-            "more): the rank is back at work")
+    return (f"{_read(d)}, which still hold the stall, but every GPU is back at steady "
+            f"work, {low:.0%} or more (at least {th.work_duty:.0%}), for "
+            f"{_secs(after[a] + before[a])} ({th.recover_s:.0f} s or more): the rank is back "
+            "at work")
 
 
 def _one_off(job: Job) -> np.ndarray:
@@ -268,8 +273,8 @@ def _one_off(job: Job) -> np.ndarray:
 
 
 def _why_one_off(job: Job, a: int, b: int, d) -> str:
-    return (f"its windows read {d.verdict} (rule {d.rule}), but the log shows steady work "
-            f"on either side of this {_dip_at(job, a)}: a one-off stop, not a starved rhythm")
+    return (f"{_read(d)}, but the log shows steady work on either side of this "
+            f"{_dip_at(job, a)}: a one-off stop, not a starved rhythm")
 
 
 HINDSIGHT: tuple[Hindsight, ...] = (

@@ -113,7 +113,7 @@ def scan(table: SecondsTable, th: Thresholds) -> Optional[SimpleNamespace]:
         return None
     duty, n, u = table.duty, table.n, table.u
     sc = SimpleNamespace()
-    have, has, good = ~np.isnan(duty), table.has, table.at_work
+    has, good = table.has, table.at_work
     sc.good = good
     with np.errstate(invalid="ignore", divide="ignore"):     # (the job's duty, u over n)
         sc.jd = jd = np.where(has, u / np.where(n > 0, n, 1.0), 0.0)
@@ -131,25 +131,23 @@ def scan(table: SecondsTable, th: Thresholds) -> Optional[SimpleNamespace]:
         blip[k:T - k] &= full[k - j:T - k - j] & full[k + j:T - k + j]
     at_work = good | blip                       # steady work, lone seconds allowed
     sc.jd_w = jd_w = _window_sums(jd, need)
+    # Per GPU: the seconds it sat idle beside the others at work (the table's lone_idle). One
+    # rank falling behind is the same one again and again; ranks that run on their own (a
+    # validation pass has no all-reduce to line them up) take turns.
     with np.errstate(invalid="ignore"):
-        split = has & (np.where(have, duty, 0.0).max(axis=0) >= th.work_duty)
-        # Per GPU: the seconds it sat idle (or at a trickle) beside another at work. One rank
-        # falling behind is the same one again and again; ranks that run on their own (a
-        # validation pass has no all-reduce to line them up) take turns. (Per GPU, and
-        # whatever the others do: the table's lone_idle says a second with one GPU idle.)
-        sc.lone_g = lone_g = split & have & (duty < th.trickle_duty)
+        sc.lone_g = table.lone_idle & (duty < th.trickle_duty)
     # More of them where the job's duty over the context still reads as work (a rhythm
     # whose 1 s samples catch the gap every few steps; a starving job's duty is lower), as
     # long as no more than blips_max are one rank idle beside others at work (a rank whose
     # stalls keep coming back).
     many = _window_sums(blip, need) > th.blips_max
     many &= (jd_w < th.duty_starved * need - 1e-9) | (
-        _window_sums(blip & lone_g.any(axis=0), need) > th.blips_max)
+        _window_sums(blip & table.lone_idle, need) > th.blips_max)
     sc.bad_lone = np.where(many, need, _window_sums(~at_work, need))
     # A dip: a second without steady work (a stop, a validation pass's rhythm, a rank that
     # fell behind for a moment) after one with it.
     drop = ~good
-    sc.deep = has & ~(np.where(have, duty, 0.0) >= th.on_duty).all(axis=0)
+    sc.deep = has & ~table.all_on
     sc.run_after, sc.run_before = run_sides(at_work)
     sc.first = np.flatnonzero(drop[need:] & ~drop[need - 1:-1]) + need
     return sc
@@ -253,7 +251,7 @@ DIP, LEAD, AFTER = 1, 2, 3
 
 
 def one_off_dips(sc: Optional[SimpleNamespace], th: Thresholds,
-                 starving: Optional[np.ndarray] = None) -> list[tuple[int, int, int, int]]:
+                 starving: np.ndarray) -> list[tuple[int, int, int, int]]:
     """(a0, b0, a, b) per isolated dip [b0, a) of a job (``sc``: scan() of its bins): steady
     work [a0, b0) before it and [a, b) after it (every GPU at work_duty or more in every
     second, no rank's host ``starving``), each at least context_s long and ``isolation``
@@ -263,8 +261,7 @@ def one_off_dips(sc: Optional[SimpleNamespace], th: Thresholds,
     if sc is None:          # (too short for steady work on either side of a dip)
         return []
     need = _need(th)
-    good = sc.good if starving is None else sc.good & ~starving
-    steady = list(zip(*(r.tolist() for r in runs(good))))     # steady [a, b)
+    steady = list(zip(*(r.tolist() for r in runs(sc.good & ~starving))))   # steady [a, b)
     return [(a0, b0, a, b) for (a0, b0), (a, b) in zip(steady, steady[1:])
             if min(b0 - a0, b - a) >= max(need, int(th.isolation * (a - b0)))]
 
