@@ -55,6 +55,15 @@ def _window_sums(x: np.ndarray, w: int) -> np.ndarray:
     return c[w:] - c[:-w] if len(x) >= w else np.zeros(0)
 
 
+def isolates(work: int, dip: int, need: int, times: float = 1.0,
+             left: Optional[int] = None) -> bool:
+    """Whether ``work`` bins of steady work beside a stop ``dip`` bins long set it apart: at
+    least ``need`` bins and ``times`` the stop. After a stop ``left`` bins before the log's
+    end, that many are enough: the log ends before it can tell."""
+    want = max(need, int(times * dip))
+    return work >= (want if left is None else min(want, left))
+
+
 def two_sided(job) -> np.ndarray:
     """Bins (T,) of a job (a hindsight.Job: its seconds ``table``, their ``sc``, a rank's
     host ``starving`` per bin) that are pauses judged with what followed them."""
@@ -93,7 +102,8 @@ def not_one_off(job) -> np.ndarray:
         return out
     unknown = job.why == _UNKNOWN
     for a, e in zip(*(r.tolist() for r in runs(pause))):
-        if e < T and unknown[a:e].all() and sc.run_after[e] < min(e - a, T - e):
+        if e < T and unknown[a:e].all() and not isolates(sc.run_after[e], e - a, 0,
+                                                          left=T - e):
             out[a:e] = True
     return out
 
@@ -190,21 +200,22 @@ def _dip(sc: SimpleNamespace, s: int, lead: int, th: Thresholds, need: int
         e = _tail_return(sc.good, sc.jd, s, bar, pmax, need)
         if e is None:
             return None
-    isolated = _isolated(sc, s - lead, e, at_end, bins(th.stagger_s))
+    isolated = _isolated(sc, s - lead, e, at_end, bins(th.stagger_s), need)
     return (s - lead, e) if isolated else None
 
 
-def _isolated(sc: SimpleNamespace, a: int, e: int, at_end: bool, lead_in: int) -> bool:
-    """Steady work (lone seconds allowed) at least as long as the dip [a, e) on either side
-    (after it, up to the end of the log where that comes first), and the ranks stopped
-    together: one rank idle beside others at work for most of the dip, the same rank
-    throughout, is held up on its host (its input, or a checkpoint only it writes, which
-    the live tracker calls a pause where the host shows writes)."""
+def _isolated(sc: SimpleNamespace, a: int, e: int, at_end: bool, lead_in: int,
+              need: int) -> bool:
+    """Steady work (lone seconds allowed) on either side of the dip [a, e) that isolates it
+    (``need`` bins and as long as the dip), and the ranks stopped together: one rank idle
+    beside others at work for most of the dip, the same rank throughout, is held up on its
+    host (its input, or a checkpoint only it writes, which the live tracker calls a pause
+    where the host shows writes)."""
     T = len(sc.good)
     dip = e - a
     lone = int(sc.lone_g[:, a:e].sum(axis=1).max())
-    return bool(sc.deep[a:e].any() and sc.run_after[e] >= min(dip, T - e)
-                and sc.run_before[a] >= dip and 2 * lone <= dip
+    return bool(sc.deep[a:e].any() and isolates(sc.run_after[e], dip, need, left=T - e)
+                and isolates(sc.run_before[a], dip, need) and 2 * lone <= dip
                 and not (at_end and lone > lead_in))
 
 
@@ -254,8 +265,8 @@ def one_off_dips(sc: Optional[SimpleNamespace], th: Thresholds,
                  starving: np.ndarray) -> list[tuple[int, int, int, int]]:
     """(a0, b0, a, b) per isolated dip [b0, a) of a job (``sc``: scan() of its bins): steady
     work [a0, b0) before it and [a, b) after it (every GPU at work_duty or more in every
-    second, no rank's host ``starving``), each at least context_s long and ``isolation``
-    times as long as the dip. Such a dip was a one-off (a rank's slow batch, a short save),
+    second, no rank's host ``starving``) that isolates it: each at least context_s long and
+    ``isolation`` times as long as the dip. Such a dip was a one-off (a rank's slow batch, a short save),
     where a starving job stops again sooner; its windows would hold starvation for up to
     context_s after it."""
     if sc is None:          # (too short for steady work on either side of a dip)
@@ -263,7 +274,8 @@ def one_off_dips(sc: Optional[SimpleNamespace], th: Thresholds,
     need = _need(th)
     steady = list(zip(*(r.tolist() for r in runs(sc.good & ~starving))))   # steady [a, b)
     return [(a0, b0, a, b) for (a0, b0), (a, b) in zip(steady, steady[1:])
-            if min(b0 - a0, b - a) >= max(need, int(th.isolation * (a - b0)))]
+            if isolates(b0 - a0, a - b0, need, th.isolation)
+            and isolates(b - a, a - b0, need, th.isolation, left=len(sc.good) - a)]
 
 
 def recovered(dips: list, T: int, th: Thresholds) -> np.ndarray:
