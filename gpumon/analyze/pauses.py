@@ -1,16 +1,6 @@
-"""Pauses seen from both sides: what `gpumon analyze` knows that a live verdict cannot.
-
-Live, a stop after steady work is a pause only while nothing says otherwise
-(gpumon.detect.pauses): a validation pass's choppy forward-only rhythm, or a stop again after
-the ranks came back, ends the "pause" and the seconds are judged as starvation. A log also
-holds what came next. A dip that starts with every GPU stopping after ``context_s`` of steady
-work, and is followed within ``idle_after_s`` by steady work at the same level again, is a
-pause of a healthy run (a checkpoint, a validation pass, an epoch boundary), whatever its
-inside looked like: starvation does not stop on its own. Its seconds are busy and left out of
-the windows after it, as live pauses are.
-
-One exception, the same as live: saturated loader workers behind the stopped GPUs for longer
-than ``loader_startup_s`` (host counters of a gpumon log) are starvation even then.
+"""Stops seen from both sides, what `gpumon analyze` knows that a live verdict cannot: the
+scan of a job's seconds, its dips and the steady work around them, which the rules of
+hindsight.py read.
 """
 from __future__ import annotations
 
@@ -66,7 +56,13 @@ def isolates(work: int, dip: int, need: int, times: float = 1.0,
 
 def two_sided(job) -> np.ndarray:
     """Bins (T,) of a job (a hindsight.Job: its seconds ``table``, their ``sc``, a rank's
-    host ``starving`` per bin) that are pauses judged with what followed them."""
+    host ``starving`` per bin) that are pauses judged with what followed them. Live, a stop
+    after steady work is a pause only while nothing says otherwise (a choppy rhythm, or a
+    stop again, ends it: gpumon.detect.pauses); a dip that starts with every GPU stopping
+    after context_s of steady work and is followed within idle_after_s by steady work at
+    the same level again (_dip) is a pause of a healthy run whatever its inside looked
+    like, as starvation does not stop on its own; unless, as live, saturated loader workers
+    stood behind the stopped GPUs for longer than loader_startup_s."""
     table, th, sc = job.table, job.th, job.sc
     T = len(table)
     out = np.zeros(T, dtype=bool)

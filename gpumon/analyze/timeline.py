@@ -203,14 +203,11 @@ def _first_seen(held: np.ndarray, keys: list, v: np.ndarray, c: np.ndarray,
     for i in (np.flatnonzero(held[1:] != held[:-1]) + 1).tolist():
         new, old = keys[held[i]], keys[held[i - 1]]
         j = i
-        if new[0] != old[0]:
-            while j - 1 > prev and v[j - 1] == new[0]:
-                j -= 1
-            while old[0] == _PAUSED and j - 1 > prev and v[j - 1] == _INSUFFICIENT:
-                j -= 1
-        else:
-            while j - 1 > prev and (v[j - 1], c[j - 1], s[j - 1]) == new:
-                j -= 1
+        k = 1 if new[0] != old[0] else 3        # (the verdict; else the whole key)
+        while j - 1 > prev and (v[j - 1], c[j - 1], s[j - 1])[:k] == new[:k]:
+            j -= 1
+        while new[0] != old[0] == _PAUSED and j - 1 > prev and v[j - 1] == _INSUFFICIENT:
+            j -= 1
         out.append(j)
         prev = j
     return out
