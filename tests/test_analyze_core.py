@@ -39,5 +39,5 @@ def test_a_held_segments_reason_quotes_the_thresholds_the_log_was_judged_with():
     th = dataclasses.replace(DEFAULT, hold_s=7.0)
     ds = [Diagnosis(verdict="busy", rule="duty_high", because="x")]
     key = (VERDICTS.index("data_starvation"), CAUSES.index("input_pipeline"), -1)
-    rule, why = _reason(ds, key, SimpleNamespace(marks={}), 0, 5, th)
+    rule, why = _reason(ds, None, key, SimpleNamespace(marks={}), 0, 5, th)
     assert rule == "hold" and "the 7 s a change needs" in why, why

@@ -82,7 +82,9 @@ def test_one_rank_stalling_again_and_again_is_not_a_pause(tmp_path):
 
 
 def _two_sided(util, power=None):
-    return two_sided(seconds(*bins(util, power=power)), DEFAULT)
+    table = seconds(*bins(util, power=power))
+    none = np.zeros(len(table), bool)
+    return two_sided(H.make(DEFAULT, None, table, none, none, np.full(len(table), -1)))
 
 
 def test_two_sided_marks_the_dip_only():
@@ -637,3 +639,15 @@ def test_each_pause_of_a_log_reads_the_cause_it_turned_out_to_have():
     assert m.tolist() == [False, True, True] + [False] * 6
     H.BY_NAME["final_cause"].apply(job, m)
     assert job.why.tolist() == [-1, ckpt, ckpt, ckpt, -1, -1, epoch, epoch, -1]
+
+
+def test_a_one_off_stop_near_the_logs_end_is_judged_with_the_work_left(tmp_path):
+    """The one-off stop above 9 s before the log ends: the steady work after it runs to the
+    end, shorter than context_s; the log ends before it can tell (pauses.isolates), so the
+    stop is a one-off as one with more work after it would be, not starvation."""
+    util = np.full(500, 95.0)
+    util[405:412] = 5.0                         # a 0.7 s stop at 40.5 s; the log ends at 50 s
+    _, tl = analyze_file(_fast_smi(tmp_path, util[::5], "end.csv", 0.5))
+    segs = [(d.verdict, d.rule, round(d.start - tl.start)) for d in tl.segments]
+    assert not [d for d in tl.segments if d.verdict == "data_starvation"], segs
+    assert [d.rule for d in tl.segments if d.verdict == "paused"] == ["one_off"], segs

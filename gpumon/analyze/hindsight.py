@@ -17,8 +17,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from gpumon.diagnosis import CAUSES, PAUSED, VERDICTS
-from gpumon.analyze.pauses import (AFTER, DIP, LEAD, not_one_off, one_off_dips, recovered,
-                                   runs, scan, two_sided)
+from gpumon.analyze.pauses import (AFTER, DIP, LEAD, bins, not_one_off, one_off_dips,
+                                   recovered, run_sides, runs, scan, two_sided)
 from gpumon.detect import LogJob
 from gpumon.detect.seconds import SecondsTable
 from gpumon.detect.thresholds import BIN_S, Thresholds
@@ -42,9 +42,6 @@ class Job(LogJob):
     dips: list
     rec: np.ndarray
     marks: dict = field(default_factory=dict)
-
-    def bins(self, s: float) -> int:
-        return int(round(s / BIN_S))
 
     @property
     def level(self) -> np.ndarray:
@@ -83,25 +80,37 @@ class Hindsight:
     reason: Callable[[Job, int, int, object], str]
 
 
-def _run(mask: np.ndarray, i: int) -> tuple[int, int]:
-    """The run [a, b) of True in ``mask`` that holds bin ``i`` (empty at i if it is False)."""
-    a, b = runs(mask)
-    k = int(np.searchsorted(a, i, side="right")) - 1
-    return (int(a[k]), int(b[k])) if k >= 0 and i < b[k] else (i, i)
-
-
-def _secs(job: Job, k: int) -> str:
+def _secs(k: int) -> str:
+    """``k`` bins in words."""
     return f"{k * BIN_S:.0f} s"
+
+
+def _after(job: Job, b: int) -> str:
+    """The steady work (lone seconds allowed: pauses.scan) from bin ``b`` on, in words."""
+    return _secs(int(job.sc.run_after[b]) if b < len(job.table) else 0)
+
+
+def _back_at(job: Job, duty: float) -> np.ndarray:
+    """The seconds in a run of recover_s or more in which every GPU is at ``duty`` or more
+    (Job.level): back at work."""
+    m = job.level >= duty
+    after, before = run_sides(m)
+    return m & (after + before >= job.th.recover_s / BIN_S)
+
+
+def _read(d) -> str:
+    """What the windows of a segment read (``d``: its middle window)."""
+    return f"its windows read {d.verdict} (rule {d.rule})"
 
 
 def _dip_at(job: Job, i: int) -> str:
     """The one-off dip (pauses.one_off_dips) whose marks hold bin ``i``, in words: its
     length, the steady work on either side and what that had to be at least."""
-    hb = job.bins(job.th.hold_s)
-    a0, b0, a, b = next(d for d in reversed(job.dips) if d[1] - hb <= i < d[3])
     th = job.th
-    return (f"{_secs(job, a - b0)} stop ({_secs(job, b0 - a0)} of steady work before it, "
-            f"{_secs(job, b - a)} after it; {th.context_s:.0f} s and {th.isolation:.0f} "
+    hb = bins(th.hold_s)
+    a0, b0, a, b = next(d for d in reversed(job.dips) if d[1] - hb <= i < d[3])
+    return (f"{_secs(a - b0)} stop ({_secs(b0 - a0)} of steady work before it, "
+            f"{_secs(b - a)} after it; {th.context_s:.0f} s and {th.isolation:.0f} "
             "times the stop or more on either side)")
 
 
@@ -126,7 +135,7 @@ def _set_final(job: Job, m: np.ndarray) -> None:
 
 
 def _why_final_cause(job: Job, a: int, b: int, d) -> str:
-    return (f"a log holds the whole {_secs(job, b - a)} pause: what it turned out to be "
+    return (f"a log holds the whole {_secs(b - a)} pause: what it turned out to be "
             "names each of its seconds")
 
 
@@ -139,24 +148,15 @@ def _clear(job: Job, m: np.ndarray) -> None:
 
 
 def _why_starved_stop(job: Job, a: int, b: int, d) -> str:
-    return (f"the pause tracker found this {_secs(job, b - a)} stop to be starvation (it came "
+    return (f"the pause tracker found this {_secs(b - a)} stop to be starvation (it came "
             "again, or work came back at a starved rhythm): a log knows it from its first "
             "second, so no second of it is a pause")
 
 
-def _not_one_off(job: Job) -> np.ndarray:
-    return not_one_off(job.pause, job.why == _UNKNOWN, job.sc)
-
-
 def _why_not_one_off(job: Job, a: int, b: int, d) -> str:
-    after = int(job.sc.run_after[b]) if job.sc is not None and b < len(job.table) else 0
-    return (f"nothing on the host explains this {_secs(job, b - a)} stop and only "
-            f"{_secs(job, after)} of steady work (at {job.th.work_duty:.0%} or more) "
+    return (f"nothing on the host explains this {_secs(b - a)} stop and only "
+            f"{_after(job, b)} of steady work (at {job.th.work_duty:.0%} or more) "
             "followed it before the next: the next gap of a starving job, not a pause")
-
-
-def _two_sided(job: Job) -> np.ndarray:
-    return two_sided(job.table, job.th, sc=job.sc, starving=job.starving)
 
 
 def _mark_pause(job: Job, m: np.ndarray) -> None:
@@ -166,23 +166,21 @@ def _mark_pause(job: Job, m: np.ndarray) -> None:
 
 def _why_two_sided(job: Job, a: int, b: int, d) -> str:
     th = job.th
-    before = int(job.sc.run_before[a]) if job.sc is not None else 0
-    after = int(job.sc.run_after[b]) if job.sc is not None and b < len(job.table) else 0
-    return (f"the log shows steady work on either side of this {_secs(job, b - a)} stop "
-            f"({_secs(job, before)} before, {_secs(job, after)} after; at least "
+    return (f"the log shows steady work on either side of this {_secs(b - a)} stop "
+            f"({_secs(int(job.sc.run_before[a]))} before, {_after(job, b)} after; at least "
             f"{th.context_s:.0f} s and as long as the stop), back at the level before within "
             f"{th.idle_after_s:.0f} s: a pause of healthy work, not starvation, which does "
             "not stop on its own")
 
 
 def _working(job: Job) -> np.ndarray:
-    return long_runs(job.level >= job.th.busy_duty, job.th.recover_s / BIN_S)
+    return _back_at(job, job.th.busy_duty)
 
 
 def _why_working(job: Job, a: int, b: int, d) -> str:
     th = job.th
     return (f"every GPU is back at {th.busy_duty:.0%} or more for "
-            f"{_secs(job, b - a)} ({th.recover_s:.0f} s or more): the pause is over")
+            f"{_secs(b - a)} ({th.recover_s:.0f} s or more): the pause is over")
 
 
 # --- the window ---------------------------------------------------------------------------
@@ -223,7 +221,7 @@ def _lead_when(job: Job) -> np.ndarray:
 def _lead(job: Job, m: np.ndarray) -> None:
     # (The lead: hold_s, as a live verdict lags its window by the hold and a segment's
     # evidence is read that far into it.)
-    job.r = hindsight_lead(job.r, [job.pause, job.excl], job.bins(job.th.hold_s))
+    job.r = hindsight_lead(job.r, [job.pause, job.excl], bins(job.th.hold_s))
     job.v, job.c, job.s = job.r["verdict"], job.r["cause"], job.r["straggler"]
 
 
@@ -252,24 +250,22 @@ def _over(job: Job) -> np.ndarray:
 
 
 def _why_over(job: Job, a: int, b: int, d) -> str:
-    return (f"its windows read {d.verdict} (rule {d.rule}), which hold a one-off stop: the "
-            f"log shows steady work on either side of that {_dip_at(job, a)}: over")
+    return (f"{_read(d)}, which hold a one-off stop: the log shows steady work on either "
+            f"side of that {_dip_at(job, a)}: over")
 
 
 def _back(job: Job) -> np.ndarray:
-    th = job.th
-    return _stall_on_host(job) & long_runs(job.level >= th.work_duty,
-                                           th.recover_s / BIN_S)
+    return _stall_on_host(job) & _back_at(job, job.th.work_duty)
 
 
 def _why_back(job: Job, a: int, b: int, d) -> str:
     th = job.th
-    ra, rb = _run(job.level >= th.work_duty, a)
+    after, before = run_sides(job.level >= th.work_duty)
     low = float(job.level[a:b][job.marks["back"][a:b]].min())
-    return (f"its windows read {d.verdict} (rule {d.rule}), which still hold the stall, but "
-            f"every GPU is back at steady work, {low:.0%} or more (at least "
-            f"{th.work_duty:.0%}), for {_secs(job, rb - ra)} ({th.recover_s:.0f} s or "
-            "more): the rank is back at work")
+    return (f"{_read(d)}, which still hold the stall, but every GPU is back at steady "
+            f"work, {low:.0%} or more (at least {th.work_duty:.0%}), for "
+            f"{_secs(after[a] + before[a])} ({th.recover_s:.0f} s or more): the rank is back "
+            "at work")
 
 
 def _one_off(job: Job) -> np.ndarray:
@@ -277,15 +273,15 @@ def _one_off(job: Job) -> np.ndarray:
 
 
 def _why_one_off(job: Job, a: int, b: int, d) -> str:
-    return (f"its windows read {d.verdict} (rule {d.rule}), but the log shows steady work "
-            f"on either side of this {_dip_at(job, a)}: a one-off stop, not a starved rhythm")
+    return (f"{_read(d)}, but the log shows steady work on either side of this "
+            f"{_dip_at(job, a)}: a one-off stop, not a starved rhythm")
 
 
 HINDSIGHT: tuple[Hindsight, ...] = (
     Hindsight("final_cause", "pause", None, _final_cause, _set_final, _why_final_cause),
     Hindsight("starved_stop", "pause", None, _starved_stop, _clear, _why_starved_stop),
-    Hindsight("not_one_off", "pause", None, _not_one_off, _clear, _why_not_one_off),
-    Hindsight("two_sided", "pause", _PAUSED, _two_sided, _mark_pause, _why_two_sided),
+    Hindsight("not_one_off", "pause", None, not_one_off, _clear, _why_not_one_off),
+    Hindsight("two_sided", "pause", _PAUSED, two_sided, _mark_pause, _why_two_sided),
     Hindsight("working", "pause", None, _working, _clear, _why_working),
     Hindsight("lead", "window", None, _lead_when, _lead, _why_lead),
     Hindsight("over", "verdict", _BUSY, _over, _relabel(_BUSY, -1), _why_over),
@@ -319,14 +315,3 @@ def relabelled(job: Job, a: int, b: int, verdict: int) -> Optional[tuple[str, in
         if len(hit) and (best is None or len(hit) > best[0]):
             best = (len(hit), h.name, a + int(hit[0]), a + int(hit[-1]) + 1)
     return None if best is None else best[1:]
-
-
-def long_runs(full: np.ndarray, need: float) -> np.ndarray:
-    """``full`` where its run of True is ``need`` long or longer (marked at each such run's
-    start and end, then summed: a starving job has tens of thousands of short runs)."""
-    a, b = runs(full)
-    long = b - a >= need
-    mark = np.zeros(len(full) + 1, np.int8)
-    mark[a[long]] = 1
-    mark[b[long]] = -1          # (a run ends on a bin that starts none)
-    return np.cumsum(mark[:-1]) > 0

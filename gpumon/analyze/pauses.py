@@ -1,16 +1,6 @@
-"""Pauses seen from both sides: what `gpumon analyze` knows that a live verdict cannot.
-
-Live, a stop after steady work is a pause only while nothing says otherwise
-(gpumon.detect.pauses): a validation pass's choppy forward-only rhythm, or a stop again after
-the ranks came back, ends the "pause" and the seconds are judged as starvation. A log also
-holds what came next. A dip that starts with every GPU stopping after ``context_s`` of steady
-work, and is followed within ``idle_after_s`` by steady work at the same level again, is a
-pause of a healthy run (a checkpoint, a validation pass, an epoch boundary), whatever its
-inside looked like: starvation does not stop on its own. Its seconds are busy and left out of
-the windows after it, as live pauses are.
-
-One exception, the same as live: saturated loader workers behind the stopped GPUs for longer
-than ``loader_startup_s`` (host counters of a gpumon log) are starvation even then.
+"""Stops seen from both sides, what `gpumon analyze` knows that a live verdict cannot: the
+scan of a job's seconds, its dips and the steady work around them, which the rules of
+hindsight.py read.
 """
 from __future__ import annotations
 
@@ -19,13 +9,34 @@ from typing import Optional
 
 import numpy as np
 
+from gpumon.diagnosis import CAUSES
 from gpumon.detect.seconds import SecondsTable
 from gpumon.detect.thresholds import BIN_S, Thresholds
+
+_UNKNOWN = CAUSES.index("unknown")
+
+
+def bins(s: float) -> int:
+    """Seconds as a whole number of bins."""
+    return int(round(s / BIN_S))
+
 
 def runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The runs [a, b) of True in ``mask``: their starts and ends."""
     e = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
     return e[::2], e[1::2]
+
+
+def run_sides(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per bin i: how many True bins start at i, and how many end just before i (their sum
+    is the length of the run of True that holds i, 0 where i is False)."""
+    T = len(mask)
+    idx = np.arange(T)
+    # Next False bin at or after i; last False bin before i.
+    bad = np.flatnonzero(~mask)
+    nxt = np.append(bad, T)[np.searchsorted(bad, idx, side="left")]
+    prv = np.insert(bad, 0, -1)[np.searchsorted(bad, idx, side="left")]
+    return nxt - idx, idx - prv - 1
 
 
 def _window_sums(x: np.ndarray, w: int) -> np.ndarray:
@@ -34,30 +45,31 @@ def _window_sums(x: np.ndarray, w: int) -> np.ndarray:
     return c[w:] - c[:-w] if len(x) >= w else np.zeros(0)
 
 
-def _runs(good: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per bin i: how many steady bins start at i, and how many end just before i."""
-    T = len(good)
-    idx = np.arange(T)
-    # Next non-steady bin at or after i; last non-steady bin before i.
-    bad = np.flatnonzero(~good)
-    nxt = np.append(bad, T)[np.searchsorted(bad, idx, side="left")]
-    prv = np.insert(bad, 0, -1)[np.searchsorted(bad, idx, side="left")]
-    return nxt - idx, idx - prv - 1
+def isolates(work: int, dip: int, need: int, times: float = 1.0,
+             left: Optional[int] = None) -> bool:
+    """Whether ``work`` bins of steady work beside a stop ``dip`` bins long set it apart: at
+    least ``need`` bins and ``times`` the stop. After a stop ``left`` bins before the log's
+    end, that many are enough: the log ends before it can tell."""
+    want = max(need, int(times * dip))
+    return work >= (want if left is None else min(want, left))
 
 
-def two_sided(table: SecondsTable, th: Thresholds, sc: Optional[SimpleNamespace] = None,
-              starving: Optional[np.ndarray] = None) -> np.ndarray:
-    """Bins (T,) of a job that are pauses judged with what followed them, from its seconds
-    ``table``. ``sc``: scan() of the same table, where the caller has it already;
-    ``starving``: per bin, a rank's host starving (None: no host counters)."""
+def two_sided(job) -> np.ndarray:
+    """Bins (T,) of a job (a hindsight.Job: its seconds ``table``, their ``sc``, a rank's
+    host ``starving`` per bin) that are pauses judged with what followed them. Live, a stop
+    after steady work is a pause only while nothing says otherwise (a choppy rhythm, or a
+    stop again, ends it: gpumon.detect.pauses); a dip that starts with every GPU stopping
+    after context_s of steady work and is followed within idle_after_s by steady work at
+    the same level again (_dip) is a pause of a healthy run whatever its inside looked
+    like, as starvation does not stop on its own; unless, as live, saturated loader workers
+    stood behind the stopped GPUs for longer than loader_startup_s."""
+    table, th, sc = job.table, job.th, job.sc
     T = len(table)
     out = np.zeros(T, dtype=bool)
-    need = _need(th)          # steady bins before and after a dip
-    if T < 2 * need + 1:
+    if sc is None:
         return out
-    sc = sc if sc is not None else scan(table, th)
-    startup = int(round(th.loader_startup_s / BIN_S))
-    leads = _leads(sc, need, int(round(th.stagger_s / BIN_S)))
+    need = _need(th)          # steady bins before and after a dip
+    leads = _leads(sc, need, bins(th.stagger_s))
     has = leads >= 0
     for s, lead in zip(sc.first[has].tolist(), leads[has].tolist()):
         dip = _dip(sc, s, lead, th, need)
@@ -66,33 +78,35 @@ def two_sided(table: SecondsTable, th: Thresholds, sc: Optional[SimpleNamespace]
         a, e = dip
         if not _stopped(table.duty[:, a:e], table.power, a, e, need, th):
             continue
-        if starving is not None and int((starving[s:e] & sc.drop[s:e]).sum()) > startup:
+        if int((job.starving[s:e] & ~sc.good[s:e]).sum()) > bins(th.loader_startup_s):
             continue
         out[a:e] = True
     return out
 
 
-def not_one_off(pause: np.ndarray, unknown: np.ndarray,
-                sc: Optional[SimpleNamespace]) -> np.ndarray:
-    """Bins (T,) of the live tracker's pauses (``pause``) that a log shows were no one-off
-    stop: ``unknown`` (nothing on the host explains them) and followed by steady work
-    (lone seconds allowed) shorter than the pause itself before the next stop, the log not
-    ending first. Such a stop is the next gap of a starving job; a checkpoint, validation
-    pass or epoch boundary is followed by more work than it took (two_sided's isolation).
-    ``sc``: scan() of the job's bins (None: too short for either)."""
+def not_one_off(job) -> np.ndarray:
+    """Bins (T,) of the live tracker's pauses (a hindsight.Job's ``pause``) that a log shows
+    were no one-off stop: of cause unknown (nothing on the host explains them) and followed
+    by steady work (lone seconds allowed) shorter than the pause itself before the next
+    stop, the log not ending first. Such a stop is the next gap of a starving job; a
+    checkpoint, validation pass or epoch boundary is followed by more work than it took
+    (two_sided's isolation)."""
+    pause, sc = job.pause, job.sc
     T = len(pause)
     out = np.zeros(T, dtype=bool)
     if sc is None or not pause.any():
         return out
+    unknown = job.why == _UNKNOWN
     for a, e in zip(*(r.tolist() for r in runs(pause))):
-        if e < T and unknown[a:e].all() and sc.run_after[e] < min(e - a, T - e):
+        if e < T and unknown[a:e].all() and not isolates(sc.run_after[e], e - a, 0,
+                                                          left=T - e):
             out[a:e] = True
     return out
 
 
 def _need(th: Thresholds) -> int:
     """Bins of steady work wanted before and after a dip (context_s)."""
-    return max(2, int(round(th.context_s / BIN_S)))
+    return max(2, bins(th.context_s))
 
 
 def scan(table: SecondsTable, th: Thresholds) -> Optional[SimpleNamespace]:
@@ -105,9 +119,9 @@ def scan(table: SecondsTable, th: Thresholds) -> Optional[SimpleNamespace]:
         return None
     duty, n, u = table.duty, table.n, table.u
     sc = SimpleNamespace()
-    have, has, good = ~np.isnan(duty), table.has, table.at_work
+    has, good = table.has, table.at_work
     sc.good = good
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):     # (the job's duty, u over n)
         sc.jd = jd = np.where(has, u / np.where(n > 0, n, 1.0), 0.0)
     # Before a dip, a lone second below steady work with recover_s seconds of work at full
     # speed on each side (a 1 s sample that caught the gap between two steps) is steady work
@@ -117,31 +131,30 @@ def scan(table: SecondsTable, th: Thresholds) -> Optional[SimpleNamespace]:
     # throughout does: a lone second that caught the gap between two steps is not a stop.
     full = good & (jd >= th.duty_starved)      # steady work at full speed
     blip = ~good
-    k = min(int(round(th.recover_s / BIN_S)), T // 2)
+    k = min(bins(th.recover_s), T // 2)
     blip[:k] = blip[T - k:] = False
     for j in range(1, k + 1):
         blip[k:T - k] &= full[k - j:T - k - j] & full[k + j:T - k + j]
     at_work = good | blip                       # steady work, lone seconds allowed
     sc.jd_w = jd_w = _window_sums(jd, need)
+    # Per GPU: the seconds it sat idle beside the others at work (the table's lone_idle). One
+    # rank falling behind is the same one again and again; ranks that run on their own (a
+    # validation pass has no all-reduce to line them up) take turns.
     with np.errstate(invalid="ignore"):
-        split = has & (np.where(have, duty, 0.0).max(axis=0) >= th.work_duty)
-        # Per GPU: the seconds it sat idle (or at a trickle) beside another at work. One rank
-        # falling behind is the same one again and again; ranks that run on their own (a
-        # validation pass has no all-reduce to line them up) take turns.
-        sc.lone_g = lone_g = split & have & (duty < th.trickle_duty)
+        sc.lone_g = table.lone_idle & (duty < th.trickle_duty)
     # More of them where the job's duty over the context still reads as work (a rhythm
     # whose 1 s samples catch the gap every few steps; a starving job's duty is lower), as
     # long as no more than blips_max are one rank idle beside others at work (a rank whose
     # stalls keep coming back).
     many = _window_sums(blip, need) > th.blips_max
     many &= (jd_w < th.duty_starved * need - 1e-9) | (
-        _window_sums(blip & lone_g.any(axis=0), need) > th.blips_max)
+        _window_sums(blip & table.lone_idle, need) > th.blips_max)
     sc.bad_lone = np.where(many, need, _window_sums(~at_work, need))
     # A dip: a second without steady work (a stop, a validation pass's rhythm, a rank that
     # fell behind for a moment) after one with it.
-    sc.drop = drop = ~good
-    sc.deep = has & ~(np.where(have, duty, 0.0) >= th.on_duty).all(axis=0)
-    sc.run_after, sc.run_before = _runs(at_work)
+    drop = ~good
+    sc.deep = has & ~table.all_on
+    sc.run_after, sc.run_before = run_sides(at_work)
     sc.first = np.flatnonzero(drop[need:] & ~drop[need - 1:-1]) + need
     return sc
 
@@ -166,12 +179,11 @@ def _dip(sc: SimpleNamespace, s: int, lead: int, th: Thresholds, need: int
     return to steady work at that level within idle_after_s (or to the end of the log), and
     the dip isolated (see _isolated)."""
     T = len(sc.good)
-    lead_in = int(round(th.stagger_s / BIN_S))
     level = sc.jd_w[s - lead - need] / need
     if level < th.work_duty:
         return None
     bar = min(level, th.duty_starved) - th.return_tol     # back at the same level
-    pmax = int(round(th.idle_after_s / BIN_S))
+    pmax = bins(th.idle_after_s)
     hi = min(s + pmax, T - need)
     level_ok = sc.jd_w[s + 1:hi + 1] >= bar * need - 1e-9
     # The return: the first bin from which context_s of work at that level follows, lone
@@ -184,20 +196,22 @@ def _dip(sc: SimpleNamespace, s: int, lead: int, th: Thresholds, need: int
         e = _tail_return(sc.good, sc.jd, s, bar, pmax, need)
         if e is None:
             return None
-    return (s - lead, e) if _isolated(sc, s - lead, e, at_end, lead_in) else None
+    isolated = _isolated(sc, s - lead, e, at_end, bins(th.stagger_s), need)
+    return (s - lead, e) if isolated else None
 
 
-def _isolated(sc: SimpleNamespace, a: int, e: int, at_end: bool, lead_in: int) -> bool:
-    """Steady work (lone seconds allowed) at least as long as the dip [a, e) on either side
-    (after it, up to the end of the log where that comes first), and the ranks stopped
-    together: one rank idle beside others at work for most of the dip, the same rank
-    throughout, is held up on its host (its input, or a checkpoint only it writes, which
-    the live tracker calls a pause where the host shows writes)."""
+def _isolated(sc: SimpleNamespace, a: int, e: int, at_end: bool, lead_in: int,
+              need: int) -> bool:
+    """Steady work (lone seconds allowed) on either side of the dip [a, e) that isolates it
+    (``need`` bins and as long as the dip), and the ranks stopped together: one rank idle
+    beside others at work for most of the dip, the same rank throughout, is held up on its
+    host (its input, or a checkpoint only it writes, which the live tracker calls a pause
+    where the host shows writes)."""
     T = len(sc.good)
     dip = e - a
     lone = int(sc.lone_g[:, a:e].sum(axis=1).max())
-    return bool(sc.deep[a:e].any() and sc.run_after[e] >= min(dip, T - e)
-                and sc.run_before[a] >= dip and 2 * lone <= dip
+    return bool(sc.deep[a:e].any() and isolates(sc.run_after[e], dip, need, left=T - e)
+                and isolates(sc.run_before[a], dip, need) and 2 * lone <= dip
                 and not (at_end and lone > lead_in))
 
 
@@ -206,7 +220,9 @@ def _stopped(duty: np.ndarray, power: Optional[np.ndarray], a: int, e: int, need
     """Whether some GPU stopped in the dip [a, e): a second below on_duty at
     stop_power_frac of its power over the need bins before the dip or less (an idle GPU's
     power falls; a 1 s sample at 0% beside busy power caught the gap between two steps).
-    A GPU whose power is unknown there counts as stopped in its low seconds."""
+    A GPU whose power is unknown there counts as stopped in its low seconds. (The table's
+    spinning reads the power of the GPUs at work beside a stopped one; this, the stopped
+    GPU's own.)"""
     low = duty < th.on_duty
     if power is None:
         return bool(low.any())
@@ -242,20 +258,20 @@ DIP, LEAD, AFTER = 1, 2, 3
 
 
 def one_off_dips(sc: Optional[SimpleNamespace], th: Thresholds,
-                 starving: Optional[np.ndarray] = None) -> list[tuple[int, int, int, int]]:
+                 starving: np.ndarray) -> list[tuple[int, int, int, int]]:
     """(a0, b0, a, b) per isolated dip [b0, a) of a job (``sc``: scan() of its bins): steady
     work [a0, b0) before it and [a, b) after it (every GPU at work_duty or more in every
-    second, no rank's host ``starving``), each at least context_s long and ``isolation``
-    times as long as the dip. Such a dip was a one-off (a rank's slow batch, a short save),
+    second, no rank's host ``starving``) that isolates it: each at least context_s long and
+    ``isolation`` times as long as the dip. Such a dip was a one-off (a rank's slow batch, a short save),
     where a starving job stops again sooner; its windows would hold starvation for up to
     context_s after it."""
     if sc is None:          # (too short for steady work on either side of a dip)
         return []
     need = _need(th)
-    good = sc.good if starving is None else sc.good & ~starving
-    steady = list(zip(*(r.tolist() for r in runs(good))))     # steady [a, b)
+    steady = list(zip(*(r.tolist() for r in runs(sc.good & ~starving))))   # steady [a, b)
     return [(a0, b0, a, b) for (a0, b0), (a, b) in zip(steady, steady[1:])
-            if min(b0 - a0, b - a) >= max(need, int(th.isolation * (a - b0)))]
+            if isolates(b0 - a0, a - b0, need, th.isolation)
+            and isolates(b - a, a - b0, need, th.isolation, left=len(sc.good) - a)]
 
 
 def recovered(dips: list, T: int, th: Thresholds) -> np.ndarray:
@@ -263,8 +279,8 @@ def recovered(dips: list, T: int, th: Thresholds) -> np.ndarray:
     work before it (analyze's windows lead by that much) and the first recover_s after it,
     AFTER in the rest of the steady work after it, 0 elsewhere."""
     out = np.zeros(T, dtype=np.int8)
-    rb = max(1, int(round(th.recover_s / BIN_S)))
-    hb = max(0, int(round(th.hold_s / BIN_S)))
+    rb = max(1, bins(th.recover_s))
+    hb = max(0, bins(th.hold_s))
     for a0, b0, a, b in dips:
         out[b0 - hb:b0], out[a:a + rb], out[a + rb:b] = LEAD, LEAD, AFTER
         out[b0:a] = DIP

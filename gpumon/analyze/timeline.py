@@ -15,16 +15,17 @@ from typing import Optional
 
 import numpy as np
 
-from gpumon.diagnosis import CAUSES, IDLE, INSUFFICIENT_DATA, PAUSED, VERDICTS, Diagnosis
+from gpumon.diagnosis import IDLE, INSUFFICIENT_DATA, PAUSED, VERDICTS, Diagnosis
 from gpumon.detect import Detector
 from gpumon.detect.result import (EVIDENCE_KEYS, advice, discounted, idle_diagnosis,
                                   key_names, make_diagnosis)
 from gpumon.detect.rules import held
-from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
+from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.logs.log import Log, runs
 from gpumon.logs.memory import small_pages
 from gpumon.logs.sniff import DRIVER_SAMPLED
 from gpumon.analyze import hindsight as H
+from gpumon.analyze.pauses import bins
 # Evidence of a segment: the median over at most this many evenly spaced seconds of it.
 EVIDENCE_POINTS = 9
 _INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
@@ -75,17 +76,15 @@ def _join(parts: list[Timeline], th: Thresholds) -> Timeline:
     for p in parts:
         tl.segments += p.segments
         tl.jobs += [j for j in p.jobs if j not in tl.jobs]
-    tl.gaps = _gaps(parts)
+    tl.gaps = sorted([g for p in parts for g in p.gaps] + _gaps(parts))
     tl.segments.sort(key=lambda d: (d.start, d.gpus))
     return tl
 
 
 def _gaps(parts: list[Timeline]) -> list:
-    """Where the runs have no samples: between them, and within a run of lone samples."""
+    """Where the runs ``parts`` have no samples: between one and the next in time."""
     ordered = sorted(parts, key=lambda p: p.start)
-    inner = [g for p in parts for g in p.gaps]
-    return sorted(inner + [(a.end, b.start) for a, b in zip(ordered, ordered[1:])
-                           if b.start > a.end])
+    return [(a.end, b.start) for a, b in zip(ordered, ordered[1:]) if b.start > a.end]
 
 
 def _merge_short(parts: list[Timeline], th: Thresholds) -> list[Timeline]:
@@ -106,7 +105,7 @@ def _merge_short(parts: list[Timeline], th: Thresholds) -> list[Timeline]:
                     advice=_sparse_advice(every, _rate_th(th, 1 / every if every else 0.0)))
         out[-1] = Timeline(segments=[d], jobs=[], start=q.start, end=p.end,
                            samples_per_s=n / span if span > 0 else 0.0,
-                           gaps=q.gaps + ([(q.end, p.start)] if p.start > q.end else []),
+                           gaps=q.gaps + _gaps([q, p]),
                            lone=n)
     return out
 
@@ -169,7 +168,7 @@ def _job_segments(det: Detector, st, gpus, shared: bool, end: float) -> list:
     spans = list(zip(bounds[:-1], bounds[1:]))
     # Evidence from windows L bins into each segment (a window's evidence lags its end); a
     # pause's own (paused seconds keep their own windows: hindsight's lead).
-    L = min(int(round(th.hold_s / BIN_S)), nb - 1)
+    L = min(bins(th.hold_s), nb - 1)
     leads = [0 if keys[held[b - 1]][0] == _PAUSED else L for a, b in spans]
     picks = [np.unique(np.minimum(np.linspace(a, b - 1, min(EVIDENCE_POINTS, b - a))
                                   .round().astype(int) + lead, nb - 1))
@@ -185,8 +184,9 @@ def _job_segments(det: Detector, st, gpus, shared: bool, end: float) -> list:
         a2, b2 = min(a + lead, nb - 1), min(b + lead, nb)
         same = (v[a2:b2] == key[0]) & (c[a2:b2] == key[1]) & (s[a2:b2] == key[2])
         conf = job.r["confidence"][a2:b2][same].tolist()
-        out.append(_merge(ds, key, gpus, st.bin_time(a), min(st.bin_time(b), end), conf,
-                          _reason(ds, key, job, a, b2, th)))
+        q = _quoted(ds, *key_names(key, gpus)[:2])
+        out.append(_merge(ds, q, key, gpus, st.bin_time(a), min(st.bin_time(b), end), conf,
+                          _reason(ds, q, key, job, a, b2, th)))
     return out
 
 
@@ -203,14 +203,11 @@ def _first_seen(held: np.ndarray, keys: list, v: np.ndarray, c: np.ndarray,
     for i in (np.flatnonzero(held[1:] != held[:-1]) + 1).tolist():
         new, old = keys[held[i]], keys[held[i - 1]]
         j = i
-        if new[0] != old[0]:
-            while j - 1 > prev and v[j - 1] == new[0]:
-                j -= 1
-            while old[0] == _PAUSED and j - 1 > prev and v[j - 1] == _INSUFFICIENT:
-                j -= 1
-        else:
-            while j - 1 > prev and (v[j - 1], c[j - 1], s[j - 1]) == new:
-                j -= 1
+        k = 1 if new[0] != old[0] else 3        # (the verdict; else the whole key)
+        while j - 1 > prev and (v[j - 1], c[j - 1], s[j - 1])[:k] == new[:k]:
+            j -= 1
+        while new[0] != old[0] == _PAUSED and j - 1 > prev and v[j - 1] == _INSUFFICIENT:
+            j -= 1
         out.append(j)
         prev = j
     return out
@@ -226,13 +223,12 @@ def _too_short(log: Log, rate: float, start: float, end: float) -> Timeline:
     return Timeline(segments=[d], jobs=[], start=start, end=end, samples_per_s=rate, lone=lone)
 
 
-def _merge(ds: list[Diagnosis], key: tuple, gpus, start: float, end: float,
-           conf: list[float], reason: tuple[str, str]) -> Diagnosis:
+def _merge(ds: list[Diagnosis], q: Optional[Diagnosis], key: tuple, gpus, start: float,
+           end: float, conf: list[float], reason: tuple[str, str]) -> Diagnosis:
     verdict, cause, strag = key_names(key, gpus)
-    quoted = _quoted(ds, verdict, cause)
-    # The numbers its reason quotes, of the same window; else the middle of its windows'.
-    ev = dict(quoted.evidence) if quoted is not None else {k: _middle(ds, k)
-                                                            for k in EVIDENCE_KEYS}
+    # The numbers its reason quotes, of the same window (_quoted: ``q``); else the middle of
+    # its windows'.
+    ev = dict(q.evidence) if q is not None else {k: _middle(ds, k) for k in EVIDENCE_KEYS}
     missing = sorted({m for d in ds for m in d.missing})
     base = discounted(float(np.mean(conf)) if conf else 0.5, missing)
     return Diagnosis(verdict=verdict, gpus=tuple(gpus), cause=cause, straggler_gpu=strag,
@@ -248,20 +244,17 @@ def _quoted(ds: list[Diagnosis], verdict: str, cause) -> Optional[Diagnosis]:
     return same[len(same) // 2] if same else None
 
 
-def _reason(ds: list[Diagnosis], key: tuple, job: H.Job, a: int, b: int, th: Thresholds
-            ) -> tuple[str, str]:
-    """A segment's rule and reason: those of its middle window that gave its verdict (its
-    first windows may still show the verdict it changed from); else the hindsight rule that
-    gave its bins [a, b) that verdict; else what made it."""
-    verdict, cause = VERDICTS[key[0]], CAUSES[key[1]] if key[1] >= 0 else None
-    q = _quoted(ds, verdict, cause)
+def _reason(ds: list[Diagnosis], q: Optional[Diagnosis], key: tuple, job: H.Job, a: int,
+            b: int, th: Thresholds) -> tuple[str, str]:
+    """A segment's rule and reason: those of the window it quotes (_quoted: ``q``); else
+    the hindsight rule that gave its bins [a, b) that verdict; else what made it."""
     d = ds[len(ds) // 2]
     if q is not None:
         return q.rule, q.because
     by = H.relabelled(job, a, b, key[0])
     if by is not None:
         return by[0], H.BY_NAME[by[0]].reason(job, by[1], by[2], d)
-    if verdict == INSUFFICIENT_DATA:
+    if key[0] == _INSUFFICIENT:
         return "too_few_samples", "too few samples in these seconds to judge them"
     # The hold kept the verdict before while another had not yet won.
     return held.hold.name, held.hold.because(d.verdict, d.rule, th)
