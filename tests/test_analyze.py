@@ -256,3 +256,15 @@ def test_hold_gives_the_verdict_held_after_each_second():
     held, keys = hold(Hysteresis(DEFAULT), times[:0], v[:0], none[:0], none[:0],
                       np.zeros(0, bool))
     assert len(held) == 0 and keys == []
+
+
+def test_a_log_shorter_than_a_window_names_its_rule(tmp_path):
+    """A run shorter than one window is insufficient_data said by the rule too_few_samples,
+    with the window it lacks, as every verdict names the rule that gave it."""
+    p = tmp_path / "short.csv"
+    p.write_text("time,gpu,util\n" + "".join(f"{t},0,90\n" for t in range(3)))
+    _, tl = analyze_file(str(p))
+    [d] = tl.segments
+    assert (d.verdict, d.rule) == ("insufficient_data", "too_few_samples")
+    assert d.because == "no run of samples here spans one window (6 s)"
+    assert d.advice == "too few samples to judge: log for longer"

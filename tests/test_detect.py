@@ -232,7 +232,8 @@ def test_host_attribution_of_starvation():
 
 def test_no_samples_is_insufficient_data():
     [d] = diagnose([])
-    assert d.verdict == "insufficient_data"
+    assert (d.verdict, d.rule, d.because) == ("insufficient_data", "too_few_samples",
+                                              "no sample in the window")
 
 
 # -- job grouping -------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import numpy as np
 from gpumon.diagnosis import IDLE, INSUFFICIENT_DATA, PAUSED, VERDICTS, Diagnosis
 from gpumon.detect import Detector
 from gpumon.detect.result import (EVIDENCE_KEYS, advice, discounted, idle_diagnosis,
-                                  key_names, make_diagnosis)
+                                  key_names, make_diagnosis, no_data_diagnosis)
 from gpumon.detect.rules import held
 from gpumon.detect.thresholds import DEFAULT, Thresholds
 from gpumon.logs.log import Log, runs
@@ -114,7 +114,7 @@ def _timeline(log: Log, th: Thresholds) -> Timeline:
     rate = _rate(log)
     start, end = float(np.nanmin(log.samples.time)), float(np.nanmax(log.samples.time))
     if end - start < th.window_s:
-        return _too_short(log, rate, start, end)
+        return _too_short(log, rate, start, end, th)
     det = Detector(_rate_th(th, rate))
     th = det.th
     samples = log.samples if not log.gpm or "sm_active_ratio" not in log.gpm else replace(
@@ -213,12 +213,12 @@ def _first_seen(held: np.ndarray, keys: list, v: np.ndarray, c: np.ndarray,
     return out
 
 
-def _too_short(log: Log, rate: float, start: float, end: float) -> Timeline:
+def _too_short(log: Log, rate: float, start: float, end: float, th: Thresholds) -> Timeline:
     """A run shorter than one window: nothing can be said of it."""
     gpus = tuple(sorted(set(log.samples.gpu.tolist())))
-    d = Diagnosis(verdict=INSUFFICIENT_DATA, gpus=gpus, confidence=0.0,
-                  evidence={k: None for k in EVIDENCE_KEYS},
-                  advice="too few samples to judge: log for longer", start=start, end=end)
+    why = f"no run of samples here spans one window ({th.window_s:g} s)"
+    d = replace(no_data_diagnosis(gpus, start, end, why),
+                advice="too few samples to judge: log for longer")
     lone = int(len(log.samples.time) <= len(gpus))
     return Timeline(segments=[d], jobs=[], start=start, end=end, samples_per_s=rate, lone=lone)
 

@@ -21,14 +21,14 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from gpumon.diagnosis import Diagnosis, INSUFFICIENT_DATA
+from gpumon.diagnosis import Diagnosis
 from gpumon.samples import Tick
 from gpumon.detect.bins import GI, Store, log_store, tick_columns
 from gpumon.detect.features import kernel_recent, last_kernel, view_bins, window_features
 from gpumon.detect.hold import Hysteresis, settle
 from gpumon.detect.jobs import GroupMemo, active_since, store_jobs
 from gpumon.detect.pauses import PauseMarks, pause_flags
-from gpumon.detect.result import (EVIDENCE_KEYS, data_window, held_diagnosis, make_diagnosis,
+from gpumon.detect.result import (data_window, held_diagnosis, make_diagnosis,
                                   no_data_diagnosis, no_job_diagnoses)
 from gpumon.detect.rules import judge
 from gpumon.detect.seconds import WINDOW_COLS, SecondsTable, seconds
@@ -395,9 +395,7 @@ def diagnose(window: Sequence[Tick], th: Thresholds = DEFAULT) -> list[Diagnosis
     samples, jobs, hosts, pids, ppid = tick_columns(window)
     gone = frozenset(g for t in window for g in t.lost)
     if len(samples.time) == 0:
-        return [Diagnosis(verdict=INSUFFICIENT_DATA, confidence=0.0,
-                          evidence={k: None for k in EVIDENCE_KEYS},
-                          advice="not enough samples yet")]
+        return [no_data_diagnosis((), None, None, "no sample in the window")]
     start, end = float(samples.time.min()), float(samples.time.max())
     store = Store(math.floor(start), th)
     store.add_samples(samples)
