@@ -90,7 +90,8 @@ def _calls_per_update(ticks, warm: int) -> float:
 # starving and busy. Before issue 22's work: 2,191 and 2,090; after: 1,701 and 1,530; with
 # the pause tracker's second in plain Python (detect/onesec.py): 1,480 and 1,272; with the
 # seconds table in numpy on one second (detect/seconds.py, no plain twin): 1,564 and 1,439;
-# the bins' gap runs in their one numpy path: about 1,614 starving.
+# the bins' gap runs in their one numpy path: about 1,614 starving; with one definition of
+# a GPU in use and cold read by SM activity as by power: about 1,690.
 CALLS_MAX = 1700
 
 

@@ -78,8 +78,10 @@ class Host:
         thread_bound = thread >= th.core_busy_pct
         storage = self.storage[0] | self.storage[1]
         # The first that holds, in this order.
-        return np.select([by_main, storage & ~cpu, cpu, thread_bound, storage],
-                         [C["main_process"], C["io_fetch"], C["cpu_preprocessing"],
-                          C["main_process"], C["io_fetch"]], C["input_pipeline"])
+        return np.where(by_main, C["main_process"], np.where(
+            storage & ~cpu, C["io_fetch"], np.where(
+                cpu, C["cpu_preprocessing"], np.where(
+                    thread_bound, C["main_process"], np.where(
+                        storage, C["io_fetch"], C["input_pipeline"])))))
 
 

@@ -28,8 +28,7 @@ def in_use(pids, mem, kernel, th: Thresholds = DEFAULT):
     where either is known (NaN: unknown); where neither is, ``kernel``: whether it ran a
     kernel over the caller's span (the window's share of samples with one at idle_duty,
     one within idle_after_s; the seconds table, which reads one second: True)."""
-    with np.errstate(invalid="ignore"):
-        said = (pids > 0) | (mem >= th.mem_active_mib)
+    said = (pids > 0) | (mem >= th.mem_active_mib)       # (NaN compares False, silently)
     return np.where(np.isnan(pids) & np.isnan(mem), kernel, said)
 
 

@@ -255,6 +255,8 @@ def _cold(duty: np.ndarray, power: np.ndarray, limit: np.ndarray, sm: np.ndarray
     if settle:
         cold &= settled(_all(~np.isnan(pw), 0), th)
     cold |= _all_low(frac, ~np.isnan(pw), th)
+    if np.isnan(sm).all():                  # (no SM activity anywhere: power alone)
+        return cold
     sm_busy = np.where(busy, sm, np.nan)
     return by_sm(cold, spins(duty, sm, th) | below_hottest(sm_busy, sm_busy, th), sm)
 
