@@ -83,7 +83,8 @@ def _lines(ax_u, ax_p, log: Log, t0: float, width: float, straggler: Optional[in
         ax_u.plot(x - t0, u, label=name, **style)
         pw = _power(log, sel)
         if pw is not None:
-            unit = "W" if pw[1] == "W" else unit
+            if pw[1] == "W":                # (one GPU without a limit: the axis in watts)
+                unit = "W"
             x, p = binned(s.time[sel], pw[0], t0, width)
             ax_p.plot(x - t0, p, label=name, **style)
     return unit

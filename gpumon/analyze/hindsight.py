@@ -17,11 +17,11 @@ from typing import Callable, Optional
 import numpy as np
 
 from gpumon.diagnosis import CAUSES, PAUSED, VERDICTS
-from gpumon.analyze.pauses import (AFTER, DIP, LEAD, bins, not_one_off, one_off_dips,
-                                   recovered, run_sides, runs, scan, two_sided)
+from gpumon.analyze.pauses import (AFTER, DIP, LEAD, not_one_off, one_off_dips, recovered,
+                                   run_sides, runs, scan, two_sided)
 from gpumon.detect import LogJob
 from gpumon.detect.seconds import SecondsTable
-from gpumon.detect.thresholds import BIN_S, Thresholds
+from gpumon.detect.thresholds import BIN_S, Thresholds, bins
 
 _STARVED = VERDICTS.index("data_starvation")
 _BUSY = VERDICTS.index("busy")

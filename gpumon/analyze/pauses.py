@@ -11,14 +11,9 @@ import numpy as np
 
 from gpumon.diagnosis import CAUSES
 from gpumon.detect.seconds import SecondsTable
-from gpumon.detect.thresholds import BIN_S, Thresholds
+from gpumon.detect.thresholds import Thresholds, bins
 
 _UNKNOWN = CAUSES.index("unknown")
-
-
-def bins(s: float) -> int:
-    """Seconds as a whole number of bins."""
-    return int(round(s / BIN_S))
 
 
 def runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -262,9 +257,9 @@ def one_off_dips(sc: Optional[SimpleNamespace], th: Thresholds,
     """(a0, b0, a, b) per isolated dip [b0, a) of a job (``sc``: scan() of its bins): steady
     work [a0, b0) before it and [a, b) after it (every GPU at work_duty or more in every
     second, no rank's host ``starving``) that isolates it: each at least context_s long and
-    ``isolation`` times as long as the dip. Such a dip was a one-off (a rank's slow batch, a short save),
-    where a starving job stops again sooner; its windows would hold starvation for up to
-    context_s after it."""
+    ``isolation`` times as long as the dip (after it, up to the log's end where that comes
+    first). Such a dip was a one-off (a rank's slow batch, a short save), where a starving
+    job stops again sooner; its windows would hold starvation for up to context_s after it."""
     if sc is None:          # (too short for steady work on either side of a dip)
         return []
     need = _need(th)

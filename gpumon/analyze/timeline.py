@@ -19,13 +19,12 @@ from gpumon.diagnosis import IDLE, INSUFFICIENT_DATA, PAUSED, VERDICTS, Diagnosi
 from gpumon.detect import Detector
 from gpumon.detect.result import (EVIDENCE_KEYS, advice, discounted, idle_diagnosis,
                                   key_names, make_diagnosis, no_data_diagnosis)
-from gpumon.detect.rules import held
-from gpumon.detect.thresholds import DEFAULT, Thresholds
+from gpumon.detect.rules import held, idle
+from gpumon.detect.thresholds import DEFAULT, Thresholds, bins
 from gpumon.logs.log import Log, runs
 from gpumon.logs.memory import small_pages
 from gpumon.logs.sniff import DRIVER_SAMPLED
 from gpumon.analyze import hindsight as H
-from gpumon.analyze.pauses import bins
 # Evidence of a segment: the median over at most this many evenly spaced seconds of it.
 EVIDENCE_POINTS = 9
 _INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
@@ -255,7 +254,7 @@ def _reason(ds: list[Diagnosis], q: Optional[Diagnosis], key: tuple, job: H.Job,
     if by is not None:
         return by[0], H.BY_NAME[by[0]].reason(job, by[1], by[2], d)
     if key[0] == _INSUFFICIENT:
-        return "too_few_samples", "too few samples in these seconds to judge them"
+        return idle.too_few_samples.name, "too few samples in these seconds to judge them"
     # The hold kept the verdict before while another had not yet won.
     return held.hold.name, held.hold.because(d.verdict, d.rule, th)
 

@@ -32,7 +32,7 @@ from gpumon.detect.result import (data_window, held_diagnosis, make_diagnosis,
                                   no_data_diagnosis, no_job_diagnoses)
 from gpumon.detect.rules import judge
 from gpumon.detect.seconds import WINDOW_COLS, SecondsTable, seconds
-from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds, bins
 
 # A batch of a log's windows judged at once: at most this many windows, and this many bins.
 CHUNK_BINS = 4096
@@ -47,7 +47,7 @@ class Detector:
 
     def __init__(self, th: Thresholds = DEFAULT):
         self.th = th
-        self.window = max(1, int(round(th.window_s / BIN_S)))
+        self.window = max(1, bins(th.window_s))
         self.span = view_bins(th)        # bins of history every window's features need
         self.cap = self.span + 8
         self.store: Optional[Store] = None

@@ -17,7 +17,7 @@ from gpumon.detect.bins import GI, HI
 from gpumon.detect.jobs import kernels
 from gpumon.detect.seconds import SecondsTable, seconds, settled as settled_seconds
 from gpumon.diagnosis import CAUSES
-from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds, bins
 
 
 _CTX_FIELDS = np.array([GI[k] for k in ("n", "u", "bt", "it", "bst", "gst")])
@@ -56,12 +56,7 @@ def view_bins(th: Thresholds = DEFAULT) -> int:
     be those of the whole history: the longest window or context, one bin before it (where
     a stall began) and POWER_LAG_S more (whether its first seconds' power settled)."""
     return int(math.ceil(max(th.window_s, th.context_s, th.hang_s)
-                         / BIN_S)) + 1 + _bins(POWER_LAG_S)
-
-
-def _bins(s: float) -> int:
-    """Seconds as a whole number of bins."""
-    return int(round(s / BIN_S))
+                         / BIN_S)) + 1 + bins(POWER_LAG_S)
 
 
 def wsum(a: np.ndarray, w: int, ends: np.ndarray) -> np.ndarray:
@@ -191,7 +186,7 @@ def last_kernel(g: np.ndarray, before: float = -math.inf,
 def kernel_recent(lk: np.ndarray, th: Thresholds = DEFAULT) -> np.ndarray:
     """Per bin, from last_kernel's ``lk``: whether a kernel ran within idle_after_s up to and
     including it."""
-    return np.arange(len(lk)) - lk < _bins(th.idle_after_s)
+    return np.arange(len(lk)) - lk < bins(th.idle_after_s)
 
 
 def run_lengths(t: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -213,14 +208,14 @@ def _window_bins(C: np.ndarray, ix: dict, ends: np.ndarray, th: Thresholds, w: i
     """(W, ctx_duty): each window's length in bins (``w``, else window_s, stretched up to
     context_s to min_samples cycles of burst and gap) and the job's duty over the context_s
     before its end, from the running sums ``C`` (rows ``ix``)."""
-    ctx = max(1, int(round(th.context_s / BIN_S)))
+    ctx = max(1, bins(th.context_s))
     Sc = wsum_c(C, ctx, ends, ix["ctx"])            # (6, G, E)
     tot = Sc.sum(axis=1)                            # (6, E)
     ctx_duty = N.div(tot[1], tot[0])
     if w:
         return np.full(len(ends), int(w)), ctx_duty
-    w0 = max(1, int(round(th.window_s / BIN_S)))
-    wmax = max(w0, int(round(th.context_s / BIN_S)))
+    w0 = max(1, bins(th.window_s))
+    wmax = max(w0, ctx)
     # Stretched only where the context before the last window_s and that window itself
     # are both under duty_starved.
     last = wsum_c(C, w0, ends, ix["ctx"]).sum(axis=1)
@@ -257,7 +252,7 @@ def _gpu_ratios(g: np.ndarray, C: np.ndarray, pos: np.ndarray, L: int, ix: dict,
     k = len(_RECENT)
     rr = ix["recent"]
     if (rr[k:] < L).any():
-        Sr = wsum_c(C, min(_bins(th.hold_s), int(W.min())), ends, rr)
+        Sr = wsum_c(C, min(bins(th.hold_s), int(W.min())), ends, rr)
         Rr = N.div(Sr[:k], Sr[k:])
     else:                                           # no host readings: all NaN, as divided
         Rr = np.full((k,) + S.shape[1:], np.nan)
@@ -291,7 +286,7 @@ def _work_features(table: SecondsTable, keep: np.ndarray, W: np.ndarray, ends: n
     are not (low_bins)."""
     work = table.at_work & keep
     low = keep & ~work & ~np.isnan(table.duty).any(axis=0)
-    return {"steady_run": _run_to(work, ends, ix_t, _bins(th.context_s) + 1),
+    return {"steady_run": _run_to(work, ends, ix_t, bins(th.context_s) + 1),
             "low_bins": wsum(low[None].astype(float), W, ends)[0]}
 
 
@@ -311,7 +306,7 @@ def _stall_features(full: np.ndarray, ends: np.ndarray, th: Thresholds,
     # Both are read within context_s of the end only: a longer run reads wm + 1; a stall
     # that began earlier, wm + 1; none, 0. Before the first bin nothing is known: full
     # work since then follows a stall that began earlier.
-    wm = _bins(th.context_s)
+    wm = bins(th.context_s)
     run = _run_to(full, ends, ix_t, wm + 1)
     j = ends - run                                  # the stall's last bin (where run <= wm)
     lf = np.maximum.accumulate(np.where(full, ix_t, -1))[np.maximum(j, 0)]
@@ -398,7 +393,7 @@ def _host_features(h: np.ndarray, keep: np.ndarray, W: np.ndarray, ends: np.ndar
     f = {}
     f["iowait"], f["disk_read"], f["disk_write"] = N.div(H[_HNUM], H[_HDEN])
     # Storage over the last seconds too (as the loaders' _recent readings, _gpu_ratios).
-    Hr = wsum_c(Ch, min(_bins(th.hold_s), int(W.min())), ends, _HIO_NUM + _HIO_DEN)
+    Hr = wsum_c(Ch, min(bins(th.hold_s), int(W.min())), ends, _HIO_NUM + _HIO_DEN)
     f["iowait_recent"], f["disk_read_recent"] = N.div(Hr[:2], Hr[2:])
     return f
 
@@ -412,7 +407,7 @@ def _pause_features(pause: np.ndarray, why: Optional[np.ndarray], ends: np.ndarr
     # Why each window's last bin is a pause (an index into diagnosis.CAUSES; -1: no pause).
     f["pause_cause"] = (why[ends] if why is not None else
                         np.where(f["pause"], CAUSES.index("unknown"), -1))
-    wm = _bins(th.context_s)
+    wm = bins(th.context_s)
     f["pause_len"] = _run_to(pause, ends, ix_t, wm + 1)        # (0 where no pause)
     # Seconds since the last pause bin, read within context_s as full_run is (wm + 1:
     # none in the last context_s, or none at all).

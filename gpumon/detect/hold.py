@@ -16,7 +16,7 @@ import numpy as np
 
 from gpumon.diagnosis import (BUSY, CAUSES, DATA_STARVATION, INSUFFICIENT_DATA, PAUSED, SYNC_STALL,
                               VERDICTS)
-from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds, bins
 
 _INSUFFICIENT = VERDICTS.index(INSUFFICIENT_DATA)
 _BUSY = VERDICTS.index(BUSY)
@@ -43,7 +43,7 @@ class Hysteresis:
         self._cand_since = 0.0
         # The keys fed in over the last context_s since the held verdict was adopted
         # (counted only when outnumbers asks).
-        self._recent: deque = deque(maxlen=max(1, int(round(th.context_s / BIN_S))))
+        self._recent: deque = deque(maxlen=max(1, bins(th.context_s)))
 
     def step(self, t: float, key: tuple, sticky: bool = False, quick: bool = False) -> bool:
         """Feed the raw key at time ``t``; True when ``current`` changed. ``sticky``: the host

@@ -16,7 +16,7 @@ import numpy as np
 
 from gpumon.detect import nanops as N
 from gpumon.detect.bins import GI, Store
-from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
+from gpumon.detect.thresholds import DEFAULT, Thresholds, bins
 
 NAN = float("nan")
 
@@ -158,7 +158,7 @@ def active_since(g: np.ndarray, th: Thresholds = DEFAULT) -> int:
     k = kernels(g)
     at = np.arange(k.shape[-1])
     since_k = at - np.maximum.accumulate(np.where(k, at, -(1 << 30)), axis=-1)
-    ran = since_k < int(round(th.idle_after_s / BIN_S))
+    ran = since_k < bins(th.idle_after_s)
     act = in_use(pid, mem, ran, th)
     allact = act.all(axis=0)
     off = np.flatnonzero(~allact)

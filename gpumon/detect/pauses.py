@@ -11,7 +11,7 @@ import numpy as np
 
 from gpumon.diagnosis import CAUSES
 from gpumon.detect.seconds import Second, SecondsTable
-from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, Thresholds, bins
 
 
 class _Host:
@@ -74,12 +74,12 @@ class PauseTracker:
 
     def __init__(self, th: Thresholds = DEFAULT):
         self.th = th
-        self.ctx = max(2, int(round(th.context_s / BIN_S)))
-        self.pmax = int(round(th.idle_after_s / BIN_S))
-        self.startup = int(round(th.loader_startup_s / BIN_S))
-        self.resume = max(1, int(round(th.resume_s / BIN_S)))
-        self.back = max(1, int(round(th.hold_s / BIN_S)))
-        self.started = max(self.resume, int(round(th.context_s / BIN_S)))
+        self.ctx = max(2, bins(th.context_s))
+        self.pmax = bins(th.idle_after_s)
+        self.startup = bins(th.loader_startup_s)
+        self.resume = max(1, bins(th.resume_s))
+        self.back = max(1, bins(th.hold_s))
+        self.started = max(self.resume, bins(th.context_s))
         # (n, u, stop) of the last bins with data: (0, 0, True) for a pause's own
         self.hist: deque = deque(maxlen=self.ctx)
         self.recent: deque = deque(maxlen=self.resume)

@@ -16,7 +16,7 @@ import numpy as np
 from gpumon.detect import nanops as N
 from gpumon.detect.bins import GI, HI
 from gpumon.detect.jobs import in_use
-from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds
+from gpumon.detect.thresholds import BIN_S, DEFAULT, POWER_LAG_S, Thresholds, bins
 
 
 def col(unit: str, meaning: str):
@@ -326,7 +326,7 @@ def _held_down_bins(g: np.ndarray, th: Thresholds) -> np.ndarray:
 
 def settle_bins(th: Thresholds) -> int:
     """Seconds with every GPU at work before a second whose power is compared."""
-    return max(0, int(round(POWER_LAG_S / BIN_S)))
+    return max(0, bins(POWER_LAG_S))
 
 
 def settled(all_busy: np.ndarray, th: Thresholds) -> np.ndarray:
@@ -362,7 +362,7 @@ def spin_seconds(g: np.ndarray, th: Thresholds = DEFAULT,
     power = N.div(g[GI["pw"]], g[GI["pn"]])
     sm = N.div(g[GI["sa"]], g[GI["san"]])
     busy, d = busy[:, idx], duty[:, idx]
-    ctx = np.arange(1, max(1, int(round(th.context_s / BIN_S))) + 1)
+    ctx = np.arange(1, max(1, bins(th.context_s)) + 1)
     for a in range(0, len(idx), SPIN_CHUNK):
         i, b, di = idx[a:a + SPIN_CHUNK], busy[:, a:a + SPIN_CHUNK], d[:, a:a + SPIN_CHUNK]
         back = i[:, None] - ctx[None, :]                       # (k, ctx)

@@ -18,6 +18,11 @@ SAMPLE_MID_S = 1 / 12
 POWER_LAG_S = 1.0
 
 
+def bins(s: float) -> int:
+    """Seconds as a whole number of bins."""
+    return int(round(s / BIN_S))
+
+
 def th(default: float, unit: str, means: str) -> float:
     return field(default=default, metadata={"unit": unit, "why": means})
 

@@ -7,7 +7,7 @@ from gpumon.detect.rules import rule
 from gpumon.detect.rules.words import Window
 from gpumon.detect.windows import C, Windows
 from gpumon.diagnosis import CAUSES, PAUSED
-from gpumon.detect.thresholds import BIN_S
+from gpumon.detect.thresholds import bins
 
 # Why a pause, by its cause (the pause tracker's reading of the host, pauses.py).
 _WHY = {
@@ -26,7 +26,7 @@ def _pause(x: Window) -> str:
     code = int(x.f["pause_cause"][x.e])
     cause = CAUSES[code] if code >= 0 else "unknown"
     secs = int(x.f["pause_len"][x.e])
-    wm = int(round(x.th.context_s / BIN_S))
+    wm = bins(x.th.context_s)
     ago = f"{secs} s ago" if secs <= wm else f"more than {wm} s ago"
     if cause == "startup":
         return f"the job started {ago}: its ranks load and get their first batches"
