@@ -91,7 +91,9 @@ def _calls_per_update(ticks, warm: int) -> float:
 # the pause tracker's second in plain Python (detect/onesec.py): 1,480 and 1,272; with the
 # seconds table in numpy on one second (detect/seconds.py, no plain twin): 1,564 and 1,439;
 # the bins' gap runs in their one numpy path: about 1,614 starving; with one definition of
-# a GPU in use and cold read by SM activity as by power: about 1,690.
+# a GPU in use and cold read by SM activity as by power: about 1,690; without the warning
+# filters (np.errstate covers what numpy raises) and with a host reading's columns made one
+# array at once: about 1,580.
 CALLS_MAX = 1700
 
 

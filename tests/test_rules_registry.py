@@ -41,7 +41,7 @@ def test_the_rules_in_their_order_each_named_once():
 
 def test_only_rank_host_and_stall_over_show_at_once():
     assert {r.name for r in R.REGISTRY if r.shows_at_once} == {"rank_host", "stall_over"}
-    assert sorted(R.RULES[i] for i in R.AT_ONCE) == ["rank_host", "stall_over"]
+    assert sorted(R.RULES[i] for i in np.flatnonzero(R.AT_ONCE)) == ["rank_host", "stall_over"]
 
 
 def test_a_name_or_a_place_taken_twice_is_refused():

@@ -434,7 +434,7 @@ class Store:
         (``arr``, named: making room may replace the array)."""
         b = self._bins(np.asarray(times, dtype=float))
         self._make_room(int(b.min()), int(b.max()))
-        vals = np.array([np.asarray(a, dtype=float) for a in cols])
+        vals = np.array(cols, dtype=float)
         ok = ~np.isnan(vals)
         self._scatter(getattr(self, arr), fidx, rows, b - self.b0,
                       np.concatenate([np.where(ok, vals, 0.0), ok]))
@@ -548,7 +548,7 @@ def tick_columns(ticks: Sequence[Tick]):
         # A host reading describes the tick's interval: dated inside it (at most 0.5 s back).
         ht = host.time
         if gs:
-            ht -= min(0.5, max(0.0, ht - min(s.time for s in gs)) / 2)
+            ht -= min(0.5, max(0.0, ht - min([s.time for s in gs])) / 2)
         hrows.append((ht, host.iowait_pct, host.disk_read_mbps, host.disk_write_mbps,
                       host.cpu_pct))
         jrows += [(ht, j.gpu, j.loader_cpu_pct, j.main_cpu_pct, j.main_thread_max_pct,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import threading
-import warnings
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -221,6 +220,7 @@ class Detector:
         are laid side by side (a window's bins once, shared with the window before where they
         overlap), a batch at a time (_batches), the batches on the cores. A window never
         reaches further back than view_bins: at the log's first bins it holds those there are."""
+        from gpumon.logs.threads import map_threads      # (a log's work: not loaded live)
         th = self.th
         live = np.flatnonzero(st.g[:, :, :st.nb].any(axis=(1, 2)))
         scratch = threading.local()
@@ -234,7 +234,7 @@ class Detector:
                                 table=job.table.take(idx, WINDOW_COLS))
             return judge(f, shared, th), (f if features else None)
 
-        out = _map(one, _batches(np.asarray(ends, np.int64), self.span))
+        out = map_threads(one, _batches(np.asarray(ends, np.int64), self.span))
         r = _cat([o[0] for o in out])
         return r, (_cat([o[1] for o in out]) if features else None)
 
@@ -283,17 +283,6 @@ def _gather(st: Store, rows: list[int], idx: np.ndarray, live: np.ndarray, scrat
     for k in live.tolist():
         buf[k] = np.take(g_all[k], idx, axis=1)
     return buf, np.take(h_all, idx, axis=1).astype(np.float64)
-
-
-def _map(fn, items: list) -> list:
-    """map_threads for window_features and judge: they silence RuntimeWarnings with
-    warnings.catch_warnings, which saves and restores the process-wide filters, so threads
-    entering and leaving it out of step would leave a filter behind. Inside this outer block
-    every state they restore still ignores them; leaving it restores the caller's filters."""
-    from gpumon.logs.threads import map_threads      # (a log's work: not loaded live)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return map_threads(fn, items)
 
 
 def _cat(parts: list[dict]) -> dict:

@@ -15,7 +15,6 @@ The order, each rule's verdict and when it fires: ``table()`` (the README's rule
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, fields
 from typing import Callable, Iterable, Optional
 
@@ -78,16 +77,15 @@ REGISTRY: tuple[Rule, ...] = collect(FAMILIES)
 RULES = tuple(r.name for r in REGISTRY)      # r["rule"] of judge indexes this
 BY_NAME = {r.name: r for r in REGISTRY}
 TRIED = tuple(r for r in REGISTRY if r.decide is not None)
-# Hysteresis.step's ``quick``: rules whose verdict a live screen shows at once.
-AT_ONCE = np.array([i for i, r in enumerate(REGISTRY) if r.shows_at_once])
+# Hysteresis.step's ``quick``, by rule index: whether a live screen shows its verdict at once.
+AT_ONCE = np.array([r.shows_at_once for r in REGISTRY])
 
 
 def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> dict:
     """Per window: verdict codes (index into VERDICTS), cause codes (index into CAUSES or
     -1), straggler rows (or -1), confidence, the deciding rule (index into RULES) and the
     hold's sticky and quick (Hysteresis.step)."""
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
+    with np.errstate(all="ignore"):
         w = Windows(f, shared_process, th, RULES)
         for r in TRIED:
             r.decide(w)
@@ -99,7 +97,7 @@ def judge(f: dict, shared_process: bool = False, th: Thresholds = DEFAULT) -> di
         # boundary refill their queue flat out); the host alone never rushes a stall.
         out["quick"] = ((w.feeding & (f["since_pause"] > th.context_s / BIN_S)
                          & (out["verdict"] == VERDICTS.index(DATA_STARVATION)))
-                        | np.isin(out["rule"], AT_ONCE))
+                        | AT_ONCE[out["rule"]])
         if f["data_run"].min() * BIN_S < th.window_s:     # (the job's first seconds)
             out["confidence"] = out["confidence"] * short_factor(f, th)
         return out
