@@ -173,16 +173,6 @@ def _why_two_sided(job: Job, a: int, b: int, d) -> str:
             "not stop on its own")
 
 
-def _working(job: Job) -> np.ndarray:
-    return _back_at(job, job.th.busy_duty)
-
-
-def _why_working(job: Job, a: int, b: int, d) -> str:
-    th = job.th
-    return (f"every GPU is back at {th.busy_duty:.0%} or more for "
-            f"{_secs(b - a)} ({th.recover_s:.0f} s or more): the pause is over")
-
-
 # --- the window ---------------------------------------------------------------------------
 
 
@@ -282,7 +272,6 @@ HINDSIGHT: tuple[Hindsight, ...] = (
     Hindsight("starved_stop", "pause", None, _starved_stop, _clear, _why_starved_stop),
     Hindsight("not_one_off", "pause", None, not_one_off, _clear, _why_not_one_off),
     Hindsight("two_sided", "pause", _PAUSED, two_sided, _mark_pause, _why_two_sided),
-    Hindsight("working", "pause", None, _working, _clear, _why_working),
     Hindsight("lead", "window", None, _lead_when, _lead, _why_lead),
     Hindsight("over", "verdict", _BUSY, _over, _relabel(_BUSY, -1), _why_over),
     Hindsight("back", "verdict", _BUSY, _back, _relabel(_BUSY, -1), _why_back),
