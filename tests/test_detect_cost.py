@@ -93,7 +93,7 @@ def _calls_per_update(ticks, warm: int) -> float:
 # the bins' gap runs in their one numpy path: about 1,614 starving; with one definition of
 # a GPU in use and cold read by SM activity as by power: about 1,690; without the warning
 # filters (np.errstate covers what numpy raises) and with a host reading's columns made one
-# array at once: about 1,580.
+# array at once, one np.errstate for the whole of judge: about 1,575.
 CALLS_MAX = 1700
 
 

